@@ -1,0 +1,138 @@
+// swift-tools-version:6.2
+import PackageDescription
+
+/// Settings shared by every target: Swift 6 language mode (strict concurrency) plus
+/// the upcoming features that keep imports and existentials explicit.
+let strictSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "offer-signer",
+    platforms: [.macOS(.v15), .iOS(.v15), .tvOS(.v15), .watchOS(.v8), .visionOS(.v1)],
+    products: [
+        .executable(name: "offer-signer", targets: ["offer-signer"]),
+        .library(name: "OfferSignerCore", targets: ["OfferSignerCore"]),
+        .library(name: "OfferSignerClient", targets: ["OfferSignerClient"]),
+        .library(name: "OfferSignerServer", targets: ["OfferSignerServer"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
+    ],
+    targets: [
+        // Signing core: payloads, signers, verifiers, key parsing, typed errors. swift-crypto only.
+        .target(
+            name: "OfferSignerCore",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictSettings
+        ),
+        // Storage: protocols and the embedded SQLite implementation.
+        .target(
+            name: "OfferSignerStorage",
+            dependencies: [
+                "OfferSignerCore",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // The HTTP service as a library: `buildApplication(configuration:)`.
+        .target(
+            name: "OfferSignerServer",
+            dependencies: [
+                "OfferSignerCore",
+                "OfferSignerStorage",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+            ],
+            resources: [.copy("Resources/openapi.yaml")],
+            swiftSettings: strictSettings
+        ),
+        // The ops CLI. One file per subcommand; logic lives in the libraries.
+        .executableTarget(
+            name: "offer-signer",
+            dependencies: [
+                "OfferSignerCore",
+                "OfferSignerStorage",
+                "OfferSignerServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // Win-back eligibility: offer catalog, rules and their pure evaluation over verified history.
+        .target(
+            name: "OfferSignerEligibility",
+            swiftSettings: strictSettings
+        ),
+        // Verification of Apple-signed JWS evidence (x5c chain to Apple Root CA - G3).
+        .target(
+            name: "OfferSignerEvidence",
+            dependencies: [
+                "OfferSignerEligibility",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // What apps ship: Foundation only.
+        .target(
+            name: "OfferSignerClient",
+            swiftSettings: strictSettings
+        ),
+
+        .testTarget(
+            name: "OfferSignerCoreTests",
+            dependencies: ["OfferSignerCore", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "OfferSignerCLITests",
+            dependencies: ["OfferSignerCore", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "OfferSignerServerTests",
+            dependencies: [
+                "OfferSignerServer",
+                "OfferSignerStorage",
+                "OfferSignerCore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "OfferSignerEligibilityTests",
+            dependencies: [
+                "OfferSignerEligibility",
+                "OfferSignerEvidence",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "OfferSignerClientTests",
+            dependencies: ["OfferSignerClient", "OfferSignerCore", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictSettings
+        ),
+    ]
+)
