@@ -1,0 +1,276 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The app-side client for an offer-signer service.
+///
+/// Foundation only (`URLSession`); safe to share between tasks. It never caches signatures: each
+/// ``signPromotionalOffer(productID:offerID:appAccountToken:formats:evidence:bundleID:transactionID:)``
+/// call asks the service for a fresh one, because a signature's nonce is single-use and it must
+/// not be used after its `expiresAt`.
+///
+/// ## From fetching the signature to the purchase (iOS 15+, StoreKit 2)
+///
+/// ```swift
+/// import StoreKit
+/// import OfferSignerClient
+///
+/// let signer = OfferSignerClient(
+///     baseURL: URL(string: "https://offers.example.com")!,
+///     authorization: { try await session.currentAccessToken() }  // your own login token
+/// )
+///
+/// func buyWithOffer(_ product: Product, offerID: String, accountToken: UUID) async throws {
+///     let offer = try await signer.signPromotionalOffer(
+///         productID: product.id,
+///         offerID: offerID,
+///         appAccountToken: accountToken,
+///         formats: [.legacy, .jws]           // JWS on iOS 18.4+, the original signature below
+///     )
+///     // Right options for this OS: compact JWS, Product.SubscriptionOffer.Signature, or the
+///     // key ID/nonce/signature/timestamp option, plus .appAccountToken(accountToken).
+///     // Throws .signatureExpired if called after offer.expiresAt.
+///     let options = try offer.purchaseOptions()
+///     let result = try await product.purchase(options: options)
+///     // handle result as usual (verify, deliver, finish)
+/// }
+/// ```
+///
+/// Errors are ``OfferSignerClientError`` values (or `CancellationError`): for example
+/// `.notEligible(reasons:)` when the customer may not redeem the offer, `.rateLimited(retryAfter:)`.
+public struct OfferSignerClient: Sendable {
+    /// Sends one request and returns the raw response. Injected in tests.
+    typealias Transport = @Sendable (URLRequest) async throws -> (Data, URLResponse)
+    /// Waits before a retry. Injected in tests.
+    typealias Sleeper = @Sendable (TimeInterval) async throws -> Void
+
+    /// The service's base URL, e.g. `https://offers.example.com` or `http://127.0.0.1:8080`.
+    /// Paths such as `v1/offers/signatures` are appended to it (a path prefix is kept).
+    public let baseURL: URL
+    public let retryPolicy: RetryPolicy
+    /// Timeout for each attempt, in seconds.
+    public let requestTimeout: TimeInterval
+
+    private let authorization: @Sendable () async throws -> String?
+    private let transport: Transport
+    private let sleeper: Sleeper
+    private let random: @Sendable () -> Double
+
+    /// Creates a client.
+    ///
+    /// - Parameters:
+    ///   - baseURL: The service's base URL (plain `http` works, e.g. for a loopback test server).
+    ///   - authorization: Returns the bearer token for the `Authorization` header. Called before
+    ///     every attempt, so it can refresh the app's own session token; return `nil` to send no
+    ///     header. If it throws, the call fails with `.authorizationFailed(underlying:)`.
+    ///   - session: The `URLSession` to use.
+    ///   - retryPolicy: Backoff for transport errors and 503s.
+    ///   - requestTimeout: Timeout for each attempt, in seconds.
+    public init(
+        baseURL: URL,
+        authorization: @escaping @Sendable () async throws -> String?,
+        session: URLSession = .shared,
+        retryPolicy: RetryPolicy = .default,
+        requestTimeout: TimeInterval = 20
+    ) {
+        self.init(
+            baseURL: baseURL,
+            authorization: authorization,
+            retryPolicy: retryPolicy,
+            requestTimeout: requestTimeout,
+            transport: { request in try await session.data(for: request) },
+            sleeper: { seconds in try await Task.sleep(nanoseconds: UInt64(max(0, seconds) * 1_000_000_000)) },
+            random: { Double.random(in: 0..<1) }
+        )
+    }
+
+    init(
+        baseURL: URL,
+        authorization: @escaping @Sendable () async throws -> String?,
+        retryPolicy: RetryPolicy,
+        requestTimeout: TimeInterval = 20,
+        transport: @escaping Transport,
+        sleeper: @escaping Sleeper,
+        random: @escaping @Sendable () -> Double
+    ) {
+        self.baseURL = baseURL
+        self.authorization = authorization
+        self.retryPolicy = retryPolicy
+        self.requestTimeout = requestTimeout
+        self.transport = transport
+        self.sleeper = sleeper
+        self.random = random
+    }
+
+    // MARK: - API
+
+    /// Asks the service to sign a promotional offer (`POST /v1/offers/signatures`).
+    ///
+    /// - Parameters:
+    ///   - productID: The subscription's product identifier.
+    ///   - offerID: The promotional offer identifier from App Store Connect.
+    ///   - appAccountToken: Binds the signature to this token; the purchase must then carry the
+    ///     same token (the StoreKit helpers add it).
+    ///   - formats: Which signatures to return. `[.legacy, .jws]` lets
+    ///     ``SignedPromotionalOffer/purchasePlan(now:capabilities:)`` pick per OS.
+    ///   - evidence: Signed transactions/renewal infos, when the service checks eligibility.
+    ///   - bundleID: The app's bundle ID, when the service serves several apps.
+    ///   - transactionID: A transaction ID to bind a JWS signature to, if any.
+    /// - Returns: The signed offer; use it once, before `expiresAt`.
+    /// - Throws: ``OfferSignerClientError`` (e.g. `.notEligible(reasons:)`), or `CancellationError`.
+    public func signPromotionalOffer(
+        productID: String,
+        offerID: String,
+        appAccountToken: UUID?,
+        formats: [SignatureFormat] = [.legacy],
+        evidence: PurchaseEvidence? = nil,
+        bundleID: String? = nil,
+        transactionID: String? = nil
+    ) async throws -> SignedPromotionalOffer {
+        let body = SignatureRequestBody(
+            productID: productID,
+            offerID: offerID,
+            appAccountToken: appAccountToken?.uuidString.lowercased(),
+            bundleID: bundleID,
+            formats: formats,
+            transactionID: transactionID,
+            evidence: evidence
+        )
+        let data = try await send(path: ["v1", "offers", "signatures"], body: body)
+        let offer: SignedPromotionalOffer
+        do {
+            offer = try JSONDecoder().decode(SignedPromotionalOffer.self, from: data)
+        } catch {
+            throw OfferSignerClientError.invalidResponse("signature response: \(error)")
+        }
+        try Self.validate(
+            offer, productID: productID, offerID: offerID, appAccountToken: appAccountToken,
+            bundleID: bundleID, formats: formats
+        )
+        return offer
+    }
+
+    /// Asks the service which offers the customer may redeem (`POST /v1/offers/eligibility`).
+    ///
+    /// - Parameters:
+    ///   - offerIDs: The offers to decide; `nil` lets the service decide for all it knows.
+    ///   - evidence: The customer's signed transactions and renewal infos.
+    ///   - appAccountToken: The customer's app account token, if the app uses them.
+    ///   - bundleID: The app's bundle ID, when the service serves several apps.
+    /// - Returns: One decision per offer, with reasons.
+    public func eligibility(
+        offerIDs: [String]? = nil,
+        evidence: PurchaseEvidence,
+        appAccountToken: UUID? = nil,
+        bundleID: String? = nil
+    ) async throws -> OfferEligibility {
+        let body = EligibilityRequestBody(
+            bundleID: bundleID,
+            appAccountToken: appAccountToken?.uuidString.lowercased(),
+            offerIDs: offerIDs,
+            evidence: evidence
+        )
+        let data = try await send(path: ["v1", "offers", "eligibility"], body: body)
+        do {
+            return try JSONDecoder().decode(OfferEligibility.self, from: data)
+        } catch {
+            throw OfferSignerClientError.invalidResponse("eligibility response: \(error)")
+        }
+    }
+
+    // MARK: - Plumbing
+
+    /// Checks that the service answered the question that was asked.
+    static func validate(
+        _ offer: SignedPromotionalOffer,
+        productID: String,
+        offerID: String,
+        appAccountToken: UUID?,
+        bundleID: String?,
+        formats: [SignatureFormat]
+    ) throws {
+        func fail(_ reason: String) -> OfferSignerClientError { .invalidResponse(reason) }
+        guard offer.productID == productID else { throw fail("signed productID \(offer.productID), asked \(productID)") }
+        guard offer.offerID == offerID else { throw fail("signed offerID \(offer.offerID), asked \(offerID)") }
+        guard offer.appAccountToken == appAccountToken else {
+            throw fail("signed appAccountToken does not match the requested one")
+        }
+        if let bundleID, offer.bundleID != bundleID {
+            throw fail("signed bundleID \(offer.bundleID), asked \(bundleID)")
+        }
+        let requested = formats.isEmpty ? [.legacy] : formats
+        if requested.contains(.legacy), offer.legacy == nil { throw fail("legacy signature missing") }
+        if requested.contains(.jws), offer.jws == nil { throw fail("jws signature missing") }
+    }
+
+    func url(for path: [String]) -> URL {
+        path.reduce(baseURL) { $0.appendingPathComponent($1) }
+    }
+
+    func makeRequest(path: [String], body: Data) async throws -> URLRequest {
+        var request = URLRequest(url: url(for: path), cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: requestTimeout)
+        request.httpMethod = "POST"
+        request.httpBody = body
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.setValue("application/json, application/problem+json", forHTTPHeaderField: "Accept")
+        let token: String?
+        do {
+            token = try await authorization()
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            throw OfferSignerClientError.authorizationFailed(underlying: error)
+        }
+        if let token, !token.isEmpty {
+            request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        }
+        return request
+    }
+
+    /// POSTs `body` as JSON, retrying per ``retryPolicy``; returns the 2xx body or throws the
+    /// mapped error.
+    func send(path: [String], body: some Encodable) async throws -> Data {
+        let encoded: Data
+        do {
+            encoded = try JSONEncoder().encode(body)
+        } catch {
+            throw OfferSignerClientError.invalidResponse("could not encode request: \(error)")
+        }
+        var attempt = 1
+        while true {
+            try Task.checkCancellation()
+            let request = try await makeRequest(path: path, body: encoded)
+            let failure: OfferSignerClientError
+            var retryAfter: TimeInterval?
+            do {
+                let (data, response) = try await transport(request)
+                guard let http = response as? HTTPURLResponse else {
+                    throw OfferSignerClientError.invalidResponse("not an HTTP response")
+                }
+                var headers: [String: String] = [:]
+                for (key, value) in http.allHeaderFields {
+                    if let key = key as? String, let value = value as? String { headers[key] = value }
+                }
+                guard let mapped = OfferSignerClientError(status: http.statusCode, headers: headers, body: data) else {
+                    return data
+                }
+                failure = mapped
+                if http.statusCode == 503 {
+                    retryAfter = OfferSignerClientError.retryAfter(in: headers, now: Date())
+                }
+            } catch let error as OfferSignerClientError {
+                throw error
+            } catch {
+                if error is CancellationError || Task.isCancelled { throw CancellationError() }
+                failure = .transport(underlying: error)
+            }
+            guard attempt < retryPolicy.maxAttempts, retryPolicy.isRetryable(failure) else {
+                throw failure
+            }
+            let delay = retryPolicy.delay(beforeRetry: attempt, random: random(), retryAfter: retryAfter)
+            try await sleeper(delay)
+            attempt += 1
+        }
+    }
+}

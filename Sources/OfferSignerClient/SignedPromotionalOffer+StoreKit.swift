@@ -1,0 +1,157 @@
+// The StoreKit-facing half of the client.
+//
+// This one file is compiled twice:
+//  * in the shipped `OfferSignerClient` target, where it is active only when the real StoreKit
+//    exists (Apple platforms);
+//  * on Linux CI, through a symlink in Tests/OfferSignerClientStoreKitTests/, against the
+//    `StoreKitShim` test module, which declares the same StoreKit API shapes (checked against
+//    Apple's documentation) and records what was built. That test target defines
+//    OFFER_SIGNER_CLIENT_STOREKIT_TESTS.
+//
+// The shim is not named `StoreKit`: a package module called StoreKit would sit in the build's
+// module directory on Apple platforms and could shadow the SDK framework for the shipped target.
+//
+// StoreKit API used here (Apple Developer Documentation, StoreKit):
+//  * Product.PurchaseOption.promotionalOffer(_:compactJWS:)
+//      `static func promotionalOffer(_ offerID: String, compactJWS: String) -> [Product.PurchaseOption]`
+//      @backDeployed(before: iOS 26.0, macOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0);
+//      listed as available from iOS 15.0 / macOS 12.0 (first shipped in iOS 18.4 / macOS 15.4).
+//  * Product.SubscriptionOffer.Signature.init(keyID:nonce:timestamp:signature:)
+//      `init(keyID: String, nonce: UUID, timestamp: Int, signature: Data)`;
+//      iOS 17.4, macOS 14.4, tvOS 17.4, watchOS 10.4, visionOS 1.1 (deprecated 26.0).
+//  * Product.PurchaseOption.promotionalOffer(offerID:signature:)
+//      `static func promotionalOffer(offerID: String, signature: Product.SubscriptionOffer.Signature) -> Product.PurchaseOption`;
+//      iOS 17.4, macOS 14.4, tvOS 17.4, watchOS 10.4, visionOS 1.1 (deprecated 26.0).
+//  * Product.PurchaseOption.promotionalOffer(offerID:keyID:nonce:signature:timestamp:)
+//      `static func promotionalOffer(offerID: String, keyID: String, nonce: UUID, signature: Data, timestamp: Int) -> Product.PurchaseOption`;
+//      iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0 (deprecated 26.0).
+//  * Product.PurchaseOption.appAccountToken(_:)
+//      `static func appAccountToken(_ token: UUID) -> Product.PurchaseOption`; iOS 15.0, macOS 12.0.
+//  * Product.purchase(options:)
+//      `func purchase(options: Set<Product.PurchaseOption> = []) async throws -> Product.PurchaseResult`
+//      (hence `Set` below).
+//  * SKPaymentDiscount.init(identifier:keyIdentifier:nonce:signature:timestamp:)
+//      `init(identifier: String, keyIdentifier: String, nonce: UUID, signature: String, timestamp: NSNumber)`;
+//      iOS 12.2, macOS 10.14.4, tvOS 12.2, watchOS 6.2, visionOS 1.0 (deprecated iOS 18.0,
+//      macOS 15.0, tvOS 18.0, watchOS 11.0, visionOS 2.0).
+
+#if OFFER_SIGNER_CLIENT_STOREKIT_TESTS
+#if !canImport(StoreKit)
+import Foundation
+import OfferSignerClient
+import StoreKitShim
+#endif
+#elseif canImport(StoreKit)
+import Foundation
+import StoreKit
+#endif
+
+// Active in exactly two builds: the shipped target with the real StoreKit, and the Linux test
+// target with the shim. (On Apple platforms the test target compiles nothing here: the shipped
+// target already has it.)
+#if (OFFER_SIGNER_CLIENT_STOREKIT_TESTS && !canImport(StoreKit)) || (!OFFER_SIGNER_CLIENT_STOREKIT_TESTS && canImport(StoreKit))
+
+extension SignedPromotionalOffer {
+    /// The StoreKit 2 purchase options that apply this offer on the running OS.
+    ///
+    /// ```swift
+    /// let offer = try await signer.signPromotionalOffer(
+    ///     productID: product.id, offerID: "winback50", appAccountToken: accountToken,
+    ///     formats: [.legacy, .jws]
+    /// )
+    /// let result = try await product.purchase(options: try offer.purchaseOptions())
+    /// ```
+    ///
+    /// - JWS (`promotionalOffer(_:compactJWS:)`) when the service returned one and the OS
+    ///   implements it (iOS 18.4+), or when JWS is all the service returned;
+    /// - else `promotionalOffer(offerID:signature:)` with a `Product.SubscriptionOffer.Signature`
+    ///   (iOS 17.4+);
+    /// - else `promotionalOffer(offerID:keyID:nonce:signature:timestamp:)`.
+    ///
+    /// The legacy signature is passed as its Base64-*decoded* bytes. `.appAccountToken(_:)` is
+    /// included whenever the signature is bound to a token.
+    ///
+    /// - Parameters:
+    ///   - now: The current time; the offer must not have expired.
+    ///   - capabilities: What the OS supports; leave the default outside tests.
+    /// - Returns: A set to pass to `Product.purchase(options:)` (add your own options to it).
+    /// - Throws: `OfferSignerClientError.signatureExpired(expiresAt:)` past ``expiresAt``.
+    public func purchaseOptions(
+        now: Date = Date(),
+        capabilities: StoreKitCapabilities = .current
+    ) throws -> Set<Product.PurchaseOption> {
+        try purchasePlan(now: now, capabilities: capabilities).storeKitPurchaseOptions()
+    }
+
+    /// An `SKPaymentDiscount` for apps still on the original StoreKit API.
+    ///
+    /// The discount takes the signature as the Base64 *string* and the timestamp as an
+    /// `NSNumber` of UNIX milliseconds. When the offer is bound to an app account token, set
+    /// `payment.applicationUsername = offer.applicationUsername` too.
+    ///
+    /// ```swift
+    /// let payment = SKMutablePayment(product: skProduct)
+    /// payment.paymentDiscount = try offer.paymentDiscount()
+    /// payment.applicationUsername = offer.applicationUsername
+    /// SKPaymentQueue.default().add(payment)
+    /// ```
+    ///
+    /// - Throws: `.signatureExpired(expiresAt:)` past ``expiresAt``;
+    ///   `.signatureFormatUnavailable(.legacy)` when the offer was requested without `.legacy`.
+    @available(iOS, deprecated: 18.0, message: "SKPaymentDiscount is deprecated; use purchaseOptions() with Product.purchase(options:)")
+    @available(macOS, deprecated: 15.0, message: "SKPaymentDiscount is deprecated; use purchaseOptions() with Product.purchase(options:)")
+    @available(tvOS, deprecated: 18.0, message: "SKPaymentDiscount is deprecated; use purchaseOptions() with Product.purchase(options:)")
+    @available(watchOS, deprecated: 11.0, message: "SKPaymentDiscount is deprecated; use purchaseOptions() with Product.purchase(options:)")
+    @available(visionOS, deprecated: 2.0, message: "SKPaymentDiscount is deprecated; use purchaseOptions() with Product.purchase(options:)")
+    public func paymentDiscount(now: Date = Date()) throws -> SKPaymentDiscount {
+        let legacy = try unexpiredLegacySignature(now: now)
+        return SKPaymentDiscount(
+            identifier: offerID,
+            keyIdentifier: legacy.keyID,
+            nonce: legacy.nonce,
+            signature: legacy.signature,
+            timestamp: NSNumber(value: legacy.timestamp)
+        )
+    }
+}
+
+extension PromotionalOfferPurchasePlan {
+    /// Translates the plan into StoreKit 2 purchase options.
+    public func storeKitPurchaseOptions() -> Set<Product.PurchaseOption> {
+        var options = Set<Product.PurchaseOption>()
+        switch method {
+        case .compactJWS(let compactJWS):
+            options.formUnion(Product.PurchaseOption.promotionalOffer(offerID, compactJWS: compactJWS))
+        case .subscriptionOfferSignature(let parameters):
+            if #available(iOS 17.4, tvOS 17.4, watchOS 10.4, visionOS 1.1, *) {
+                let signature = Product.SubscriptionOffer.Signature(
+                    keyID: parameters.keyID,
+                    nonce: parameters.nonce,
+                    timestamp: parameters.timestamp,
+                    signature: parameters.signature
+                )
+                options.insert(.promotionalOffer(offerID: offerID, signature: signature))
+            } else {
+                options.insert(Self.signatureParametersOption(offerID: offerID, parameters))
+            }
+        case .signatureParameters(let parameters):
+            options.insert(Self.signatureParametersOption(offerID: offerID, parameters))
+        }
+        if let appAccountToken {
+            options.insert(.appAccountToken(appAccountToken))
+        }
+        return options
+    }
+
+    private static func signatureParametersOption(offerID: String, _ parameters: SignatureParameters) -> Product.PurchaseOption {
+        .promotionalOffer(
+            offerID: offerID,
+            keyID: parameters.keyID,
+            nonce: parameters.nonce,
+            signature: parameters.signature,
+            timestamp: parameters.timestamp
+        )
+    }
+}
+
+#endif

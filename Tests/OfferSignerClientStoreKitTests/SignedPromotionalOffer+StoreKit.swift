@@ -1,0 +1,1 @@
+../../Sources/OfferSignerClient/SignedPromotionalOffer+StoreKit.swift
