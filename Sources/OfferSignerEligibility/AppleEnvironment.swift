@@ -1,0 +1,86 @@
+import Foundation
+
+/// The App Store environment a piece of signed data comes from, as spelled in Apple's payloads
+/// (`"environment"` field of a transaction or renewal info).
+public enum AppleEnvironment: String, Sendable, Codable, Hashable, CaseIterable {
+    /// Real purchases.
+    case production = "Production"
+    /// App Store sandbox (TestFlight, sandbox testers).
+    case sandbox = "Sandbox"
+    /// StoreKit testing in Xcode. Such data is not signed by Apple and never verifies against Apple's root.
+    case xcode = "Xcode"
+    /// Local StoreKit testing. Such data is not signed by Apple and never verifies against Apple's root.
+    case localTesting = "LocalTesting"
+}
+
+/// Apple's `offerType` of a transaction (an open set: unknown future values are kept as-is).
+public struct AppleOfferType: RawRepresentable, Sendable, Codable, Hashable {
+    public var rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(Int.self) }
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+
+    /// `1`: an introductory offer (including free trials).
+    public static let introductory = AppleOfferType(rawValue: 1)
+    /// `2`: a promotional offer — the kind this service signs. A redemption of one of our offers.
+    public static let promotional = AppleOfferType(rawValue: 2)
+    /// `3`: an offer code.
+    public static let offerCode = AppleOfferType(rawValue: 3)
+    /// `4`: one of Apple's own win-back offers (configured in App Store Connect, not signed by us).
+    public static let winBack = AppleOfferType(rawValue: 4)
+}
+
+/// Apple's `offerDiscountType` (an open set).
+public struct AppleOfferDiscountType: RawRepresentable, Sendable, Codable, Hashable {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+
+    /// `FREE_TRIAL`.
+    public static let freeTrial = AppleOfferDiscountType(rawValue: "FREE_TRIAL")
+    /// `PAY_AS_YOU_GO`.
+    public static let payAsYouGo = AppleOfferDiscountType(rawValue: "PAY_AS_YOU_GO")
+    /// `PAY_UP_FRONT`.
+    public static let payUpFront = AppleOfferDiscountType(rawValue: "PAY_UP_FRONT")
+    /// `ONE_TIME`.
+    public static let oneTime = AppleOfferDiscountType(rawValue: "ONE_TIME")
+}
+
+/// Apple's `inAppOwnershipType` (an open set).
+public struct AppleOwnershipType: RawRepresentable, Sendable, Codable, Hashable {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+
+    /// `PURCHASED`: the customer bought it.
+    public static let purchased = AppleOwnershipType(rawValue: "PURCHASED")
+    /// `FAMILY_SHARED`: access through Family Sharing; the customer did not pay.
+    public static let familyShared = AppleOwnershipType(rawValue: "FAMILY_SHARED")
+}
+
+/// Apple's product `type` of a transaction (an open set).
+public struct AppleProductType: RawRepresentable, Sendable, Codable, Hashable {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+
+    public static let autoRenewableSubscription = AppleProductType(rawValue: "Auto-Renewable Subscription")
+    public static let nonRenewingSubscription = AppleProductType(rawValue: "Non-Renewing Subscription")
+    public static let consumable = AppleProductType(rawValue: "Consumable")
+    public static let nonConsumable = AppleProductType(rawValue: "Non-Consumable")
+}

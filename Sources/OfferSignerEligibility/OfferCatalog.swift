@@ -1,0 +1,347 @@
+import Foundation
+
+/// The offers catalog, loaded from a JSON file (`--offers FILE`).
+///
+/// Format (see `offers.example.json` at the repository root):
+///
+/// ```json
+/// {
+///   "offers": [
+///     {
+///       "offerID": "winback_50_3m",                 // required, non-empty; unique per bundleID
+///       "bundleID": "com.example.app",              // required, non-empty
+///       "productIDs": ["com.example.app.monthly"],  // required, non-empty list of non-empty strings
+///       "subscriptionGroupID": "21345678",          // required, non-empty string
+///       "kind": "win-back",                         // required: "win-back" | "retention" | "any"
+///       "description": "50% off for 3 months",      // optional, ignored
+///       "rules": {                                  // optional; absent = always signable
+///         "minPaidMonths": 3,                       // integer >= 0
+///         "lapsedMonths": { "min": 1, "max": 12 },  // integers >= 0, at least one, min <= max
+///         "waitBetweenOffersMonths": 6,             // integer >= 0
+///         "waitScope": "offer",                     // "offer" (default) | "any-win-back"; needs waitBetweenOffersMonths
+///         "maxRedemptions": 1,                      // integer >= 1
+///         "excludeFamilyShared": true,              // booleans, default false
+///         "excludeRefunded": true,
+///         "excludeBillingRetry": true,
+///         "storefronts": { "allow": ["USA", "CAN"] },  // or { "deny": [...] }: exactly one, 3-letter codes
+///         "environment": "Production",              // "Production" | "Sandbox"
+///         "deferToAppleWinBack": true
+///       }
+///     }
+///   ]
+/// }
+/// ```
+///
+/// (The `//` comments above are for documentation only; JSON has none.) Validation is strict:
+/// unknown keys at any level, wrong types, out-of-range values and duplicate offers are rejected with
+/// an `OfferCatalogError` naming the offer and the field, so a typo can never silently disable a rule.
+/// Month counts are calendar months in UTC (Gregorian calendar).
+public struct OfferCatalog: Sendable, Hashable {
+    /// The offers, in file order.
+    public var offers: [OfferDefinition]
+
+    /// Builds a catalog from already-validated definitions (checks uniqueness of offerID per bundleID).
+    public init(offers: [OfferDefinition]) throws(OfferCatalogError) {
+        var seen = Set<String>()
+        for (index, offer) in offers.enumerated() {
+            let key = offer.bundleID + "\u{0}" + offer.offerID
+            if !seen.insert(key).inserted {
+                throw OfferCatalogError(
+                    offerID: offer.offerID, index: index, field: "offerID",
+                    problem: .duplicateOffer(bundleID: offer.bundleID))
+            }
+        }
+        self.offers = offers
+    }
+
+    /// Parses and validates the catalog JSON (format above).
+    public init(jsonData: Data) throws(OfferCatalogError) {
+        let root: JSONValue
+        do {
+            root = try JSONDecoder().decode(JSONValue.self, from: jsonData)
+        } catch {
+            throw OfferCatalogError(offerID: nil, index: nil, field: "", problem: .invalidJSON(String(describing: error)))
+        }
+        var parser = CatalogParser()
+        try self.init(offers: try parser.parseRoot(root))
+    }
+
+    /// The offer with this ID. With a `bundleID`, only that app's offer; without one, the offer only if
+    /// exactly one bundle defines that ID (`nil` when ambiguous).
+    public func offer(id: String, bundleID: String?) -> OfferDefinition? {
+        let matches = offers.filter { $0.offerID == id && (bundleID == nil || $0.bundleID == bundleID) }
+        return matches.count == 1 ? matches[0] : nil
+    }
+
+    /// IDs of the offers of kind `win-back` (used by `waitScope: "any-win-back"`).
+    public var winBackOfferIDs: Set<String> {
+        Set(offers.filter { $0.kind == .winBack }.map(\.offerID))
+    }
+}
+
+/// A catalog validation error: which offer (ID when known, else position), which field (a dotted
+/// path such as `rules.lapsedMonths.min`), and what is wrong.
+public struct OfferCatalogError: Error, Sendable, Hashable, CustomStringConvertible, LocalizedError {
+    /// What is wrong with the field.
+    public enum Problem: Sendable, Hashable {
+        /// The file is not JSON.
+        case invalidJSON(String)
+        /// A required field is absent.
+        case missingField
+        /// A key that the format does not define (typo?). Carries the allowed keys.
+        case unknownField(allowed: [String])
+        /// The value has the wrong JSON type.
+        case wrongType(expected: String)
+        /// The value has the right type but is not acceptable.
+        case invalidValue(String)
+        /// Another offer of the same bundle has this offerID.
+        case duplicateOffer(bundleID: String)
+    }
+
+    /// The offer's `offerID`, when it could be read.
+    public var offerID: String?
+    /// The offer's position in `offers` (0-based), `nil` for file-level errors.
+    public var index: Int?
+    /// Dotted path of the field inside the offer (or at the top level for file-level errors).
+    public var field: String
+    /// The problem.
+    public var problem: Problem
+
+    public init(offerID: String?, index: Int?, field: String, problem: Problem) {
+        self.offerID = offerID
+        self.index = index
+        self.field = field
+        self.problem = problem
+    }
+
+    public var description: String {
+        var location: String
+        if let offerID {
+            location = "offer '\(offerID)'"
+            if let index { location += " (offers[\(index)])" }
+        } else if let index {
+            location = "offers[\(index)]"
+        } else {
+            location = "catalog"
+        }
+        if !field.isEmpty { location += ", field '\(field)'" }
+        let what: String
+        switch problem {
+        case .invalidJSON(let detail): what = "not valid JSON (\(detail))"
+        case .missingField: what = "required field is missing"
+        case .unknownField(let allowed): what = "unknown key (allowed: \(allowed.joined(separator: ", ")))"
+        case .wrongType(let expected): what = "expected \(expected)"
+        case .invalidValue(let detail): what = detail
+        case .duplicateOffer(let bundleID): what = "duplicate offerID for bundle '\(bundleID)'"
+        }
+        return "Invalid offers catalog: \(location): \(what)"
+    }
+
+    public var errorDescription: String? { description }
+}
+
+// MARK: - Parsing
+
+/// A decoded JSON value (numbers kept as integers when they are integral).
+enum JSONValue: Decodable, Hashable {
+    case null
+    case bool(Bool)
+    case integer(Int64)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() {
+            self = .null
+        } else if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(Int64.self) {
+            self = .integer(value)
+        } else if let value = try? container.decode(Double.self) {
+            self = .number(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
+        } else if let value = try? container.decode([JSONValue].self) {
+            self = .array(value)
+        } else {
+            self = .object(try container.decode([String: JSONValue].self))
+        }
+    }
+}
+
+private struct CatalogParser {
+    static let offerKeys = ["offerID", "bundleID", "productIDs", "subscriptionGroupID", "kind", "description", "rules"]
+    static let ruleKeys = [
+        "minPaidMonths", "lapsedMonths", "waitBetweenOffersMonths", "waitScope", "maxRedemptions",
+        "excludeFamilyShared", "excludeRefunded", "excludeBillingRetry", "storefronts", "environment",
+        "deferToAppleWinBack",
+    ]
+
+    // Location of the offer being parsed, for errors.
+    var offerID: String?
+    var index: Int?
+
+    func error(_ field: String, _ problem: OfferCatalogError.Problem) -> OfferCatalogError {
+        OfferCatalogError(offerID: offerID, index: index, field: field, problem: problem)
+    }
+
+    mutating func parseRoot(_ root: JSONValue) throws(OfferCatalogError) -> [OfferDefinition] {
+        guard case .object(let object) = root else {
+            throw error("", .wrongType(expected: "a JSON object with an \"offers\" array"))
+        }
+        try checkKeys(object, allowed: ["offers"], path: "")
+        guard let offersValue = object["offers"] else { throw error("offers", .missingField) }
+        guard case .array(let items) = offersValue else { throw error("offers", .wrongType(expected: "an array")) }
+        var offers: [OfferDefinition] = []
+        for (position, item) in items.enumerated() {
+            index = position
+            offerID = nil
+            offers.append(try parseOffer(item))
+        }
+        return offers
+    }
+
+    mutating func parseOffer(_ value: JSONValue) throws(OfferCatalogError) -> OfferDefinition {
+        guard case .object(let object) = value else { throw error("", .wrongType(expected: "an object")) }
+        // Read the ID first so that every later error names the offer.
+        if case .string(let id)? = object["offerID"], !id.isEmpty { offerID = id }
+        try checkKeys(object, allowed: Self.offerKeys, path: "")
+        let id = try requiredString(object, "offerID", path: "")
+        let bundleID = try requiredString(object, "bundleID", path: "")
+        let productIDs = try stringList(object["productIDs"], path: "productIDs", required: true)
+        let groupID = try requiredString(object, "subscriptionGroupID", path: "")
+        let kindRaw = try requiredString(object, "kind", path: "")
+        guard let kind = OfferKind(rawValue: kindRaw) else {
+            throw error("kind", .invalidValue("'\(kindRaw)' is not one of: win-back, retention, any"))
+        }
+        var description: String?
+        if let value = object["description"] {
+            guard case .string(let text) = value else { throw error("description", .wrongType(expected: "a string")) }
+            description = text
+        }
+        var rules: OfferRules?
+        if let value = object["rules"] {
+            rules = try parseRules(value)
+        }
+        return OfferDefinition(
+            offerID: id, bundleID: bundleID, productIDs: productIDs, subscriptionGroupID: groupID,
+            kind: kind, description: description, rules: rules)
+    }
+
+    func parseRules(_ value: JSONValue) throws(OfferCatalogError) -> OfferRules {
+        guard case .object(let object) = value else { throw error("rules", .wrongType(expected: "an object")) }
+        try checkKeys(object, allowed: Self.ruleKeys, path: "rules")
+        var rules = OfferRules()
+        rules.minPaidMonths = try integer(object["minPaidMonths"], path: "rules.minPaidMonths", minimum: 0)
+        if let value = object["lapsedMonths"] {
+            guard case .object(let range) = value else {
+                throw error("rules.lapsedMonths", .wrongType(expected: "an object like {\"min\": 1, \"max\": 12}"))
+            }
+            try checkKeys(range, allowed: ["min", "max"], path: "rules.lapsedMonths")
+            let min = try integer(range["min"], path: "rules.lapsedMonths.min", minimum: 0)
+            let max = try integer(range["max"], path: "rules.lapsedMonths.max", minimum: 0)
+            if min == nil && max == nil {
+                throw error("rules.lapsedMonths", .invalidValue("set \"min\" and/or \"max\""))
+            }
+            if let min, let max, min > max {
+                throw error("rules.lapsedMonths", .invalidValue("min (\(min)) is greater than max (\(max))"))
+            }
+            rules.lapsedMonths = .init(min: min, max: max)
+        }
+        rules.waitBetweenOffersMonths = try integer(
+            object["waitBetweenOffersMonths"], path: "rules.waitBetweenOffersMonths", minimum: 0)
+        if let value = object["waitScope"] {
+            guard case .string(let raw) = value else { throw error("rules.waitScope", .wrongType(expected: "a string")) }
+            guard let scope = OfferRules.WaitScope(rawValue: raw) else {
+                throw error("rules.waitScope", .invalidValue("'\(raw)' is not one of: offer, any-win-back"))
+            }
+            guard rules.waitBetweenOffersMonths != nil else {
+                throw error("rules.waitScope", .invalidValue("has no effect without \"waitBetweenOffersMonths\""))
+            }
+            rules.waitScope = scope
+        }
+        rules.maxRedemptions = try integer(object["maxRedemptions"], path: "rules.maxRedemptions", minimum: 1)
+        rules.excludeFamilyShared = try bool(object["excludeFamilyShared"], path: "rules.excludeFamilyShared")
+        rules.excludeRefunded = try bool(object["excludeRefunded"], path: "rules.excludeRefunded")
+        rules.excludeBillingRetry = try bool(object["excludeBillingRetry"], path: "rules.excludeBillingRetry")
+        rules.deferToAppleWinBack = try bool(object["deferToAppleWinBack"], path: "rules.deferToAppleWinBack")
+        if let value = object["storefronts"] {
+            guard case .object(let lists) = value else {
+                throw error("rules.storefronts", .wrongType(expected: "an object like {\"allow\": [\"USA\"]}"))
+            }
+            try checkKeys(lists, allowed: ["allow", "deny"], path: "rules.storefronts")
+            guard lists.count == 1 else {
+                throw error("rules.storefronts", .invalidValue("set exactly one of \"allow\" or \"deny\""))
+            }
+            let isAllow = lists["allow"] != nil
+            let path = isAllow ? "rules.storefronts.allow" : "rules.storefronts.deny"
+            let codes = try stringList(isAllow ? lists["allow"] : lists["deny"], path: path, required: true)
+            for code in codes where !(code.count == 3 && code.allSatisfy { $0.isASCII && $0.isLetter }) {
+                throw error(path, .invalidValue("'\(code)' is not a 3-letter ISO 3166-1 alpha-3 storefront code"))
+            }
+            let normalized = Set(codes.map { $0.uppercased() })
+            rules.storefronts = isAllow ? .allow(normalized) : .deny(normalized)
+        }
+        if let value = object["environment"] {
+            guard case .string(let raw) = value else { throw error("rules.environment", .wrongType(expected: "a string")) }
+            guard raw == AppleEnvironment.production.rawValue || raw == AppleEnvironment.sandbox.rawValue else {
+                throw error("rules.environment", .invalidValue("'\(raw)' is not one of: Production, Sandbox"))
+            }
+            rules.environment = AppleEnvironment(rawValue: raw)
+        }
+        return rules
+    }
+
+    // MARK: Field helpers
+
+    func checkKeys(_ object: [String: JSONValue], allowed: [String], path: String) throws(OfferCatalogError) {
+        for key in object.keys.sorted() where !allowed.contains(key) {
+            throw error(path.isEmpty ? key : path + "." + key, .unknownField(allowed: allowed))
+        }
+    }
+
+    func requiredString(_ object: [String: JSONValue], _ key: String, path: String) throws(OfferCatalogError) -> String {
+        let field = path.isEmpty ? key : path + "." + key
+        guard let value = object[key] else { throw error(field, .missingField) }
+        guard case .string(let text) = value else { throw error(field, .wrongType(expected: "a string")) }
+        guard !text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+            throw error(field, .invalidValue("must not be empty"))
+        }
+        return text
+    }
+
+    func stringList(_ value: JSONValue?, path: String, required: Bool) throws(OfferCatalogError) -> [String] {
+        guard let value else {
+            if required { throw error(path, .missingField) }
+            return []
+        }
+        guard case .array(let items) = value else { throw error(path, .wrongType(expected: "an array of strings")) }
+        if required && items.isEmpty { throw error(path, .invalidValue("must not be empty")) }
+        var result: [String] = []
+        for item in items {
+            guard case .string(let text) = item else { throw error(path, .wrongType(expected: "an array of strings")) }
+            guard !text.isEmpty else { throw error(path, .invalidValue("must not contain empty strings")) }
+            guard !result.contains(text) else { throw error(path, .invalidValue("contains '\(text)' twice")) }
+            result.append(text)
+        }
+        return result
+    }
+
+    func integer(_ value: JSONValue?, path: String, minimum: Int) throws(OfferCatalogError) -> Int? {
+        guard let value else { return nil }
+        guard case .integer(let number) = value else { throw error(path, .wrongType(expected: "an integer")) }
+        guard number >= minimum, number <= 1200 else {
+            throw error(path, .invalidValue("\(number) is out of range (\(minimum)...1200)"))
+        }
+        return Int(number)
+    }
+
+    func bool(_ value: JSONValue?, path: String) throws(OfferCatalogError) -> Bool {
+        guard let value else { return false }
+        guard case .bool(let flag) = value else { throw error(path, .wrongType(expected: "true or false")) }
+        return flag
+    }
+}

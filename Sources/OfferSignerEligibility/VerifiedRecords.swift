@@ -1,0 +1,148 @@
+import Foundation
+
+/// A transaction whose Apple signature has been verified (see `AppleSignedDataVerifier` in
+/// OfferSignerEvidence). Field names follow Apple's `JWSTransactionDecodedPayload`; dates were
+/// milliseconds since 1970 in the payload.
+///
+/// Only construct these yourself in tests: eligibility decisions trust every field.
+public struct VerifiedTransaction: Sendable, Codable, Hashable {
+    /// `transactionId`.
+    public var transactionID: String
+    /// `originalTransactionId`: identifies the subscription (stays the same across renewals).
+    public var originalTransactionID: String
+    /// `productId`.
+    public var productID: String
+    /// `subscriptionGroupIdentifier` (subscriptions only).
+    public var subscriptionGroupID: String?
+    /// `purchaseDate`: start of the period this transaction pays for.
+    public var purchaseDate: Date
+    /// `expiresDate`: end of the period (subscriptions only).
+    public var expiresDate: Date?
+    /// `revocationDate`: set when Apple refunded or revoked the transaction.
+    public var revocationDate: Date?
+    /// `inAppOwnershipType`.
+    public var ownershipType: AppleOwnershipType?
+    /// `offerType`.
+    public var offerType: AppleOfferType?
+    /// `offerIdentifier`: for promotional offers, the offer ID we signed.
+    public var offerIdentifier: String?
+    /// `offerDiscountType`.
+    public var offerDiscountType: AppleOfferDiscountType?
+    /// `price` in milliunits of `currency`.
+    public var price: Int64?
+    /// `currency` (ISO 4217).
+    public var currency: String?
+    /// `storefront`: ISO 3166-1 alpha-3 country code (e.g. `USA`).
+    public var storefront: String?
+    /// `environment`.
+    public var environment: AppleEnvironment
+    /// `bundleId`.
+    public var bundleID: String
+    /// `type`.
+    public var type: AppleProductType?
+    /// `appAccountToken` (a UUID string the app chose).
+    public var appAccountToken: String?
+    /// `signedDate`: when the App Store signed this payload.
+    public var signedDate: Date?
+
+    public init(
+        transactionID: String,
+        originalTransactionID: String,
+        productID: String,
+        subscriptionGroupID: String? = nil,
+        purchaseDate: Date,
+        expiresDate: Date? = nil,
+        revocationDate: Date? = nil,
+        ownershipType: AppleOwnershipType? = .purchased,
+        offerType: AppleOfferType? = nil,
+        offerIdentifier: String? = nil,
+        offerDiscountType: AppleOfferDiscountType? = nil,
+        price: Int64? = nil,
+        currency: String? = nil,
+        storefront: String? = nil,
+        environment: AppleEnvironment,
+        bundleID: String,
+        type: AppleProductType? = .autoRenewableSubscription,
+        appAccountToken: String? = nil,
+        signedDate: Date? = nil
+    ) {
+        self.transactionID = transactionID
+        self.originalTransactionID = originalTransactionID
+        self.productID = productID
+        self.subscriptionGroupID = subscriptionGroupID
+        self.purchaseDate = purchaseDate
+        self.expiresDate = expiresDate
+        self.revocationDate = revocationDate
+        self.ownershipType = ownershipType
+        self.offerType = offerType
+        self.offerIdentifier = offerIdentifier
+        self.offerDiscountType = offerDiscountType
+        self.price = price
+        self.currency = currency
+        self.storefront = storefront
+        self.environment = environment
+        self.bundleID = bundleID
+        self.type = type
+        self.appAccountToken = appAccountToken
+        self.signedDate = signedDate
+    }
+
+    /// A free trial: an introductory offer with `offerDiscountType` `FREE_TRIAL`, or any price of 0.
+    public var isFreeTrial: Bool {
+        if offerType == .introductory && offerDiscountType == .freeTrial { return true }
+        if let price, price == 0 { return true }
+        return false
+    }
+
+    /// Apple refunded or revoked this transaction (`revocationDate` is set).
+    public var isRevoked: Bool { revocationDate != nil }
+
+    /// The customer has this through Family Sharing rather than their own purchase.
+    public var isFamilyShared: Bool { ownershipType == .familyShared }
+}
+
+/// Subscription renewal info whose Apple signature has been verified. Field names follow Apple's
+/// `JWSRenewalInfoDecodedPayload`, which has no `bundleId` (so it cannot be bound to an app;
+/// only its environment is checked).
+public struct VerifiedRenewalInfo: Sendable, Codable, Hashable {
+    /// `originalTransactionId`: the subscription this renewal info describes.
+    public var originalTransactionID: String?
+    /// `productId`: the product the customer is currently subscribed to.
+    public var productID: String?
+    /// `autoRenewProductId`: the product that renews next.
+    public var autoRenewProductID: String?
+    /// `autoRenewStatus`: `true` when it is `1` (will renew).
+    public var autoRenewEnabled: Bool?
+    /// `isInBillingRetryPeriod`.
+    public var isInBillingRetryPeriod: Bool?
+    /// `gracePeriodExpiresDate`: the end of a billing grace period (access continues until then).
+    public var gracePeriodExpiresDate: Date?
+    /// `eligibleWinBackOfferIds`: Apple's own win-back offers this customer can redeem right now.
+    public var eligibleWinBackOfferIDs: [String]
+    /// `environment`.
+    public var environment: AppleEnvironment
+    /// `signedDate`.
+    public var signedDate: Date?
+
+    public init(
+        originalTransactionID: String?,
+        productID: String? = nil,
+        autoRenewProductID: String? = nil,
+        autoRenewEnabled: Bool? = nil,
+        isInBillingRetryPeriod: Bool? = nil,
+        gracePeriodExpiresDate: Date? = nil,
+        eligibleWinBackOfferIDs: [String] = [],
+        environment: AppleEnvironment,
+        signedDate: Date? = nil
+    ) {
+        self.originalTransactionID = originalTransactionID
+        self.productID = productID
+        self.autoRenewProductID = autoRenewProductID
+        self.autoRenewEnabled = autoRenewEnabled
+        self.isInBillingRetryPeriod = isInBillingRetryPeriod
+        self.gracePeriodExpiresDate = gracePeriodExpiresDate
+        self.eligibleWinBackOfferIDs = eligibleWinBackOfferIDs
+        self.environment = environment
+        self.signedDate = signedDate
+    }
+}

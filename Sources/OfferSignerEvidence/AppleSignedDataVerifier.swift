@@ -1,0 +1,278 @@
+import Crypto
+import Foundation
+import OfferSignerEligibility
+import SwiftASN1
+@_spi(FixedExpiryValidationTime) import X509
+
+/// Verifies App Store signed data (StoreKit `jwsRepresentation` of transactions and renewal infos) the
+/// way Apple's App Store Server Library (`SignedDataVerifier`, offline mode) does, and turns it into
+/// the verified records of OfferSignerEligibility.
+///
+/// For every JWS:
+/// 1. compact serialization of at most 64 KiB, three base64url parts;
+/// 2. protected header `alg` is `ES256` and `x5c` holds exactly three base64 DER certificates
+///    (leaf, intermediate, root);
+/// 3. the leaf chains through the intermediate to one of `trustedRoots` (swift-certificates `Verifier`
+///    with `RFC5280Policy`), the leaf carries OID 1.2.840.113635.100.6.11.1 and the intermediate
+///    1.2.840.113635.100.6.2.1. Certificate validity is evaluated at the payload's `signedDate`
+///    (or `receiptCreationDate`) when present, else at `now` — as Apple's library does when online
+///    checks are off. No OCSP (offline). The `x5c` root entry is not trusted, only parsed: trust comes
+///    from `trustedRoots` alone;
+/// 4. the ES256 signature (raw r‖s) over `header.payload` verifies with the leaf's P-256 key;
+/// 5. transactions: `bundleId` equals `bundleID`; all items: `environment` equals `environment` (when
+///    given; `nil` accepts Production and Sandbox but never Xcode or LocalTesting data).
+///
+/// There is deliberately no way to skip any step. Failures never throw: each rejected JWS becomes an
+/// `EvidenceFailure` in the result, which makes offers with rules ineligible (`evidence_unverified`).
+public struct AppleSignedDataVerifier: Sendable {
+    /// Largest accepted JWS, in bytes (Apple's are about 4–6 KiB).
+    public static let maximumJWSLength = 64 * 1024
+
+    /// The roots a chain must end at.
+    public let trustedRoots: [Certificate]
+    /// The app's bundle ID; transactions of other apps are rejected.
+    public let bundleID: String
+    /// The required environment, or `nil` for Production or Sandbox.
+    public let environment: AppleEnvironment?
+
+    /// - Parameters:
+    ///   - trustedRoots: trusted roots; Apple Root CA - G3 by default (tests pass their own).
+    ///   - bundleID: the expected `bundleId` of transactions.
+    ///   - environment: the expected `environment`, or `nil` to accept Production and Sandbox.
+    public init(trustedRoots: [Certificate] = [.appleRootCAG3], bundleID: String, environment: AppleEnvironment?) {
+        self.trustedRoots = trustedRoots
+        self.bundleID = bundleID
+        self.environment = environment
+    }
+
+    /// Verifies all submitted items (`{"signedTransactions": [...], "signedRenewalInfos": [...]}`).
+    /// Never throws: rejected items are reported in `EligibilityEvidence.failures`.
+    public func verify(signedTransactions: [String], signedRenewalInfos: [String], now: Date) async -> EligibilityEvidence {
+        var evidence = EligibilityEvidence()
+        for (index, jws) in signedTransactions.enumerated() {
+            switch await verifyTransaction(jws, now: now) {
+            case .success(let transaction): evidence.transactions.append(transaction)
+            case .failure(let failure):
+                evidence.failures.append(
+                    EvidenceFailure(source: .signedTransaction, index: index, code: failure.code, message: failure.message))
+            }
+        }
+        for (index, jws) in signedRenewalInfos.enumerated() {
+            switch await verifyRenewalInfo(jws, now: now) {
+            case .success(let info): evidence.renewalInfos.append(info)
+            case .failure(let failure):
+                evidence.failures.append(
+                    EvidenceFailure(source: .signedRenewalInfo, index: index, code: failure.code, message: failure.message))
+            }
+        }
+        return evidence
+    }
+
+    /// Verifies one signed transaction.
+    public func verifyTransaction(_ jws: String, now: Date) async -> Result<VerifiedTransaction, VerificationFailure> {
+        let payload: Data
+        switch await verifySignedData(jws, now: now) {
+        case .success(let data): payload = data
+        case .failure(let failure): return .failure(failure)
+        }
+        let decoded: TransactionPayload
+        do {
+            decoded = try JSONDecoder().decode(TransactionPayload.self, from: payload)
+        } catch {
+            return .failure(.init(.malformedPayload, "transaction payload: \(Self.describe(error))"))
+        }
+        guard decoded.bundleId == bundleID else {
+            return .failure(.init(.bundleIDMismatch, "bundleId '\(decoded.bundleId)' is not '\(bundleID)'"))
+        }
+        switch checkEnvironment(decoded.environment) {
+        case .success(let environment): return .success(decoded.verified(environment: environment))
+        case .failure(let failure): return .failure(failure)
+        }
+    }
+
+    /// Verifies one signed renewal info (it has no bundle ID to check, as in Apple's library).
+    public func verifyRenewalInfo(_ jws: String, now: Date) async -> Result<VerifiedRenewalInfo, VerificationFailure> {
+        let payload: Data
+        switch await verifySignedData(jws, now: now) {
+        case .success(let data): payload = data
+        case .failure(let failure): return .failure(failure)
+        }
+        let decoded: RenewalInfoPayload
+        do {
+            decoded = try JSONDecoder().decode(RenewalInfoPayload.self, from: payload)
+        } catch {
+            return .failure(.init(.malformedPayload, "renewal info payload: \(Self.describe(error))"))
+        }
+        switch checkEnvironment(decoded.environment) {
+        case .success(let environment): return .success(decoded.verified(environment: environment))
+        case .failure(let failure): return .failure(failure)
+        }
+    }
+
+    /// Why one JWS was rejected.
+    public struct VerificationFailure: Error, Sendable, Hashable {
+        public var code: EvidenceFailure.Code
+        public var message: String
+        public init(_ code: EvidenceFailure.Code, _ message: String) {
+            self.code = code
+            self.message = message
+        }
+    }
+
+    // MARK: - Steps
+
+    private func checkEnvironment(_ raw: String) -> Result<AppleEnvironment, VerificationFailure> {
+        guard let value = AppleEnvironment(rawValue: raw) else {
+            return .failure(.init(.environmentMismatch, "unknown environment '\(raw)'"))
+        }
+        if let environment {
+            guard value == environment else {
+                return .failure(.init(.environmentMismatch, "environment '\(raw)' is not '\(environment.rawValue)'"))
+            }
+        } else {
+            guard value == .production || value == .sandbox else {
+                return .failure(.init(.environmentMismatch, "environment '\(raw)' is not Production or Sandbox"))
+            }
+        }
+        return .success(value)
+    }
+
+    /// Checks structure, header, chain and signature; returns the signed payload bytes.
+    private func verifySignedData(_ jws: String, now: Date) async -> Result<Data, VerificationFailure> {
+        guard jws.utf8.count <= Self.maximumJWSLength else {
+            return .failure(.init(.malformedJWS, "JWS is larger than \(Self.maximumJWSLength) bytes"))
+        }
+        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts.allSatisfy({ !$0.isEmpty }) else {
+            return .failure(.init(.malformedJWS, "expected three non-empty dot-separated parts, got \(parts.count)"))
+        }
+
+        // Header.
+        guard let headerData = Base64URL.decode(parts[0]) else {
+            return .failure(.init(.badBase64, "header is not base64url"))
+        }
+        guard let header = try? JSONDecoder().decode(JWSHeader.self, from: headerData) else {
+            return .failure(.init(.malformedHeader, "header is not a JSON object with string \"alg\" and \"x5c\" fields"))
+        }
+        guard header.alg == "ES256" else {
+            return .failure(.init(.unsupportedAlgorithm, "alg is '\(header.alg ?? "(missing)")', expected ES256"))
+        }
+        guard let x5c = header.x5c, !x5c.isEmpty else {
+            return .failure(.init(.missingCertificateChain, "header has no x5c certificate chain"))
+        }
+        guard x5c.count == 3 else {
+            return .failure(.init(.invalidChainLength, "x5c has \(x5c.count) certificates, expected 3"))
+        }
+
+        // Payload and signature encodings.
+        guard let payload = Base64URL.decode(parts[1]) else {
+            return .failure(.init(.badBase64, "payload is not base64url"))
+        }
+        guard let probe = try? JSONDecoder().decode(SigningDateProbe.self, from: payload) else {
+            return .failure(.init(.malformedPayload, "payload is not a JSON object"))
+        }
+        guard let signatureBytes = Base64URL.decode(parts[2]) else {
+            return .failure(.init(.badBase64, "signature is not base64url"))
+        }
+
+        // Certificates.
+        var certificates: [Certificate] = []
+        for (position, entry) in x5c.enumerated() {
+            let name = Self.certificateNames[position]
+            guard let der = Data(base64Encoded: entry) else {
+                return .failure(.init(.badBase64, "x5c[\(position)] (\(name)) is not base64"))
+            }
+            do {
+                certificates.append(try Certificate(derEncoded: Array(der)))
+            } catch {
+                return .failure(.init(.malformedCertificate, "x5c[\(position)] (\(name)) is not a DER X.509 certificate"))
+            }
+        }
+        let leaf = certificates[0]
+        let intermediate = certificates[1]
+
+        // Chain, at the signing time when the payload states it (as Apple's library does offline).
+        let validationTime = (probe.signedDate ?? probe.receiptCreationDate).map(date) ?? now
+        if let failure = await verifyChain(leaf: leaf, intermediate: intermediate, at: validationTime) {
+            return .failure(failure)
+        }
+
+        // Signature.
+        guard let key = P256.Signing.PublicKey(leaf.publicKey) else {
+            return .failure(.init(.unsupportedKey, "leaf public key is not P-256"))
+        }
+        guard signatureBytes.count == 64,
+            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
+        else {
+            return .failure(.init(.invalidSignature, "signature is not a 64-byte ES256 (r||s) value"))
+        }
+        let signingInput = Data("\(parts[0]).\(parts[1])".utf8)
+        guard key.isValidSignature(signature, for: signingInput) else {
+            return .failure(.init(.invalidSignature, "ES256 signature does not match header and payload"))
+        }
+        return .success(payload)
+    }
+
+    private static let certificateNames = ["leaf", "intermediate", "root"]
+
+    /// Returns `nil` when the chain is trusted and carries Apple's marker OIDs.
+    private func verifyChain(leaf: Certificate, intermediate: Certificate, at time: Date) async -> VerificationFailure? {
+        var verifier = Verifier(rootCertificates: CertificateStore(trustedRoots)) {
+            RFC5280Policy(fixedExpiryValidationTime: time)
+            AppleMarkerOIDPolicy()
+        }
+        let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore([intermediate]))
+        let failures: [CertificateValidationResult.PolicyFailure]
+        switch result {
+        case .validCertificate(let chain):
+            // Defence in depth: the policy already enforced this shape.
+            guard chain.count == 3, chain[0] == leaf, chain[1] == intermediate else {
+                return .init(.untrustedChain, "validated chain is not leaf, intermediate, trusted root")
+            }
+            return nil
+        case .couldNotValidate(let policyFailures):
+            failures = policyFailures
+        }
+
+        // Explain the failure as specifically as possible.
+        let timestamp = ISO8601DateFormatter().string(from: time)
+        for (certificate, name) in [(leaf, "leaf"), (intermediate, "intermediate")] {
+            if time > certificate.notValidAfter {
+                return .init(.certificateExpired, "\(name) certificate expired at \(ISO8601DateFormatter().string(from: certificate.notValidAfter)), checked at \(timestamp)")
+            }
+            if time < certificate.notValidBefore {
+                return .init(.certificateNotYetValid, "\(name) certificate is not valid before \(ISO8601DateFormatter().string(from: certificate.notValidBefore)), checked at \(timestamp)")
+            }
+        }
+        let reasons = failures.map(\.policyFailureReason.description)
+        if let marker = reasons.first(where: { $0.hasPrefix(AppleMarkerOIDPolicy.failurePrefix) }) {
+            return .init(.missingAppleMarkerOID, String(marker.dropFirst(AppleMarkerOIDPolicy.failurePrefix.count)))
+        }
+        if reasons.contains(where: { $0.contains("expired") || $0.contains("not yet valid") }) {
+            return .init(.certificateExpired, "a certificate of the chain is not valid at \(timestamp)")
+        }
+        var message = "certificate chain does not lead to a trusted root"
+        if leaf.extensions[oid: AppleCertificateMarkers.leaf] == nil
+            || intermediate.extensions[oid: AppleCertificateMarkers.intermediate] == nil
+        {
+            message += " (and lacks Apple's marker OIDs)"
+        }
+        return .init(.untrustedChain, message)
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        switch error {
+        case DecodingError.keyNotFound(let key, _): return "missing field '\(key.stringValue)'"
+        case DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context):
+            return "wrong type for '\(context.codingPath.map(\.stringValue).joined(separator: "."))'"
+        case DecodingError.dataCorrupted: return "not valid JSON"
+        default: return "cannot be decoded"
+        }
+    }
+}
+
+/// The JOSE header fields we read.
+private struct JWSHeader: Decodable {
+    var alg: String?
+    var x5c: [String]?
+}
