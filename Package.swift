@@ -71,6 +71,7 @@ let package = Package(
                 "OfferSignerStorage",
                 "OfferSignerServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictSettings
         ),
@@ -128,6 +129,21 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictSettings
+        ),
+        // Test-only stand-in for the StoreKit API the client uses (Linux has no StoreKit). Not named
+        // `StoreKit` so it can never shadow the SDK framework on Apple platforms. OfferSignerClient
+        // must never depend on it.
+        .target(
+            name: "StoreKitShim",
+            path: "Tests/StoreKitShim",
+            swiftSettings: strictSettings
+        ),
+        // Compiles the client's StoreKit-facing file (symlinked in) against StoreKitShim and tests
+        // the purchase-option mapping on Linux CI. Compiles to nothing on Apple platforms.
+        .testTarget(
+            name: "OfferSignerClientStoreKitTests",
+            dependencies: ["OfferSignerClient", "StoreKitShim"],
+            swiftSettings: strictSettings + [.define("OFFER_SIGNER_CLIENT_STOREKIT_TESTS")]
         ),
         .testTarget(
             name: "OfferSignerClientTests",

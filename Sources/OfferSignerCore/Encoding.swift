@@ -1,0 +1,45 @@
+import Foundation
+
+/// Byte encodings used in signatures: standard Base64 (legacy signatures), unpadded
+/// base64url (JWS) and lowercase hex (fingerprints, hashes).
+public enum Encoding {
+    /// base64url without padding (RFC 7515 §2).
+    public static func base64URL(_ bytes: some DataProtocol) -> String {
+        var text = Data(bytes).base64EncodedString()
+        text = text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        while text.hasSuffix("=") { text.removeLast() }
+        return text
+    }
+
+    /// Decodes base64url, padded or not. Returns nil for any character outside the
+    /// base64url alphabet.
+    public static func decodeBase64URL(_ text: some StringProtocol) -> Data? {
+        guard text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" || $0 == "=") }) else {
+            return nil
+        }
+        var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        standard = standard.replacingOccurrences(of: "=", with: "")
+        let remainder = standard.utf8.count % 4
+        if remainder == 1 { return nil }
+        if remainder > 0 { standard += String(repeating: "=", count: 4 - remainder) }
+        return Data(base64Encoded: standard)
+    }
+
+    /// Decodes strict standard Base64 (RFC 4648 §4, padded).
+    public static func decodeBase64(_ text: some StringProtocol) -> Data? {
+        Data(base64Encoded: String(text))
+    }
+
+    private static let hexDigits = Array("0123456789abcdef".utf8)
+
+    /// Lowercase hex.
+    public static func hex(_ bytes: some Sequence<UInt8>) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        for byte in bytes {
+            out.append(hexDigits[Int(byte >> 4)])
+            out.append(hexDigits[Int(byte & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}

@@ -1,0 +1,16 @@
+import ArgumentParser
+
+/// `offer-signer`: the ops CLI and the service entry point.
+@main
+struct OfferSignerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "offer-signer",
+        abstract: "Sign Apple StoreKit promotional offers: run the service, mint and verify test signatures, manage keys.",
+        subcommands: [
+            SignCommand.self,
+            VerifyCommand.self,
+            ExplainCommand.self,
+            KeysCommand.self,
+        ]
+    )
+}
