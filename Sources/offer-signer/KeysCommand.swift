@@ -5,6 +5,9 @@ struct KeysCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "keys",
         abstract: "Generate development keys and manage the signing keys of a store.",
-        subcommands: [KeysGenerateCommand.self]
+        subcommands: [
+            KeysGenerateCommand.self, KeysImportCommand.self, KeysListCommand.self,
+            KeysActivateCommand.self, KeysRetireCommand.self, KeysRevokeCommand.self,
+        ]
     )
 }

@@ -7,10 +7,13 @@ struct OfferSignerCommand: AsyncParsableCommand {
         commandName: "offer-signer",
         abstract: "Sign Apple StoreKit promotional offers: run the service, mint and verify test signatures, manage keys.",
         subcommands: [
+            ServeCommand.self,
             SignCommand.self,
             VerifyCommand.self,
             ExplainCommand.self,
             KeysCommand.self,
+            ClientsCommand.self,
+            AuditCommand.self,
         ]
     )
 }

@@ -1,0 +1,72 @@
+import Crypto
+import Foundation
+import OfferSignerCore
+import OfferSignerStorage
+
+/// API keys for app backends.
+///
+/// Rules: a secret is `os_<clientID>_<43 base64url chars>` (256 random bits); only its SHA-256
+/// is stored; a presented secret is matched by client ID, then its hash is compared in
+/// constant time; revoked clients never authenticate.
+public enum APIClientCredentials {
+    public static let prefix = "os_"
+
+    /// Creates a client and returns it with its secret (shown once, never stored).
+    public static func create(in store: any OfferSignerStore, name: String, bundleIDs: [String], actor: String) async throws -> (client: APIClientRecord, secret: String) {
+        try OfferFieldValidator.validateIdentifier(name, field: "name")
+        for bundleID in bundleIDs { try OfferFieldValidator.validateIdentifier(bundleID, field: "bundleID") }
+        let clientID = Encoding.hex(SymmetricKey(size: .bits128).withUnsafeBytes { Array($0.prefix(6)) })
+        let random = SymmetricKey(size: .bits256).withUnsafeBytes { Data($0) }
+        let secret = "\(prefix)\(clientID)_\(Encoding.base64URL(random))"
+        let client = APIClientRecord(clientID: clientID, name: name, bundleIDs: bundleIDs, secretHash: hash(secret), createdAt: Date())
+        return (try await store.createClient(client, actor: actor), secret)
+    }
+
+    /// Lowercase hex SHA-256 of a secret.
+    public static func hash(_ secret: String) -> String {
+        Encoding.hex(SHA256.hash(data: Data(secret.utf8)))
+    }
+
+    /// The client ID a secret claims to belong to, if it has the API-key shape.
+    static func clientID(of secret: Substring) -> Substring? {
+        guard secret.hasPrefix(prefix) else { return nil }
+        let rest = secret.dropFirst(prefix.count)
+        guard let underscore = rest.firstIndex(of: "_") else { return nil }
+        return rest[..<underscore]
+    }
+
+    /// Finds the client a secret belongs to.
+    static func authenticate(_ secret: Substring, clients: [String: APIClientRecord]) -> APIClientRecord? {
+        guard let clientID = clientID(of: secret), let client = clients[String(clientID)] else { return nil }
+        let presented = Array(SHA256.hash(data: Data(secret.utf8)))
+        return constantTimeEquals(presented, hexBytes(client.secretHash)) ? client : nil
+    }
+
+    static func constantTimeEquals(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        var difference: UInt8 = 0
+        for index in lhs.indices { difference |= lhs[index] ^ rhs[index] }
+        return difference == 0
+    }
+
+    private static func hexBytes(_ text: String) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(32)
+        var high: UInt8?
+        for character in text.utf8 {
+            let value: UInt8
+            switch character {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): value = character - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): value = character - UInt8(ascii: "a") + 10
+            default: return []
+            }
+            if let first = high {
+                bytes.append(first << 4 | value)
+                high = nil
+            } else {
+                high = value
+            }
+        }
+        return bytes
+    }
+}

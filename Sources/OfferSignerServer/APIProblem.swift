@@ -1,0 +1,75 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import OfferSignerCore
+
+/// An RFC 9457 problem document (`application/problem+json`) with a stable machine `code`.
+///
+/// Rule: every 4xx and 5xx the service sends is one of these — never HTML, a stack trace or an
+/// empty body. `detail` never contains key material or secrets.
+public struct APIProblem: Error, HTTPResponseError, Sendable, Equatable {
+    public var status: HTTPResponse.Status
+    /// Stable, machine-readable code (`snake_case`).
+    public var code: String
+    public var detail: String
+    /// Extra members (e.g. `reasons` for `not_eligible`), already JSON.
+    public var extensions: [String: String]
+    /// Extra headers (e.g. `Retry-After`, `Allow`).
+    public var headers: HTTPFields
+
+    public init(_ status: HTTPResponse.Status, code: String, detail: String, extensions: [String: String] = [:], headers: HTTPFields = [:]) {
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.extensions = extensions
+        self.headers = headers
+    }
+
+    /// The problem type URI: a stable, documented identifier per code.
+    public var type: String { "https://offer-signer.dev/problems/\(code.replacingOccurrences(of: "_", with: "-"))" }
+
+    public var json: String {
+        var writer = JSONObjectWriter()
+        writer.field("type", type)
+        writer.field("title", status.reasonPhrase)
+        writer.field("status", Int64(status.code))
+        writer.field("detail", detail)
+        writer.field("code", code)
+        for (name, value) in extensions.sorted(by: { $0.key < $1.key }) { writer.field(name, json: value) }
+        return writer.finish()
+    }
+
+    public func response(from request: Request, context: some RequestContext) throws -> Response {
+        response(requestID: nil)
+    }
+
+    func response(requestID: String?) -> Response {
+        var problem = self
+        if let requestID { problem.extensions["requestID"] = JSONObjectWriter.quoted(requestID) }
+        var headers = self.headers
+        headers[.contentType] = "application/problem+json"
+        headers[.cacheControl] = "no-store"
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: problem.json)))
+    }
+
+    // MARK: - Common problems
+
+    static func badRequest(_ code: String, _ detail: String) -> APIProblem { APIProblem(.badRequest, code: code, detail: detail) }
+
+    static func field(_ error: OfferSignerError) -> APIProblem {
+        var problem = APIProblem(.badRequest, code: error.code.rawValue, detail: error.message)
+        if let field = error.field { problem.extensions["field"] = JSONObjectWriter.quoted(field) }
+        return problem
+    }
+
+    static let unauthorized = APIProblem(
+        .unauthorized, code: "unauthorized", detail: "missing, unknown or revoked credentials: send 'Authorization: Bearer <API key or user JWT>'",
+        headers: [.wwwAuthenticate: "Bearer"])
+
+    static func unauthorized(_ detail: String) -> APIProblem {
+        var problem = unauthorized
+        problem.detail = detail
+        return problem
+    }
+}

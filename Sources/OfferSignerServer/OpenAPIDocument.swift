@@ -1,0 +1,233 @@
+/// The OpenAPI 3.1 description of the whole HTTP API, served at `GET /openapi.yaml`.
+/// `OpenAPIConformanceTests` keeps it true to the routes; CI runs schemathesis against it.
+public enum OpenAPIDocument {
+    public static let yaml = #"""
+    openapi: 3.1.0
+    info:
+      title: offer-signer
+      version: 1.0.0
+      description: |
+        Signs Apple StoreKit promotional offers with an App Store Connect In-App Purchase key.
+        Every error is an RFC 9457 problem document (application/problem+json) with a stable `code`.
+      license:
+        name: Apache-2.0
+        identifier: Apache-2.0
+    servers:
+      - url: http://127.0.0.1:8080
+    security:
+      - bearer: []
+    paths:
+      /v1/offers/signatures:
+        post:
+          operationId: createSignature
+          summary: Sign a promotional offer
+          description: |
+            Signs the offer with the bundle's active key in each requested format. The audit record of every
+            signature is committed durably before the response is sent; if it cannot be, the answer is 503 and
+            no signature is returned. Without `--dev`, send `Authorization: Bearer <API key or user JWT>`.
+          security:
+            - bearer: []
+            - {}
+          requestBody:
+            required: true
+            content:
+              application/json:
+                schema:
+                  $ref: '#/components/schemas/SignatureRequest'
+          responses:
+            '201':
+              description: Signed.
+              headers:
+                X-Request-ID:
+                  $ref: '#/components/headers/RequestID'
+              content:
+                application/json:
+                  schema:
+                    $ref: '#/components/schemas/SignatureResponse'
+            '400': {$ref: '#/components/responses/Problem'}
+            '401': {$ref: '#/components/responses/Problem'}
+            '403': {$ref: '#/components/responses/Problem'}
+            '413': {$ref: '#/components/responses/Problem'}
+            '415': {$ref: '#/components/responses/Problem'}
+            '422': {$ref: '#/components/responses/Problem'}
+            '429': {$ref: '#/components/responses/RateLimited'}
+            '503': {$ref: '#/components/responses/Problem'}
+      /healthz:
+        get:
+          operationId: health
+          summary: Liveness
+          security: []
+          responses:
+            '200':
+              description: The process is up.
+              content:
+                application/json:
+                  schema:
+                    type: object
+                    required: [status]
+                    properties:
+                      status: {type: string, const: ok}
+      /readyz:
+        get:
+          operationId: readiness
+          summary: Readiness (store reachable, a usable key for each app)
+          security: []
+          responses:
+            '200':
+              description: Ready to sign.
+              content:
+                application/json:
+                  schema:
+                    type: object
+                    required: [status, registryVersion, apps]
+                    properties:
+                      status: {type: string, const: ready}
+                      registryVersion: {type: integer}
+                      apps: {type: integer}
+            '503': {$ref: '#/components/responses/Problem'}
+      /metrics:
+        get:
+          operationId: metrics
+          summary: Prometheus metrics
+          security: []
+          responses:
+            '200':
+              description: Prometheus text exposition format.
+              content:
+                text/plain:
+                  schema: {type: string}
+      /openapi.yaml:
+        get:
+          operationId: openapi
+          summary: This document
+          security: []
+          responses:
+            '200':
+              description: OpenAPI 3.1 document.
+              content:
+                application/yaml:
+                  schema: {type: string}
+    components:
+      securitySchemes:
+        bearer:
+          type: http
+          scheme: bearer
+          description: An API key (`os_…`, from `offer-signer clients create`) or an end-user JWT from the app's auth server.
+      headers:
+        RequestID:
+          description: The request's ID, also in the server log.
+          schema: {type: string}
+      responses:
+        Problem:
+          description: An RFC 9457 problem document.
+          headers:
+            X-Request-ID:
+              $ref: '#/components/headers/RequestID'
+          content:
+            application/problem+json:
+              schema:
+                $ref: '#/components/schemas/Problem'
+        RateLimited:
+          description: Rate limit exceeded.
+          headers:
+            Retry-After:
+              description: Seconds until a request may succeed.
+              required: true
+              schema: {type: string, pattern: '^[0-9]+$'}
+            X-Request-ID:
+              $ref: '#/components/headers/RequestID'
+          content:
+            application/problem+json:
+              schema:
+                $ref: '#/components/schemas/Problem'
+      schemas:
+        Identifier:
+          type: string
+          minLength: 1
+          maxLength: 255
+          description: At most 255 UTF-8 bytes, no control or invisible characters, no surrounding whitespace.
+        UUID:
+          type: string
+          pattern: '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$'
+        SignatureRequest:
+          type: object
+          additionalProperties: false
+          required: [productID, offerID]
+          properties:
+            productID: {$ref: '#/components/schemas/Identifier'}
+            offerID: {$ref: '#/components/schemas/Identifier'}
+            appAccountToken:
+              description: The UUID the purchase will carry (any case; signed in lowercase). With a user JWT it must be the user's own, and defaults to it.
+              $ref: '#/components/schemas/UUID'
+            bundleID:
+              description: Required when the service signs for more than one app.
+              $ref: '#/components/schemas/Identifier'
+            formats:
+              type: array
+              minItems: 1
+              items: {type: string, enum: [legacy, jws]}
+              default: [legacy]
+            transactionID:
+              description: Any transaction ID of the customer, put in the JWS (optional, recommended by Apple).
+              $ref: '#/components/schemas/Identifier'
+            evidence:
+              $ref: '#/components/schemas/PurchaseEvidence'
+        PurchaseEvidence:
+          type: object
+          additionalProperties: false
+          description: StoreKit's jwsRepresentation strings, signed by Apple.
+          properties:
+            signedTransactions:
+              type: array
+              items: {type: string}
+            signedRenewalInfos:
+              type: array
+              items: {type: string}
+        SignatureResponse:
+          type: object
+          additionalProperties: false
+          required: [bundleID, productID, offerID, appAccountToken, expiresAt]
+          properties:
+            bundleID: {type: string}
+            productID: {type: string}
+            offerID: {type: string}
+            appAccountToken:
+              type: [string, 'null']
+              description: Lowercase UUID the signature is bound to, or null.
+            legacy:
+              type: object
+              additionalProperties: false
+              required: [keyID, nonce, timestamp, signature]
+              properties:
+                keyID: {type: string}
+                nonce: {type: string, description: Lowercase UUID.}
+                timestamp: {type: integer, description: UNIX time in milliseconds.}
+                signature: {type: string, description: Standard Base64 of the DER ECDSA P-256 signature.}
+            jws:
+              type: object
+              additionalProperties: false
+              required: [keyID, compactJWS]
+              properties:
+                keyID: {type: string}
+                compactJWS: {type: string}
+            expiresAt:
+              type: string
+              format: date-time
+              description: When StoreKit stops accepting the signature (24 hours after it was made).
+        Problem:
+          type: object
+          required: [type, title, status, detail, code]
+          properties:
+            type: {type: string}
+            title: {type: string}
+            status: {type: integer}
+            detail: {type: string}
+            code: {type: string, description: Stable machine-readable code.}
+            field: {type: string}
+            requestID: {type: string}
+            retryAfter: {type: integer}
+            reasons:
+              type: array
+              items: {type: string}
+    """#
+}

@@ -1,0 +1,52 @@
+import Foundation
+import Synchronization
+
+/// Token buckets keyed by a string (client ID, user, appAccountToken).
+///
+/// Rule: each key may spend `burst` at once and refills at `perSecond`; a refused request
+/// learns how many seconds until one token is back (`Retry-After`).
+final class RateLimiter: Sendable {
+    private struct Bucket {
+        var tokens: Double
+        var updated: ContinuousClock.Instant
+    }
+
+    enum Decision: Equatable {
+        case allowed
+        case limited(retryAfterSeconds: Int)
+    }
+
+    private let limit: RateLimit
+    private let buckets = Mutex<[String: Bucket]>([:])
+    private let maximumKeys = 100_000
+
+    init(limit: RateLimit) {
+        self.limit = limit
+    }
+
+    func take(_ key: String, now: ContinuousClock.Instant = .now) -> Decision {
+        guard !limit.isUnlimited else { return .allowed }
+        return buckets.withLock { buckets in
+            var bucket = buckets[key] ?? Bucket(tokens: limit.burst, updated: now)
+            let elapsed = Double((now - bucket.updated).components.seconds) + Double((now - bucket.updated).components.attoseconds) / 1e18
+            bucket.tokens = min(limit.burst, bucket.tokens + max(0, elapsed) * limit.perSecond)
+            bucket.updated = now
+            if bucket.tokens >= 1 {
+                bucket.tokens -= 1
+                buckets[key] = bucket
+                if buckets.count > maximumKeys { Self.evictFull(&buckets, limit: limit, now: now) }
+                return .allowed
+            }
+            buckets[key] = bucket
+            return .limited(retryAfterSeconds: max(1, Int(((1 - bucket.tokens) / limit.perSecond).rounded(.up))))
+        }
+    }
+
+    /// Drops buckets that have refilled completely: they are the same as absent ones.
+    private static func evictFull(_ buckets: inout [String: Bucket], limit: RateLimit, now: ContinuousClock.Instant) {
+        buckets = buckets.filter { _, bucket in
+            let elapsed = Double((now - bucket.updated).components.seconds)
+            return bucket.tokens + elapsed * limit.perSecond < limit.burst
+        }
+    }
+}

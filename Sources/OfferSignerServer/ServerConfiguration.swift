@@ -1,0 +1,81 @@
+import Foundation
+import Logging
+import OfferSignerStorage
+
+/// Everything the service needs, passed in (never read from globals). `offer-signer serve`
+/// builds it from flags and environment; tests build it directly.
+public struct ServerConfiguration: Sendable {
+    /// Address to bind. `--dev` forces 127.0.0.1.
+    public var host: String = "127.0.0.1"
+    /// Port to bind; 0 picks a free port (tests).
+    public var port: Int = 8080
+    /// Development mode: no authentication (loopback only).
+    public var developmentMode: Bool = false
+    /// Unseals private keys at rest.
+    public var masterKey: MasterKey
+    /// Largest accepted request body, in bytes (413 above it).
+    public var maximumBodyBytes: Int = 64 * 1024
+    /// Token bucket per API client / user: sustained requests per second and burst.
+    public var clientRateLimit: RateLimit = RateLimit(perSecond: 200, burst: 400)
+    /// Token bucket per appAccountToken: sustained signatures per second and burst.
+    public var appAccountTokenRateLimit: RateLimit = RateLimit(perSecond: 1, burst: 10)
+    /// End-user JWT authentication, when configured.
+    public var userJWT: UserJWTConfiguration?
+    /// How often running servers look for key and client changes.
+    public var registryPollInterval: Duration = .milliseconds(250)
+    /// Most audit entries committed in one transaction (group commit).
+    public var auditBatchLimit: Int = 512
+    public var logger: Logger
+
+    public init(masterKey: MasterKey, logger: Logger = Logger(label: "offer-signer")) {
+        self.masterKey = masterKey
+        self.logger = logger
+    }
+}
+
+/// A token-bucket rate: `perSecond` sustained, `burst` at once. A rate of 0 disables the limit.
+public struct RateLimit: Sendable, Equatable {
+    public var perSecond: Double
+    public var burst: Double
+
+    public init(perSecond: Double, burst: Double) {
+        self.perSecond = perSecond
+        self.burst = burst
+    }
+
+    public static let unlimited = RateLimit(perSecond: 0, burst: 0)
+    public var isUnlimited: Bool { perSecond <= 0 }
+}
+
+/// How end-user JWTs from the app's own auth server are checked and bound to an
+/// appAccountToken.
+public struct UserJWTConfiguration: Sendable {
+    /// A JWKS document (JSON) with ES256/RS256 public keys.
+    public var jwksJSON: String?
+    /// An HS256 shared secret.
+    public var hs256Secret: String?
+    /// Required `iss`.
+    public var issuer: String
+    /// Required `aud` (one of the token's audiences).
+    public var audience: String
+    /// How the user's appAccountToken is found.
+    public var binding: AppAccountTokenBinding
+    /// Clock tolerance for `exp` and `nbf`, in seconds.
+    public var leewaySeconds: Double = 30
+
+    public init(jwksJSON: String?, hs256Secret: String?, issuer: String, audience: String, binding: AppAccountTokenBinding) {
+        self.jwksJSON = jwksJSON
+        self.hs256Secret = hs256Secret
+        self.issuer = issuer
+        self.audience = audience
+        self.binding = binding
+    }
+}
+
+/// Where a user's appAccountToken comes from.
+public enum AppAccountTokenBinding: Sendable, Equatable {
+    /// A claim of the JWT holding the UUID.
+    case claim(String)
+    /// UUIDv5 (RFC 9562) of the JWT's `sub` in this namespace.
+    case subjectUUIDv5(namespace: UUID)
+}

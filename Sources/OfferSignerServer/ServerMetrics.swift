@@ -1,0 +1,90 @@
+import Foundation
+import Prometheus
+import Synchronization
+
+/// The service's Prometheus metrics, in a registry owned by one application (no global
+/// metrics system, so several servers can run in one process, as tests do).
+///
+/// Exposed: `http_requests_total` and `http_request_duration_seconds` by route, method and
+/// status; `offer_signatures_issued_total` by format and key; `audit_commit_duration_seconds`,
+/// `audit_commit_entries_total` and `audit_commit_failures_total`;
+/// `offer_signer_rejections_total` by reason code.
+final class ServerMetrics: Sendable {
+    let registry = PrometheusCollectorRegistry()
+    private static let latencyBuckets: [Duration] = [
+        .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5),
+        .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .seconds(1),
+    ]
+
+    private struct Handles {
+        var requests: [String: Counter] = [:]
+        var latency: [String: DurationHistogram] = [:]
+        var signatures: [String: Counter] = [:]
+        var rejections: [String: Counter] = [:]
+    }
+
+    private let handles = Mutex(Handles())
+    private let auditLatency: DurationHistogram
+    private let auditEntries: Counter
+    private let auditFailures: Counter
+
+    private static func name(_ name: String, unit: String, help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(metricName: name, unitName: unit, helpText: help)
+    }
+
+    init() {
+        auditLatency = registry.makeDurationHistogram(descriptor: Self.name("audit_commit_duration", unit: "seconds", help: "Time to durably commit one group of audit records"), labels: [], buckets: Self.latencyBuckets)
+        auditEntries = registry.makeCounter(descriptor: Self.name("audit_commit_entries", unit: "total", help: "Audit records committed"), labels: [])
+        auditFailures = registry.makeCounter(descriptor: Self.name("audit_commit_failures", unit: "total", help: "Audit records that could not be committed (their signatures were withheld)"), labels: [])
+    }
+
+    func request(route: String, method: String, status: Int, duration: Duration) {
+        let labels = [("route", route), ("method", method), ("status", String(status))]
+        let key = "\(route) \(method) \(status)"
+        let (counter, histogram) = handles.withLock { handles -> (Counter, DurationHistogram) in
+            if let counter = handles.requests[key], let histogram = handles.latency[key] { return (counter, histogram) }
+            let counter = registry.makeCounter(descriptor: Self.name("http_requests", unit: "total", help: "HTTP requests by route, method and status"), labels: labels)
+            let histogram = registry.makeDurationHistogram(descriptor: Self.name("http_request_duration", unit: "seconds", help: "HTTP request latency by route, method and status"), labels: labels, buckets: Self.latencyBuckets)
+            handles.requests[key] = counter
+            handles.latency[key] = histogram
+            return (counter, histogram)
+        }
+        counter.increment()
+        histogram.recordNanoseconds(duration.nanoseconds)
+    }
+
+    func signatureIssued(format: String, keyID: String) {
+        let key = "\(format) \(keyID)"
+        handles.withLock { handles in
+            if let counter = handles.signatures[key] { return counter }
+            let counter = registry.makeCounter(descriptor: Self.name("offer_signatures_issued", unit: "total", help: "Signatures issued by format and key"), labels: [("format", format), ("key_id", keyID)])
+            handles.signatures[key] = counter
+            return counter
+        }.increment()
+    }
+
+    func rejection(_ code: String) {
+        handles.withLock { handles in
+            if let counter = handles.rejections[code] { return counter }
+            let counter = registry.makeCounter(descriptor: Self.name("offer_signer_rejections", unit: "total", help: "Requests refused, by problem code"), labels: [("reason", code)])
+            handles.rejections[code] = counter
+            return counter
+        }.increment()
+    }
+
+    func auditCommit(duration: Duration, entries: Int) {
+        auditLatency.recordNanoseconds(duration.nanoseconds)
+        auditEntries.increment(by: Int64(entries))
+    }
+
+    func auditFailure() { auditFailures.increment() }
+
+    func exposition() -> [UInt8] { registry.emitToBuffer() }
+}
+
+extension Duration {
+    var nanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
+}

@@ -1,0 +1,198 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import OfferSignerCore
+import OfferSignerStorage
+
+/// Issues promotional-offer signatures: `POST /v1/offers/signatures`.
+///
+/// Rules, in order: the caller is authenticated (except `--dev`) and within its rate limit;
+/// the body is a valid request; the bundle is a configured app the caller may sign for; with
+/// a user JWT the appAccountToken is the user's own (403 `token_binding_mismatch` otherwise);
+/// the appAccountToken is within its rate limit; then each format is signed with the bundle's
+/// active key and every signature's audit record is durably committed before the 201 is
+/// sent. If the audit cannot be written, the answer is 503 and no signature leaves.
+struct SigningController: Sendable {
+    let keyRing: KeyRingHolder
+    let committer: AuditCommitter
+    let authenticator: RequestAuthenticator
+    let tokenLimiter: RateLimiter
+    let metrics: ServerMetrics
+    let maximumBodyBytes: Int
+
+    static let iso8601 = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
+
+    func sign(_ request: Request, context: some RequestContext) async throws -> Response {
+        let ring = keyRing.ring
+        let principal = try await authenticator.authenticate(request, ring: ring)
+        let body = try await RequestBodyReader.json(request, limit: maximumBodyBytes)
+        let signatureRequest = try RequestDecoding.decode(SignatureRequest.self, from: body)
+
+        // Fields.
+        do {
+            try OfferFieldValidator.validateIdentifier(signatureRequest.productID, field: "productID")
+            try OfferFieldValidator.validateIdentifier(signatureRequest.offerID, field: "offerID")
+            if let transactionID = signatureRequest.transactionID { try OfferFieldValidator.validateIdentifier(transactionID, field: "transactionID") }
+        } catch {
+            throw APIProblem.field(error)
+        }
+        var token: UUID?
+        if let text = signatureRequest.appAccountToken {
+            do {
+                token = try OfferFieldValidator.parseAppAccountToken(text)
+            } catch {
+                throw APIProblem.field(error)
+            }
+        }
+        let formats = try Self.formats(signatureRequest.formats)
+
+        // Bundle.
+        let bundleID = try Self.bundle(signatureRequest.bundleID, ring: ring)
+        if case .client(let client) = principal, !client.bundleIDs.isEmpty, !client.bundleIDs.contains(bundleID) {
+            throw APIProblem(.forbidden, code: "bundle_not_allowed", detail: "this API client may not sign for '\(bundleID)'")
+        }
+
+        // Token binding.
+        if case .user(_, let bound) = principal {
+            if let token, token != bound {
+                throw APIProblem(.forbidden, code: "token_binding_mismatch", detail: "the appAccountToken is not the one bound to the authenticated user")
+            }
+            token = bound
+        }
+        if let token, case .limited(let retryAfter) = tokenLimiter.take(token.lowercasedString) {
+            throw APIProblem(
+                .tooManyRequests, code: "rate_limited", detail: "too many signatures for this appAccountToken; retry in \(retryAfter) s",
+                extensions: ["retryAfter": String(retryAfter)], headers: [.retryAfter: String(retryAfter)])
+        }
+
+        guard let active = ring.activeKeys[bundleID] else {
+            throw APIProblem(.serviceUnavailable, code: "no_active_key", detail: "'\(bundleID)' has no active signing key; activate one with `offer-signer keys activate`")
+        }
+        if formats.contains(.jws) && active.issuerID == nil {
+            throw APIProblem(.unprocessableContent, code: "issuer_id_missing", detail: "the JWS format needs the key's issuer ID; import key '\(active.keyID)' with --issuer-id")
+        }
+
+        // Sign.
+        let now = Date()
+        let timestamp = now.unixMilliseconds
+        var writer = JSONObjectWriter()
+        writer.field("bundleID", bundleID)
+        writer.field("productID", signatureRequest.productID)
+        writer.field("offerID", signatureRequest.offerID)
+        writer.field("appAccountToken", token?.lowercasedString)
+        var issued: [IssuedSignature] = []
+        do {
+            for format in formats {
+                let nonce = UUID()
+                switch format {
+                case .legacy:
+                    let payload = try PromotionalOfferPayload(
+                        bundleID: bundleID, keyID: active.keyID, productID: signatureRequest.productID, offerID: signatureRequest.offerID,
+                        appAccountToken: token, nonce: nonce, timestamp: timestamp)
+                    var legacy = JSONObjectWriter()
+                    legacy.field("keyID", active.keyID)
+                    legacy.field("nonce", nonce.lowercasedString)
+                    legacy.field("timestamp", timestamp)
+                    legacy.field("signature", try active.signer.legacySignature(for: payload))
+                    writer.field("legacy", json: legacy.finish())
+                case .jws:
+                    let claims = try OfferJWSClaims.promotionalOffer(
+                        issuerID: active.issuerID ?? "", bundleID: bundleID, productID: signatureRequest.productID,
+                        offerID: signatureRequest.offerID, transactionID: signatureRequest.transactionID, issuedAt: now, nonce: nonce)
+                    var jws = JSONObjectWriter()
+                    jws.field("keyID", active.keyID)
+                    jws.field("compactJWS", active.signer.compactJWS(for: claims))
+                    writer.field("jws", json: jws.finish())
+                case .introEligibility:
+                    continue
+                }
+                issued.append(IssuedSignature(
+                    nonce: nonce.lowercasedString, issuedAt: now, client: principal.identity, bundleID: bundleID,
+                    productID: signatureRequest.productID, offerID: signatureRequest.offerID, appAccountToken: token?.lowercasedString,
+                    keyID: active.keyID, format: format.rawValue))
+            }
+        } catch {
+            throw APIProblem.field(error)
+        }
+        let expiresAt = Date(timeIntervalSince1970: Double(timestamp + PromotionalOfferPayload.validityMilliseconds) / 1000)
+        writer.field("expiresAt", Self.iso8601.format(expiresAt))
+
+        // Audit, durably, before anything leaves.
+        do {
+            try await withThrowingTaskGroup(of: AuditRecord.self) { group in
+                for signature in issued {
+                    group.addTask { try await committer.commit(AuditAppend(entry: signature.auditEntry, signatures: [signature])) }
+                }
+                try await group.waitForAll()
+            }
+        } catch {
+            context.logger.error("signature withheld: audit record not written", metadata: ["error": "\(error)"])
+            throw APIProblem(.serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")
+        }
+        for signature in issued { metrics.signatureIssued(format: signature.format, keyID: signature.keyID) }
+        context.logger.info(
+            "signature issued",
+            metadata: [
+                "principal": "\(principal.identity)", "bundle_id": "\(bundleID)", "product_id": "\(signatureRequest.productID)",
+                "offer_id": "\(signatureRequest.offerID)", "key_id": "\(active.keyID)", "formats": "\(formats.map(\.rawValue))",
+            ])
+        var headers = HTTPFields()
+        headers[.contentType] = "application/json"
+        headers[.cacheControl] = "no-store"
+        return Response(status: .created, headers: headers, body: .init(byteBuffer: ByteBuffer(string: writer.finish())))
+    }
+
+    static func formats(_ requested: [String]?) throws(APIProblem) -> [SignatureFormat] {
+        guard let requested else { return [.legacy] }
+        guard !requested.isEmpty else { throw APIProblem.badRequest("unknown_format", "formats is empty; ask for \"legacy\", \"jws\" or both") }
+        var formats: [SignatureFormat] = []
+        for name in requested {
+            guard let format = SignatureFormat(rawValue: name), format != .introEligibility else {
+                throw APIProblem.badRequest("unknown_format", "unknown format '\(name)'; the service signs \"legacy\" and \"jws\"")
+            }
+            if !formats.contains(format) { formats.append(format) }
+        }
+        return formats
+    }
+
+    static func bundle(_ requested: String?, ring: KeyRing) throws(APIProblem) -> String {
+        if let requested {
+            guard ring.configuredBundles.contains(requested) else {
+                throw APIProblem.badRequest("unknown_bundle", "'\(requested)' is not an app this service signs for")
+            }
+            return requested
+        }
+        guard ring.configuredBundles.count == 1, let only = ring.configuredBundles.first else {
+            if ring.configuredBundles.isEmpty {
+                throw APIProblem(.serviceUnavailable, code: "no_active_key", detail: "no signing key is configured; import one with `offer-signer keys import`")
+            }
+            throw APIProblem.badRequest("bundle_required", "this service signs for several apps; say which with bundleID")
+        }
+        return only
+    }
+}
+
+/// Reads request bodies with a size limit and a content-type check.
+enum RequestBodyReader {
+    static func json(_ request: Request, limit: Int) async throws -> Data {
+        let contentType = request.headers[.contentType]?.lowercased() ?? ""
+        let mediaType = contentType.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+        guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json")) else {
+            throw APIProblem(
+                .unsupportedMediaType, code: "unsupported_media_type",
+                detail: contentType.isEmpty ? "send the body as application/json" : "'\(contentType)' is not accepted; send application/json",
+                headers: [.accept: "application/json"])
+        }
+        if let length = request.headers[.contentLength].flatMap(Int.init), length > limit {
+            throw APIProblem(.contentTooLarge, code: "body_too_large", detail: "the body is \(length) bytes; at most \(limit) are accepted")
+        }
+        do {
+            let buffer = try await request.body.collect(upTo: limit)
+            return Data(buffer.readableBytesView)
+        } catch is NIOTooManyBytesError {
+            throw APIProblem(.contentTooLarge, code: "body_too_large", detail: "the body is larger than \(limit) bytes")
+        }
+    }
+}

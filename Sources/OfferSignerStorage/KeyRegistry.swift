@@ -1,0 +1,48 @@
+import Crypto
+import Foundation
+import OfferSignerCore
+
+/// Operations on the key registry shared by the CLI and the server.
+public enum KeyRegistry {
+    /// Seals a key under the master key and adds it to the store (see
+    /// ``OfferSignerStore/importKey(_:actor:reason:)`` for the state it gets).
+    public static func importKey(
+        _ key: InAppPurchaseKey, bundleID: String, issuerID: String?, development: Bool, into store: any OfferSignerStore,
+        masterKey: MasterKey, actor: String, reason: String?, now: Date = Date()
+    ) async throws -> SigningKeyRecord {
+        try await store.bindMasterKey(masterKey)
+        let record = SigningKeyRecord(
+            keyID: key.keyID, bundleID: bundleID, issuerID: issuerID, state: .ready,
+            origin: development ? "development" : "app-store-connect", publicKeyPEM: key.publicKey.pemRepresentation,
+            fingerprint: key.publicKeyFingerprint, importedAt: now,
+            sealedPrivateKey: masterKey.seal(key.pkcs8PEMRepresentation, context: key.keyID))
+        return try await store.importKey(record, actor: actor, reason: reason)
+    }
+
+    static let iso8601 = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
+
+    /// RFC 3339 UTC with milliseconds.
+    public static func timestamp(_ date: Date?) -> String? { date.map { iso8601.format($0) } }
+
+    /// A key as JSON for `keys list --json`: never the private key.
+    public static func json(_ key: SigningKeyRecord) -> String {
+        var writer = JSONObjectWriter()
+        writer.field("keyID", key.keyID)
+        writer.field("bundleID", key.bundleID)
+        writer.field("issuerID", key.issuerID)
+        writer.field("state", key.state.rawValue)
+        writer.field("origin", key.origin)
+        writer.field("fingerprint", key.fingerprint)
+        writer.field("publicKeyPEM", key.publicKeyPEM)
+        writer.field("importedAt", timestamp(key.importedAt))
+        writer.field("activatedAt", timestamp(key.activatedAt))
+        writer.field("retiredAt", timestamp(key.retiredAt))
+        writer.field("revokedAt", timestamp(key.revokedAt))
+        return writer.finish()
+    }
+}
+
+extension StoreError {
+    /// Same as ``description``.
+    public var localizedMessage: String { message }
+}

@@ -1,0 +1,55 @@
+import Foundation
+
+/// Everything offer-signer keeps: the key registry, API clients, the ledger of issued
+/// signatures and the hash-chained audit log. The SQLite implementation is the embedded
+/// default; other backends (PostgreSQL) implement the same protocol.
+///
+/// Rules every implementation keeps: nonces in the ledger are unique; an audit append and its
+/// ledger rows commit atomically and durably before the call returns; each change to keys or
+/// clients bumps the registry version and is itself audited in the same transaction.
+public protocol OfferSignerStore: Sendable {
+    /// Binds the store to a master key on first use; afterwards refuses any other key
+    /// (`StoreError.masterKeyMismatch`).
+    func bindMasterKey(_ masterKey: MasterKey) async throws
+
+    /// Succeeds when the store can be read.
+    func ping() async throws
+
+    /// The registry version, bumped by every key or client change.
+    func registryVersion() async throws -> Int64
+
+    /// Keys and clients, with the version they were read at.
+    func registrySnapshot() async throws -> RegistrySnapshot
+
+    /// Adds a key. It becomes `active` when its bundle has no active key, else `ready`.
+    func importKey(_ key: SigningKeyRecord, actor: String, reason: String?) async throws -> SigningKeyRecord
+
+    /// All keys, in import order.
+    func listKeys() async throws -> [SigningKeyRecord]
+
+    /// Moves a key to a new state, keeping one active key per bundle (activating a key retires
+    /// the bundle's previous active key). Audited with actor, reason and both fingerprints.
+    func transitionKey(keyID: String, to state: SigningKeyState, actor: String, reason: String?, force: Bool) async throws -> SigningKeyRecord
+
+    /// Adds an API client.
+    func createClient(_ client: APIClientRecord, actor: String) async throws -> APIClientRecord
+
+    /// All clients, revoked ones included.
+    func listClients() async throws -> [APIClientRecord]
+
+    /// Revokes a client by name.
+    func revokeClient(name: String, actor: String) async throws -> APIClientRecord
+
+    /// Appends a batch of audit entries (with their ledger rows) in one durable transaction,
+    /// in order; returns the stored records. All or nothing.
+    func appendAudit(_ batch: [AuditAppend], at time: Date) async throws -> [AuditRecord]
+
+    /// Audit records with sequence greater than `sequence`, in order, at most `limit`.
+    func auditRecords(after sequence: Int64, limit: Int) async throws -> [AuditRecord]
+
+    /// Number of audit records and the head hash.
+    func auditHead() async throws -> (count: Int64, hash: String)
+
+    /// The signatures issued for a customer (appAccountToken) of a bundle.
+    func issuedSignatures(appAccountToken: String, bundleID: String) async throws -> [IssuedSignatureRecord]
+}

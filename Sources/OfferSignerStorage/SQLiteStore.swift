@@ -1,0 +1,387 @@
+import Foundation
+import GRDB
+import OfferSignerCore
+
+/// The embedded default store: one SQLite file in WAL mode with `synchronous = FULL`, so a
+/// committed transaction survives a crash or power loss.
+public final class SQLiteStore: OfferSignerStore {
+    /// The file path.
+    public let path: String
+    private let pool: DatabasePool
+
+    /// Opens (creating if needed) the store at `path` and applies schema migrations.
+    public init(path: String, busyTimeout: TimeInterval = 5) throws(StoreError) {
+        self.path = path
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
+            throw StoreError(.unavailable, "cannot open store '\(path)': directory '\(directory)' does not exist")
+        }
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(busyTimeout)
+        configuration.label = "offer-signer"
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        do {
+            pool = try DatabasePool(path: path, configuration: configuration)
+            try Self.migrator.migrate(pool)
+        } catch {
+            throw StoreError(.unavailable, "cannot open store '\(path)': \(Self.describe(error))")
+        }
+    }
+
+    static func describe(_ error: any Error) -> String {
+        if let databaseError = error as? DatabaseError {
+            return databaseError.message ?? "\(databaseError.resultCode)"
+        }
+        return "\(error)"
+    }
+
+    private static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+                CREATE TABLE registry (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL);
+                INSERT INTO registry (id, version) VALUES (1, 1);
+                CREATE TABLE signing_keys (
+                    key_id TEXT PRIMARY KEY,
+                    bundle_id TEXT NOT NULL,
+                    issuer_id TEXT,
+                    state TEXT NOT NULL CHECK (state IN ('ready', 'active', 'retired', 'revoked')),
+                    origin TEXT NOT NULL,
+                    public_key_pem TEXT NOT NULL,
+                    fingerprint TEXT NOT NULL,
+                    sealed_private_key BLOB NOT NULL,
+                    imported_at INTEGER NOT NULL,
+                    activated_at INTEGER,
+                    retired_at INTEGER,
+                    revoked_at INTEGER,
+                    position INTEGER NOT NULL
+                );
+                CREATE UNIQUE INDEX one_active_key_per_bundle ON signing_keys (bundle_id) WHERE state = 'active';
+                CREATE TABLE api_clients (
+                    client_id TEXT PRIMARY KEY,
+                    name TEXT NOT NULL UNIQUE,
+                    bundle_ids TEXT NOT NULL,
+                    secret_hash TEXT NOT NULL UNIQUE,
+                    created_at INTEGER NOT NULL,
+                    revoked_at INTEGER
+                );
+                CREATE TABLE audit_log (
+                    seq INTEGER PRIMARY KEY,
+                    recorded_at INTEGER NOT NULL,
+                    kind TEXT NOT NULL,
+                    body TEXT NOT NULL,
+                    previous_hash TEXT NOT NULL,
+                    hash TEXT NOT NULL
+                );
+                CREATE TABLE issued_signatures (
+                    nonce TEXT PRIMARY KEY,
+                    audit_seq INTEGER NOT NULL,
+                    issued_at INTEGER NOT NULL,
+                    client TEXT NOT NULL,
+                    bundle_id TEXT NOT NULL,
+                    product_id TEXT NOT NULL,
+                    offer_id TEXT NOT NULL,
+                    app_account_token TEXT,
+                    key_id TEXT NOT NULL,
+                    format TEXT NOT NULL
+                );
+                CREATE INDEX issued_by_customer ON issued_signatures (app_account_token, bundle_id, offer_id);
+                """)
+        }
+        return migrator
+    }
+
+    // MARK: - Master key
+
+    /// Binds the store to a master key on first use; afterwards refuses any other key.
+    public func bindMasterKey(_ masterKey: MasterKey) async throws {
+        let check = masterKey.checkValue
+        try await write { db in
+            if let stored = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'master_key_check'") {
+                guard stored == check else {
+                    throw StoreError(.masterKeyMismatch, "the master key does not match the one this store's keys were sealed with")
+                }
+            } else {
+                try db.execute(sql: "INSERT INTO meta (name, value) VALUES ('master_key_check', ?)", arguments: [check])
+            }
+        }
+    }
+
+    // MARK: - Helpers
+
+    private func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        do {
+            return try await pool.write(body)
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw StoreError(.unavailable, "store write failed: \(Self.describe(error))")
+        }
+    }
+
+    private func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        do {
+            return try await pool.read(body)
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw StoreError(.unavailable, "store read failed: \(Self.describe(error))")
+        }
+    }
+
+    private static func millis(_ date: Date?) -> Int64? { date?.unixMilliseconds }
+    private static func date(_ millis: Int64?) -> Date? { millis.map { Date(timeIntervalSince1970: Double($0) / 1000) } }
+
+    private static func bumpRegistry(_ db: Database) throws {
+        try db.execute(sql: "UPDATE registry SET version = version + 1 WHERE id = 1")
+    }
+
+    private static func key(from row: Row) -> SigningKeyRecord {
+        SigningKeyRecord(
+            keyID: row["key_id"], bundleID: row["bundle_id"], issuerID: row["issuer_id"],
+            state: SigningKeyState(rawValue: row["state"]) ?? .retired, origin: row["origin"],
+            publicKeyPEM: row["public_key_pem"], fingerprint: row["fingerprint"],
+            importedAt: date(row["imported_at"])!, activatedAt: date(row["activated_at"]),
+            retiredAt: date(row["retired_at"]), revokedAt: date(row["revoked_at"]),
+            sealedPrivateKey: row["sealed_private_key"])
+    }
+
+    private static func client(from row: Row) -> APIClientRecord {
+        let bundles: String = row["bundle_ids"]
+        return APIClientRecord(
+            clientID: row["client_id"], name: row["name"],
+            bundleIDs: bundles.isEmpty ? [] : bundles.split(separator: " ").map(String.init),
+            secretHash: row["secret_hash"], createdAt: date(row["created_at"])!, revokedAt: date(row["revoked_at"]))
+    }
+
+    private static func record(from row: Row) -> AuditRecord {
+        AuditRecord(
+            sequence: row["seq"], recordedAt: date(row["recorded_at"])!, kind: row["kind"], body: row["body"],
+            previousHash: row["previous_hash"], hash: row["hash"])
+    }
+
+    /// Appends audit entries inside an open write transaction; returns the stored records.
+    private static func appendAudit(_ db: Database, _ batch: [AuditAppend], at time: Date) throws -> [AuditRecord] {
+        let head = try Row.fetchOne(db, sql: "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
+        var sequence: Int64 = head?["seq"] ?? 0
+        var previousHash: String = head?["hash"] ?? AuditChain.genesisHash
+        let recordedAt = Date(timeIntervalSince1970: Double(time.unixMilliseconds) / 1000)
+        var records: [AuditRecord] = []
+        records.reserveCapacity(batch.count)
+        let insertAudit = try db.cachedStatement(sql: "INSERT INTO audit_log (seq, recorded_at, kind, body, previous_hash, hash) VALUES (?, ?, ?, ?, ?, ?)")
+        let insertSignature = try db.cachedStatement(sql: """
+            INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """)
+        for append in batch {
+            sequence += 1
+            let hash = AuditChain.hash(previousHash: previousHash, sequence: sequence, recordedAt: recordedAt, kind: append.entry.kind, body: append.entry.body)
+            try insertAudit.execute(arguments: [sequence, recordedAt.unixMilliseconds, append.entry.kind, append.entry.body, previousHash, hash])
+            for signature in append.signatures {
+                do {
+                    try insertSignature.execute(arguments: [
+                        signature.nonce, sequence, signature.issuedAt.unixMilliseconds, signature.client, signature.bundleID,
+                        signature.productID, signature.offerID, signature.appAccountToken, signature.keyID, signature.format,
+                    ])
+                } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
+                    throw StoreError(.duplicate, "nonce \(signature.nonce) was issued before; nonces are never reused")
+                }
+            }
+            records.append(AuditRecord(sequence: sequence, recordedAt: recordedAt, kind: append.entry.kind, body: append.entry.body, previousHash: previousHash, hash: hash))
+            previousHash = hash
+        }
+        return records
+    }
+
+    // MARK: - OfferSignerStore
+
+    public func ping() async throws {
+        _ = try await read { db in try Int64.fetchOne(db, sql: "SELECT version FROM registry WHERE id = 1") }
+    }
+
+    public func registryVersion() async throws -> Int64 {
+        try await read { db in try Int64.fetchOne(db, sql: "SELECT version FROM registry WHERE id = 1") ?? 0 }
+    }
+
+    public func registrySnapshot() async throws -> RegistrySnapshot {
+        try await read { db in
+            RegistrySnapshot(
+                version: try Int64.fetchOne(db, sql: "SELECT version FROM registry WHERE id = 1") ?? 0,
+                keys: try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY position").map(Self.key(from:)),
+                clients: try Row.fetchAll(db, sql: "SELECT * FROM api_clients ORDER BY created_at, name").map(Self.client(from:)))
+        }
+    }
+
+    public func importKey(_ key: SigningKeyRecord, actor: String, reason: String?) async throws -> SigningKeyRecord {
+        try await write { db in
+            if try Row.fetchOne(db, sql: "SELECT 1 FROM signing_keys WHERE key_id = ?", arguments: [key.keyID]) != nil {
+                throw StoreError(.duplicate, "key '\(key.keyID)' is already in the store")
+            }
+            if let existing = try String.fetchOne(db, sql: "SELECT key_id FROM signing_keys WHERE fingerprint = ?", arguments: [key.fingerprint]) {
+                throw StoreError(.duplicate, "this key is already in the store as '\(existing)'")
+            }
+            let hasActive = try Row.fetchOne(db, sql: "SELECT 1 FROM signing_keys WHERE bundle_id = ? AND state = 'active'", arguments: [key.bundleID]) != nil
+            var stored = key
+            stored.state = hasActive ? .ready : .active
+            stored.activatedAt = hasActive ? nil : key.importedAt
+            let position = (try Int64.fetchOne(db, sql: "SELECT MAX(position) FROM signing_keys") ?? 0) + 1
+            try db.execute(
+                sql: """
+                    INSERT INTO signing_keys (key_id, bundle_id, issuer_id, state, origin, public_key_pem, fingerprint, sealed_private_key, imported_at, activated_at, position)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    stored.keyID, stored.bundleID, stored.issuerID, stored.state.rawValue, stored.origin, stored.publicKeyPEM,
+                    stored.fingerprint, stored.sealedPrivateKey, stored.importedAt.unixMilliseconds, Self.millis(stored.activatedAt), position,
+                ])
+            try Self.bumpRegistry(db)
+            let body = AuditBody.make([
+                ("actor", actor), ("reason", reason), ("keyID", stored.keyID), ("bundleID", stored.bundleID),
+                ("origin", stored.origin), ("state", stored.state.rawValue), ("fingerprint", stored.fingerprint),
+            ])
+            _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "key.imported", body: body))], at: key.importedAt)
+            return stored
+        }
+    }
+
+    public func listKeys() async throws -> [SigningKeyRecord] {
+        try await read { db in try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY position").map(Self.key(from:)) }
+    }
+
+    public func transitionKey(keyID: String, to state: SigningKeyState, actor: String, reason: String?, force: Bool) async throws -> SigningKeyRecord {
+        try await write { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE key_id = ?", arguments: [keyID]) else {
+                throw StoreError(.notFound, "no key '\(keyID)' in the store")
+            }
+            let key = Self.key(from: row)
+            let now = Date()
+            let activeRow = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE bundle_id = ? AND state = 'active'", arguments: [key.bundleID])
+            let previousActive = activeRow.map(Self.key(from:))
+            var kind: String
+            switch state {
+            case .active:
+                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is revoked and can never sign again") }
+                guard key.state != .active else { throw StoreError(.conflict, "key '\(keyID)' is already the active key of \(key.bundleID)") }
+                if let previousActive {
+                    try db.execute(sql: "UPDATE signing_keys SET state = 'retired', retired_at = ? WHERE key_id = ?", arguments: [now.unixMilliseconds, previousActive.keyID])
+                }
+                try db.execute(sql: "UPDATE signing_keys SET state = 'active', activated_at = ?, retired_at = NULL WHERE key_id = ?", arguments: [now.unixMilliseconds, keyID])
+                kind = "key.activated"
+            case .retired:
+                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is revoked; it cannot be retired") }
+                guard key.state != .retired else { throw StoreError(.conflict, "key '\(keyID)' is already retired") }
+                if key.state == .active && !force {
+                    throw StoreError(.conflict, "key '\(keyID)' is the only active key of \(key.bundleID): retiring it stops all signing for that app; activate another key first, or pass --force")
+                }
+                try db.execute(sql: "UPDATE signing_keys SET state = 'retired', retired_at = ? WHERE key_id = ?", arguments: [now.unixMilliseconds, keyID])
+                kind = "key.retired"
+            case .revoked:
+                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is already revoked") }
+                if key.state == .active && !force {
+                    throw StoreError(.conflict, "key '\(keyID)' is the only active key of \(key.bundleID): revoking it stops all signing for that app; activate another key first, or pass --force")
+                }
+                try db.execute(sql: "UPDATE signing_keys SET state = 'revoked', revoked_at = ? WHERE key_id = ?", arguments: [now.unixMilliseconds, keyID])
+                kind = "key.revoked"
+            case .ready:
+                throw StoreError(.conflict, "a key cannot be moved back to 'ready'")
+            }
+            try Self.bumpRegistry(db)
+            let newActive = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE bundle_id = ? AND state = 'active'", arguments: [key.bundleID]).map(Self.key(from:))
+            let body = AuditBody.make([
+                ("actor", actor), ("reason", reason), ("keyID", keyID), ("bundleID", key.bundleID),
+                ("fromState", key.state.rawValue), ("toState", state.rawValue),
+                ("previousActiveKeyID", previousActive?.keyID), ("previousActiveFingerprint", previousActive?.fingerprint),
+                ("newActiveKeyID", newActive?.keyID), ("newActiveFingerprint", newActive?.fingerprint),
+            ])
+            _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: kind, body: body))], at: now)
+            return Self.key(from: try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE key_id = ?", arguments: [keyID])!)
+        }
+    }
+
+    public func createClient(_ client: APIClientRecord, actor: String) async throws -> APIClientRecord {
+        try await write { db in
+            if try Row.fetchOne(db, sql: "SELECT 1 FROM api_clients WHERE name = ?", arguments: [client.name]) != nil {
+                throw StoreError(.duplicate, "a client named '\(client.name)' exists already")
+            }
+            try db.execute(
+                sql: "INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+                arguments: [client.clientID, client.name, client.bundleIDs.joined(separator: " "), client.secretHash, client.createdAt.unixMilliseconds])
+            try Self.bumpRegistry(db)
+            let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", client.name), ("bundleIDs", client.bundleIDs.joined(separator: " "))])
+            _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "client.created", body: body))], at: client.createdAt)
+            return client
+        }
+    }
+
+    public func listClients() async throws -> [APIClientRecord] {
+        try await read { db in try Row.fetchAll(db, sql: "SELECT * FROM api_clients ORDER BY created_at, name").map(Self.client(from:)) }
+    }
+
+    public func revokeClient(name: String, actor: String) async throws -> APIClientRecord {
+        try await write { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM api_clients WHERE name = ?", arguments: [name]) else {
+                throw StoreError(.notFound, "no client named '\(name)'")
+            }
+            var client = Self.client(from: row)
+            guard client.revokedAt == nil else { throw StoreError(.conflict, "client '\(name)' is already revoked") }
+            let now = Date()
+            try db.execute(sql: "UPDATE api_clients SET revoked_at = ? WHERE client_id = ?", arguments: [now.unixMilliseconds, client.clientID])
+            try Self.bumpRegistry(db)
+            let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", name)])
+            _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "client.revoked", body: body))], at: now)
+            client.revokedAt = Self.date(now.unixMilliseconds)
+            return client
+        }
+    }
+
+    public func appendAudit(_ batch: [AuditAppend], at time: Date) async throws -> [AuditRecord] {
+        try await write { db in try Self.appendAudit(db, batch, at: time) }
+    }
+
+    public func auditRecords(after sequence: Int64, limit: Int) async throws -> [AuditRecord] {
+        try await read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM audit_log WHERE seq > ? ORDER BY seq LIMIT ?", arguments: [sequence, limit]).map(Self.record(from:))
+        }
+    }
+
+    public func auditHead() async throws -> (count: Int64, hash: String) {
+        let (count, hash) = try await read { db -> (Int64, String) in
+            let row = try Row.fetchOne(db, sql: "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
+            return (row?["seq"] ?? 0, row?["hash"] ?? AuditChain.genesisHash)
+        }
+        return (count, hash)
+    }
+
+    public func issuedSignatures(appAccountToken: String, bundleID: String) async throws -> [IssuedSignatureRecord] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM issued_signatures WHERE app_account_token = ? AND bundle_id = ? ORDER BY issued_at",
+                arguments: [appAccountToken, bundleID]
+            ).map { row in
+                IssuedSignatureRecord(
+                    signature: IssuedSignature(
+                        nonce: row["nonce"], issuedAt: Self.date(row["issued_at"])!, client: row["client"], bundleID: row["bundle_id"],
+                        productID: row["product_id"], offerID: row["offer_id"], appAccountToken: row["app_account_token"],
+                        keyID: row["key_id"], format: row["format"]),
+                    auditSequence: row["audit_seq"])
+            }
+        }
+    }
+
+    /// Walks the whole audit chain with a streaming cursor, calling `progress` every
+    /// `progressInterval` records. Returns the walker's final state.
+    public func verifyAuditChain(progressInterval: Int64 = 100_000, progress: @escaping @Sendable (Int64) -> Void = { _ in }) async throws -> AuditChain.Walker {
+        try await read { db in
+            var walker = AuditChain.Walker()
+            let cursor = try Row.fetchCursor(db, sql: "SELECT seq, recorded_at, kind, body, previous_hash, hash FROM audit_log ORDER BY seq")
+            while let row = try cursor.next() {
+                guard walker.check(Self.record(from: row)) else { break }
+                if walker.count % progressInterval == 0 { progress(walker.count) }
+            }
+            return walker
+        }
+    }
+}

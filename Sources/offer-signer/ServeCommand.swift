@@ -1,0 +1,192 @@
+import ArgumentParser
+import Crypto
+import Foundation
+import Hummingbird
+import Logging
+import OfferSignerCore
+import OfferSignerServer
+import OfferSignerStorage
+
+/// `offer-signer serve`: runs the signing service.
+///
+/// Every option can also be set in the environment (the name is given in its help); a flag
+/// wins over the environment, which wins over the default.
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run the signing service.",
+        discussion: """
+            With --dev: a local SQLite store and a development key (NOT issued by Apple) are created under \
+            ./.offer-signer-dev, the server binds 127.0.0.1 only and does not require authentication.
+            """
+    )
+
+    @Flag(help: "Development mode: local store, generated development key, loopback only, no authentication.")
+    var dev = false
+    @Option(help: "Address to bind. Env: OFFER_SIGNER_HOST. Default 127.0.0.1.")
+    var host: String?
+    @Option(help: "Port. Env: OFFER_SIGNER_PORT. Default 8080.")
+    var port: Int?
+    @OptionGroup var store: StoreOptions
+    @OptionGroup var masterKey: MasterKeyOptions
+    @Option(help: "Largest request body in bytes. Env: OFFER_SIGNER_MAX_BODY_BYTES. Default 65536.")
+    var maxBodyBytes: Int?
+    @Option(help: "Requests per second per API client or user (0: no limit). Env: OFFER_SIGNER_CLIENT_RATE. Default 200.")
+    var clientRate: Double?
+    @Option(help: "Burst per API client or user. Env: OFFER_SIGNER_CLIENT_BURST. Default 400.")
+    var clientBurst: Double?
+    @Option(help: "Signatures per second per appAccountToken (0: no limit). Env: OFFER_SIGNER_TOKEN_RATE. Default 1.")
+    var tokenRate: Double?
+    @Option(help: "Burst per appAccountToken. Env: OFFER_SIGNER_TOKEN_BURST. Default 10.")
+    var tokenBurst: Double?
+    @Option(help: "JWKS file with the ES256/RS256 keys of your auth server, for end-user JWTs. Env: OFFER_SIGNER_JWT_JWKS.")
+    var jwtJwks: String?
+    @Option(help: "File with an HS256 secret for end-user JWTs. Env: OFFER_SIGNER_JWT_HS256_SECRET_FILE.")
+    var jwtHs256SecretFile: String?
+    @Option(help: "Required JWT iss. Env: OFFER_SIGNER_JWT_ISSUER.")
+    var jwtIssuer: String?
+    @Option(help: "Required JWT aud. Env: OFFER_SIGNER_JWT_AUDIENCE.")
+    var jwtAudience: String?
+    @Option(help: "JWT claim holding the user's appAccountToken. Env: OFFER_SIGNER_JWT_TOKEN_CLAIM.")
+    var jwtTokenClaim: String?
+    @Option(help: "Namespace UUID: the appAccountToken is UUIDv5(namespace, sub). Env: OFFER_SIGNER_JWT_SUB_NAMESPACE.")
+    var jwtSubNamespace: String?
+    @Option(help: "Bundle ID of the development key (--dev). Default com.example.app.")
+    var devBundleID: String = "com.example.app"
+    @Option(help: "trace, debug, info, notice, warning, error or critical. Env: OFFER_SIGNER_LOG_LEVEL. Default info.")
+    var logLevel: String?
+
+    func run() async throws {
+        let levelName = logLevel ?? Environment.value("OFFER_SIGNER_LOG_LEVEL") ?? "info"
+        guard let level = Logger.Level(rawValue: levelName) else { throw ValidationError("--log-level '\(levelName)' is not a log level") }
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        var logger = Logger(label: "offer-signer")
+        logger.logLevel = level
+
+        let host = host ?? Environment.value("OFFER_SIGNER_HOST") ?? "127.0.0.1"
+        let port = try port ?? Self.number("OFFER_SIGNER_PORT", Int.self) ?? 8080
+        let storePath: String
+        let masterKey: MasterKey
+        if dev {
+            guard ["127.0.0.1", "localhost", "::1"].contains(host) else {
+                throw ValidationError("--dev binds loopback only; it refuses --host \(host)")
+            }
+            let setup = try await DevelopmentSetup.prepare(storePath: store.path, bundleID: devBundleID)
+            storePath = setup.storePath
+            masterKey = setup.masterKey
+        } else {
+            guard let path = store.path else { throw ValidationError("give --store PATH (or OFFER_SIGNER_STORE), or use --dev") }
+            storePath = path
+            masterKey = try self.masterKey.load()
+        }
+        let sqlite: SQLiteStore
+        do {
+            sqlite = try SQLiteStore(path: storePath)
+        } catch {
+            throw CLIFailure(error.message)
+        }
+
+        var configuration = ServerConfiguration(masterKey: masterKey, logger: logger)
+        configuration.host = dev ? "127.0.0.1" : host
+        configuration.port = port
+        configuration.developmentMode = dev
+        if let value = try maxBodyBytes ?? Self.number("OFFER_SIGNER_MAX_BODY_BYTES", Int.self) { configuration.maximumBodyBytes = value }
+        configuration.clientRateLimit = RateLimit(
+            perSecond: try clientRate ?? Self.number("OFFER_SIGNER_CLIENT_RATE", Double.self) ?? configuration.clientRateLimit.perSecond,
+            burst: try clientBurst ?? Self.number("OFFER_SIGNER_CLIENT_BURST", Double.self) ?? configuration.clientRateLimit.burst)
+        configuration.appAccountTokenRateLimit = RateLimit(
+            perSecond: try tokenRate ?? Self.number("OFFER_SIGNER_TOKEN_RATE", Double.self) ?? configuration.appAccountTokenRateLimit.perSecond,
+            burst: try tokenBurst ?? Self.number("OFFER_SIGNER_TOKEN_BURST", Double.self) ?? configuration.appAccountTokenRateLimit.burst)
+        configuration.userJWT = try userJWTConfiguration()
+
+        let application: any ApplicationProtocol
+        do {
+            application = try await buildApplication(configuration: configuration, store: sqlite)
+        } catch let error as StoreError {
+            throw CLIFailure(error.message)
+        }
+        if dev { DevelopmentSetup.printWelcome(port: port, storePath: storePath) }
+        try await application.runService()
+    }
+
+    private static func number<T: LosslessStringConvertible>(_ name: String, _ type: T.Type) throws -> T? {
+        guard let text = Environment.value(name) else { return nil }
+        guard let value = T(text) else { throw ValidationError("\(name)='\(text)' is not a number") }
+        return value
+    }
+
+    private func userJWTConfiguration() throws -> UserJWTConfiguration? {
+        let jwks = jwtJwks ?? Environment.value("OFFER_SIGNER_JWT_JWKS")
+        let secretFile = jwtHs256SecretFile ?? Environment.value("OFFER_SIGNER_JWT_HS256_SECRET_FILE")
+        guard jwks != nil || secretFile != nil else { return nil }
+        guard let issuer = jwtIssuer ?? Environment.value("OFFER_SIGNER_JWT_ISSUER"),
+            let audience = jwtAudience ?? Environment.value("OFFER_SIGNER_JWT_AUDIENCE")
+        else { throw ValidationError("end-user JWTs need --jwt-issuer and --jwt-audience") }
+        let binding: AppAccountTokenBinding
+        if let claim = jwtTokenClaim ?? Environment.value("OFFER_SIGNER_JWT_TOKEN_CLAIM") {
+            binding = .claim(claim)
+        } else if let namespace = jwtSubNamespace ?? Environment.value("OFFER_SIGNER_JWT_SUB_NAMESPACE") {
+            guard let uuid = UUID(uuidString: namespace) else { throw ValidationError("--jwt-sub-namespace '\(namespace)' is not a UUID") }
+            binding = .subjectUUIDv5(namespace: uuid)
+        } else {
+            throw ValidationError("end-user JWTs need --jwt-token-claim NAME or --jwt-sub-namespace UUID to bind the appAccountToken")
+        }
+        return UserJWTConfiguration(
+            jwksJSON: try jwks.map { try CLI.readText($0, what: "JWKS file") },
+            hs256Secret: try secretFile.map { try SecretFile.read($0, what: "JWT secret file").trimmingCharacters(in: .whitespacesAndNewlines) },
+            issuer: issuer, audience: audience, binding: binding)
+    }
+}
+
+/// What `serve --dev` sets up on a fresh clone.
+enum DevelopmentSetup {
+    static let directory = ".offer-signer-dev"
+    static let keyID = "DEVKEY0001"
+
+    static func prepare(storePath: String?, bundleID: String) async throws -> (storePath: String, masterKey: MasterKey) {
+        let manager = FileManager.default
+        if !manager.fileExists(atPath: directory) {
+            try manager.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        }
+        let masterKeyPath = "\(directory)/master.key"
+        let masterKey: MasterKey
+        if manager.fileExists(atPath: masterKeyPath) {
+            masterKey = try MasterKey(text: try SecretFile.read(masterKeyPath, what: "development master key"))
+        } else {
+            let generated = MasterKey.generate()
+            try KeyFileWriter.writePrivate(generated.base64 + "\n", to: masterKeyPath, overwrite: false)
+            masterKey = generated.key
+        }
+        let path = storePath ?? "\(directory)/offer-signer.sqlite"
+        let store = try SQLiteStore(path: path)
+        try await store.bindMasterKey(masterKey)
+        if try await store.listKeys().isEmpty {
+            let key = try InAppPurchaseKey.generateForDevelopment(keyID: keyID)
+            _ = try await KeyRegistry.importKey(
+                key, bundleID: bundleID, issuerID: UUID().uuidString.lowercased(), development: true, into: store, masterKey: masterKey,
+                actor: "serve --dev", reason: "development key generated on first start (not issued by Apple)")
+            try KeyFileWriter.writePrivate(key.pkcs8PEMRepresentation, to: "\(directory)/\(keyID).p8", overwrite: true)
+            try key.publicKey.pemRepresentation.write(toFile: "\(directory)/\(keyID).pub.pem", atomically: true, encoding: .utf8)
+        }
+        return (path, masterKey)
+    }
+
+    static func printWelcome(port: Int, storePath: String) {
+        CLI.printNote("""
+
+            offer-signer is running in DEVELOPMENT mode: no authentication, 127.0.0.1 only.
+            Store: \(storePath). Development key \(keyID) (NOT issued by Apple; StoreKit rejects its signatures).
+            Public key: \(directory)/\(keyID).pub.pem
+
+            Try it:
+              curl -s -X POST http://127.0.0.1:\(port)/v1/offers/signatures \\
+                -H 'Content-Type: application/json' \\
+                -d '{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"\(UUID().uuidString.lowercased())","formats":["legacy","jws"]}'
+
+            """)
+    }
+}
