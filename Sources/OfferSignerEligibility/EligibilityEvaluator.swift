@@ -43,6 +43,20 @@ public struct EligibilityEvaluator: Sendable {
         calendar.date(byAdding: .month, value: months, to: date) ?? date
     }
 
+    /// Calendar months from `start` to `end`: whole months, plus the remainder as a fraction of the
+    /// month that follows them (so Jan 15 → Mar 1 is 1 + 15/28 months in 2025).
+    func months(from start: Date, to end: Date) -> Double {
+        guard end > start else { return 0 }
+        var whole = calendar.dateComponents([.month], from: start, to: end).month ?? 0
+        while whole > 0 && adding(months: whole, to: start) > end { whole -= 1 }
+        while adding(months: whole + 1, to: start) <= end { whole += 1 }
+        let monthStart = adding(months: whole, to: start)
+        let monthEnd = adding(months: whole + 1, to: start)
+        let length = monthEnd.timeIntervalSince(monthStart)
+        guard length > 0 else { return Double(whole) }
+        return Double(whole) + end.timeIntervalSince(monthStart) / length
+    }
+
     /// Decides whether `offer` may be signed for the customer described by `evidence` and `ledger` at `now`.
     ///
     /// - Parameters:
@@ -91,12 +105,8 @@ public struct EligibilityEvaluator: Sendable {
 
         // minPaidMonths
         if let minPaid = rules.minPaidMonths, minPaid > 0 {
-            if let firstPaid = history.firstPaidStart {
-                let required = adding(months: minPaid, to: firstPaid).timeIntervalSince(firstPaid)
-                if history.paidSeconds < required { reasons.insert(.paidTooShort) }
-            } else {
-                reasons.insert(.paidTooShort)
-            }
+            let paid = history.paidPeriods.reduce(0) { $0 + months(from: $1.start, to: $1.end) }
+            if paid < Double(minPaid) { reasons.insert(.paidTooShort) }
         }
 
         // lapsedMonths
@@ -201,9 +211,8 @@ private struct History {
     let isActive: Bool
     /// When access last ended (only meaningful when not active).
     let lapsedAt: Date?
-    /// Total merged paid time, in seconds.
-    let paidSeconds: TimeInterval
-    let firstPaidStart: Date?
+    /// Paid periods, merged so that overlaps (upgrades, duplicates) count once.
+    let paidPeriods: [(start: Date, end: Date)]
     let latestGroupTransaction: VerifiedTransaction?
     /// Storefront of the latest group transaction (or of the latest transaction at all).
     let storefront: String?
@@ -253,24 +262,20 @@ private struct History {
         // Paid periods, merged so that overlaps (upgrades, duplicates) count once.
         let periods = group
             .filter { !$0.isFreeTrial && !$0.isRevoked && !$0.isFamilyShared }
-            .compactMap { transaction -> (Date, Date)? in
+            .compactMap { transaction -> (start: Date, end: Date)? in
                 guard let expires = transaction.expiresDate, expires > transaction.purchaseDate else { return nil }
                 return (transaction.purchaseDate, expires)
             }
-            .sorted { $0.0 < $1.0 }
-        var total: TimeInterval = 0
-        var current: (Date, Date)?
+            .sorted { $0.start < $1.start }
+        var merged: [(start: Date, end: Date)] = []
         for period in periods {
-            if let open = current, period.0 <= open.1 {
-                current = (open.0, max(open.1, period.1))
+            if let last = merged.last, period.start <= last.end {
+                merged[merged.count - 1].end = max(last.end, period.end)
             } else {
-                if let open = current { total += open.1.timeIntervalSince(open.0) }
-                current = period
+                merged.append(period)
             }
         }
-        if let open = current { total += open.1.timeIntervalSince(open.0) }
-        paidSeconds = total
-        firstPaidStart = periods.first?.0
+        paidPeriods = merged
 
         func isLater(_ a: VerifiedTransaction, _ b: VerifiedTransaction) -> Bool {
             a.purchaseDate != b.purchaseDate ? a.purchaseDate > b.purchaseDate : a.transactionID > b.transactionID

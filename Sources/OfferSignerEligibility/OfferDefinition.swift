@@ -54,10 +54,11 @@ public struct OfferDefinition: Sendable, Encodable, Hashable {
 /// field does not constrain. All month counts are calendar months in UTC (Gregorian calendar).
 public struct OfferRules: Sendable, Encodable, Hashable {
     /// `minPaidMonths`: the customer's paid time in the subscription group must be at least this many
-    /// months (`paid_too_short`). Paid time is the total length of the merged periods
-    /// (`purchaseDate`..`expiresDate`) of group transactions that are not free trials (introductory
-    /// `FREE_TRIAL` or price 0), not refunded/revoked and not family-shared. It satisfies N months when
-    /// it is at least as long as the N calendar months that follow the first paid purchase.
+    /// months (`paid_too_short`). Paid periods are the `purchaseDate`..`expiresDate` of group transactions
+    /// that are not free trials (introductory `FREE_TRIAL`, or price 0), not refunded/revoked and not
+    /// family-shared; overlapping periods are merged. Each merged period counts its calendar months (whole
+    /// months plus the remainder as a fraction of the next month), and the counts are summed. A current
+    /// period counts in full (it is paid for).
     public var minPaidMonths: Int?
     /// `lapsedMonths`: `{ "min", "max" }` months since the last subscription in the group ended
     /// (expiry, revocation or the end of a grace period). `lapsed_too_recently` (with `eligibleFrom`)

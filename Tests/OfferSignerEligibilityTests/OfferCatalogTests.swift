@@ -1,0 +1,172 @@
+import Foundation
+import OfferSignerEligibility
+import Testing
+
+@Suite("Offers catalog")
+struct OfferCatalogTests {
+    static let repoRoot = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    func parse(_ json: String) throws(OfferCatalogError) -> OfferCatalog {
+        try OfferCatalog(jsonData: Data(json.utf8))
+    }
+
+    func parseError(_ json: String) -> OfferCatalogError? {
+        do {
+            _ = try parse(json)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    /// One offer with the given extra JSON members spliced into the offer object.
+    func offerJSON(rules: String? = nil, id: String = "wb1", extra: String = "") -> String {
+        """
+        {"offers": [{"offerID": "\(id)", "bundleID": "com.example.app", "productIDs": ["p.monthly"],
+          "subscriptionGroupID": "123", "kind": "win-back"\(extra)\(rules.map { ", \"rules\": \($0)" } ?? "")}]}
+        """
+    }
+
+    @Test func repositoryExampleParses() throws {
+        let data = try Data(contentsOf: Self.repoRoot.appendingPathComponent("offers.example.json"))
+        let catalog = try OfferCatalog(jsonData: data)
+        #expect(catalog.offers.map(\.offerID) == ["winback_50pct_3m", "retention_1m_free", "support_goodwill"])
+        let winBack = try #require(catalog.offer(id: "winback_50pct_3m", bundleID: "com.example.app"))
+        #expect(winBack.kind == .winBack)
+        #expect(winBack.subscriptionGroupID == "21345678")
+        let rules = try #require(winBack.rules)
+        #expect(rules.minPaidMonths == 3)
+        #expect(rules.lapsedMonths == .init(min: 1, max: 24))
+        #expect(rules.waitBetweenOffersMonths == 12)
+        #expect(rules.waitScope == .anyWinBack)
+        #expect(rules.maxRedemptions == 2)
+        #expect(rules.excludeFamilyShared && rules.excludeRefunded && rules.excludeBillingRetry && rules.deferToAppleWinBack)
+        #expect(rules.storefronts == .deny(["CHN"]))
+        #expect(rules.environment == .production)
+        #expect(catalog.offer(id: "retention_1m_free", bundleID: nil)?.rules?.storefronts == .allow(["USA", "CAN", "GBR"]))
+        #expect(catalog.offer(id: "support_goodwill", bundleID: nil)?.rules == nil)
+        #expect(catalog.winBackOfferIDs == ["winback_50pct_3m"])
+    }
+
+    @Test func minimalOfferHasNoRules() throws {
+        let catalog = try parse(offerJSON())
+        #expect(catalog.offers.count == 1)
+        #expect(catalog.offers[0].rules == nil)
+        #expect(catalog.offer(id: "wb1", bundleID: "other.bundle") == nil)
+        #expect(catalog.offer(id: "missing", bundleID: nil) == nil)
+    }
+
+    @Test func storefrontCodesAreNormalised() throws {
+        let catalog = try parse(offerJSON(rules: #"{"storefronts": {"allow": ["usa", "Fra"]}}"#))
+        #expect(catalog.offers[0].rules?.storefronts == .allow(["USA", "FRA"]))
+    }
+
+    @Test func unknownRuleKeyIsRejectedNamingOfferAndField() throws {
+        let error = try #require(parseError(offerJSON(rules: #"{"minPaidMonth": 3}"#)))
+        #expect(error.offerID == "wb1")
+        #expect(error.index == 0)
+        #expect(error.field == "rules.minPaidMonth")
+        guard case .unknownField(let allowed) = error.problem else {
+            Issue.record("unexpected problem \(error.problem)")
+            return
+        }
+        #expect(allowed.contains("minPaidMonths"))
+        #expect(error.description.contains("offer 'wb1'"))
+        #expect(error.description.contains("rules.minPaidMonth"))
+        #expect(error.description.contains("unknown key"))
+    }
+
+    @Test func unknownNestedAndOfferLevelKeysAreRejected() {
+        #expect(parseError(offerJSON(rules: #"{"lapsedMonths": {"min": 1, "maximum": 3}}"#))?.field == "rules.lapsedMonths.maximum")
+        #expect(parseError(offerJSON(extra: #", "rule": {"minPaidMonths": 3}"#))?.field == "rule")
+        #expect(parseError(#"{"offers": [], "offer": []}"#)?.field == "offer")
+    }
+
+    @Test func missingFieldIsNamed() throws {
+        let json = #"{"offers": [{"offerID": "x1", "productIDs": ["p"], "subscriptionGroupID": "1", "kind": "any"}]}"#
+        let error = try #require(parseError(json))
+        #expect(error.offerID == "x1")
+        #expect(error.field == "bundleID")
+        #expect(error.problem == .missingField)
+        #expect(error.description == "Invalid offers catalog: offer 'x1' (offers[0]), field 'bundleID': required field is missing")
+    }
+
+    @Test func missingOfferIDIsNamedByPosition() throws {
+        let json = #"{"offers": [{"bundleID": "b", "productIDs": ["p"], "subscriptionGroupID": "1", "kind": "any"}]}"#
+        let error = try #require(parseError(json))
+        #expect(error.offerID == nil)
+        #expect(error.index == 0)
+        #expect(error.field == "offerID")
+        #expect(error.description.contains("offers[0]"))
+    }
+
+    @Test func badKindIsRejected() throws {
+        let json = offerJSON().replacingOccurrences(of: "\"win-back\"", with: "\"winback\"")
+        let error = try #require(parseError(json))
+        #expect(error.offerID == "wb1")
+        #expect(error.field == "kind")
+        #expect(error.description.contains("'winback' is not one of: win-back, retention, any"))
+    }
+
+    @Test(arguments: [
+        (#"{"minPaidMonths": "3"}"#, "rules.minPaidMonths"),
+        (#"{"minPaidMonths": 1.5}"#, "rules.minPaidMonths"),
+        (#"{"minPaidMonths": -1}"#, "rules.minPaidMonths"),
+        (#"{"maxRedemptions": 0}"#, "rules.maxRedemptions"),
+        (#"{"excludeRefunded": 1}"#, "rules.excludeRefunded"),
+        (#"{"lapsedMonths": {}}"#, "rules.lapsedMonths"),
+        (#"{"lapsedMonths": {"min": 6, "max": 3}}"#, "rules.lapsedMonths"),
+        (#"{"lapsedMonths": 3}"#, "rules.lapsedMonths"),
+        (#"{"waitScope": "offer"}"#, "rules.waitScope"),
+        (#"{"waitBetweenOffersMonths": 6, "waitScope": "all"}"#, "rules.waitScope"),
+        (#"{"storefronts": {"allow": ["USA"], "deny": ["FRA"]}}"#, "rules.storefronts"),
+        (#"{"storefronts": {"allow": []}}"#, "rules.storefronts.allow"),
+        (#"{"storefronts": {"deny": ["US"]}}"#, "rules.storefronts.deny"),
+        (#"{"environment": "production"}"#, "rules.environment"),
+        (#"{"environment": "Xcode"}"#, "rules.environment"),
+        (#"[]"#, "rules"),
+    ])
+    func invalidRuleValuesAreRejected(rules: String, field: String) throws {
+        let error = try #require(parseError(offerJSON(rules: rules)))
+        #expect(error.offerID == "wb1")
+        #expect(error.field == field)
+    }
+
+    @Test func invalidTopLevelShapes() {
+        #expect(parseError("not json")?.problem.isInvalidJSON == true)
+        #expect(parseError(#"{"offers": {}}"#)?.field == "offers")
+        #expect(parseError(#"{}"#)?.problem == .missingField)
+        #expect(parseError(#"[1]"#) != nil)
+        #expect(parseError(#"{"offers": [1]}"#)?.index == 0)
+    }
+
+    @Test func emptyAndDuplicateValues() {
+        #expect(parseError(offerJSON(id: ""))?.field == "offerID")
+        let products = offerJSON().replacingOccurrences(of: #"["p.monthly"]"#, with: #"["p", "p"]"#)
+        #expect(parseError(products)?.field == "productIDs")
+        let noProducts = offerJSON().replacingOccurrences(of: #"["p.monthly"]"#, with: "[]")
+        #expect(parseError(noProducts)?.field == "productIDs")
+        let numericGroup = offerJSON().replacingOccurrences(of: #""123""#, with: "123")
+        #expect(parseError(numericGroup)?.problem == .wrongType(expected: "a string"))
+    }
+
+    @Test func duplicateOfferIsRejected() throws {
+        let one = #"{"offerID": "a", "bundleID": "b", "productIDs": ["p"], "subscriptionGroupID": "1", "kind": "any"}"#
+        let error = try #require(parseError(#"{"offers": [\#(one), \#(one)]}"#))
+        #expect(error.index == 1)
+        #expect(error.problem == .duplicateOffer(bundleID: "b"))
+        // The same offer ID in another bundle is fine, but then a lookup without bundle is ambiguous.
+        let other = one.replacingOccurrences(of: #""b""#, with: #""c""#)
+        let catalog = try parse(#"{"offers": [\#(one), \#(other)]}"#)
+        #expect(catalog.offer(id: "a", bundleID: nil) == nil)
+        #expect(catalog.offer(id: "a", bundleID: "c")?.bundleID == "c")
+    }
+}
+
+extension OfferCatalogError.Problem {
+    var isInvalidJSON: Bool {
+        if case .invalidJSON = self { return true }
+        return false
+    }
+}
