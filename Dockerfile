@@ -1,0 +1,72 @@
+# offer-signer container image.
+#
+# What CI proves and what it does not: CI (.ci/run) runs `swift test` on Debian 12 with Swift
+# 6.3.1; it does not build this image (there is no Docker engine on CI's machines). The builder
+# command below, `swift build -c release --product offer-signer --static-swift-stdlib`, was run
+# by hand on the same Debian 12 / Swift 6.3.1 machine and compiles; Scripts/benchmark.sh uses the
+# same command. `docker build` itself has not been run. `ldd` of that binary lists only
+# libsqlite3.so.0, libstdc++.so.6, libm, libgcc_s and libc (the Swift runtime and Foundation
+# are linked in statically), hence the runtime stage below.
+#
+#   docker build -t offer-signer .
+#   docker run -d -p 8080:8080 \
+#     -v offer-signer-data:/var/lib/offer-signer \
+#     -v /etc/offer-signer:/etc/offer-signer:ro \
+#     offer-signer
+#
+# Keys are imported with the same image (see keys.example and README.md), e.g.:
+#   docker run --rm -v offer-signer-data:/var/lib/offer-signer -v /etc/offer-signer:/etc/offer-signer:ro \
+#     offer-signer keys import --key-id ABCDE12345 --bundle-id com.example.app \
+#       --issuer-id <issuer-id> --file /etc/offer-signer/keys/AuthKey_ABCDE12345.p8
+# The files under /etc/offer-signer must be mode 0600 and owned by the container's user
+# (uid 10001 below), or offer-signer refuses them.
+
+# ---- Build ----------------------------------------------------------------------------
+FROM swift:6.3 AS builder
+
+# GRDB links the system SQLite.
+RUN export DEBIAN_FRONTEND=noninteractive \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends libsqlite3-dev \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /src
+# Resolve dependencies first so this layer is cached while only sources change.
+COPY Package.swift ./
+RUN swift package resolve
+COPY . .
+RUN swift build -c release --product offer-signer --static-swift-stdlib \
+    && install -D -m 0755 "$(swift build -c release --show-bin-path)/offer-signer" /out/offer-signer
+
+# ---- Run ------------------------------------------------------------------------------
+# The same distribution as the builder (the binary needs that glibc); the Swift runtime is
+# linked statically, so the slim image only adds SQLite, CA certificates and curl (health check).
+FROM swift:6.3-slim
+
+RUN export DEBIAN_FRONTEND=noninteractive \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends libsqlite3-0 ca-certificates curl \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --user-group --home-dir /var/lib/offer-signer --shell /usr/sbin/nologin offer-signer \
+    && install -d -m 0700 -o offer-signer -g offer-signer /var/lib/offer-signer \
+    && install -d -m 0700 -o offer-signer -g offer-signer /etc/offer-signer
+
+COPY --from=builder /out/offer-signer /usr/local/bin/offer-signer
+
+# The store (SQLite, writable) and the keys (master key and .p8 files, read-only).
+VOLUME ["/var/lib/offer-signer", "/etc/offer-signer"]
+
+ENV OFFER_SIGNER_HOST=0.0.0.0 \
+    OFFER_SIGNER_PORT=8080 \
+    OFFER_SIGNER_STORE=/var/lib/offer-signer/offer-signer.sqlite \
+    OFFER_SIGNER_MASTER_KEY_FILE=/etc/offer-signer/master.key
+
+USER offer-signer
+WORKDIR /var/lib/offer-signer
+EXPOSE 8080
+
+HEALTHCHECK --interval=30s --timeout=3s --start-period=10s --retries=3 \
+    CMD curl -fsS "http://127.0.0.1:${OFFER_SIGNER_PORT}/healthz" || exit 1
+
+ENTRYPOINT ["offer-signer"]
+CMD ["serve"]

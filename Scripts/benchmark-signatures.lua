@@ -1,0 +1,61 @@
+-- wrk script for Scripts/benchmark.sh: POST /v1/offers/signatures with an API key and a
+-- fresh random appAccountToken per request (so the per-token rate limit never decides).
+--
+-- Environment: OFFER_SIGNER_BENCH_SECRET (the API key, required),
+--              OFFER_SIGNER_BENCH_FORMATS ("legacy" (default), "jws" or "legacy,jws").
+
+local secret = os.getenv("OFFER_SIGNER_BENCH_SECRET")
+if secret == nil or secret == "" then
+    error("set OFFER_SIGNER_BENCH_SECRET to the API key")
+end
+
+local formats = os.getenv("OFFER_SIGNER_BENCH_FORMATS") or "legacy"
+local formatsJSON = {}
+for name in string.gmatch(formats, "[^,%s]+") do
+    formatsJSON[#formatsJSON + 1] = '"' .. name .. '"'
+end
+formatsJSON = "[" .. table.concat(formatsJSON, ",") .. "]"
+
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer " .. secret
+
+-- Each wrk thread has its own Lua state: number the threads in setup() (main state) and
+-- seed each thread's generator differently in init() (thread state).
+local threadCount = 0
+setup = function(thread)
+    threadCount = threadCount + 1
+    thread:set("thread_id", threadCount)
+end
+
+init = function(args)
+    math.randomseed(os.time() * 1000 + (thread_id or 0) * 7919 + math.floor(os.clock() * 1000000))
+end
+
+-- A random version-4 UUID (8-4-4-4-12 lowercase hex).
+local function uuid4()
+    local template = "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx"
+    return (string.gsub(template, "[xy]", function(c)
+        local v = (c == "x") and math.random(0, 15) or math.random(8, 11)
+        return string.format("%x", v)
+    end))
+end
+
+request = function()
+    local body = '{"productID":"com.example.bench.monthly","offerID":"BENCH_OFFER",'
+        .. '"appAccountToken":"' .. uuid4() .. '","formats":' .. formatsJSON .. '}'
+    return wrk.format(nil, nil, nil, body)
+end
+
+-- wrk counts responses with status >= 400 in summary.errors.status (it prints them as
+-- "Non-2xx or 3xx responses"); no response() callback, so wrk need not hand every body to Lua.
+done = function(summary, latency, requests)
+    local errors = summary.errors
+    io.write(string.format("BENCH requests=%d duration_us=%d\n", summary.requests, summary.duration))
+    io.write(string.format("BENCH rps=%.1f\n", summary.requests / (summary.duration / 1000000)))
+    io.write(string.format("BENCH p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f\n",
+        latency:percentile(50) / 1000, latency:percentile(90) / 1000,
+        latency:percentile(99) / 1000, latency.max / 1000))
+    io.write(string.format("BENCH non2xx=%d socket_errors=%d\n", errors.status,
+        errors.connect + errors.read + errors.write + errors.timeout))
+end

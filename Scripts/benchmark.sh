@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Load test of POST /v1/offers/signatures over loopback with wrk.
+#
+# Builds the release binary (the same command as the Dockerfile), sets up a throw-away store
+# with a development key and an API client, starts `offer-signer serve` on 127.0.0.1:$PORT
+# with rate limits off, drives it with wrk, then prints requests/s, p50, p99, the non-2xx
+# count and the server's RSS, checks the audit chain, and stops the server.
+#
+# Usage:   Scripts/benchmark.sh
+# Env:     DURATION=30 (seconds)  CONNECTIONS=64  THREADS=2  PORT=18181
+#          FORMATS=legacy (or jws, or legacy,jws)  WARMUP=3 (seconds)
+#          SKIP_BUILD=1 (use the existing .build/release/offer-signer)
+#          OFFER_SIGNER_BIN=path (benchmark that binary instead; no build)
+# Needs:   wrk (`apt-get install -y wrk`), curl, openssl, python3.
+# Exit:    0 when every response was 2xx and the audit chain is intact; non-zero otherwise.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH=/opt/swift/usr/bin:$PATH
+
+DURATION=${DURATION:-30}
+CONNECTIONS=${CONNECTIONS:-64}
+THREADS=${THREADS:-2}
+PORT=${PORT:-18181}
+FORMATS=${FORMATS:-legacy}
+WARMUP=${WARMUP:-3}
+
+for tool in wrk curl openssl python3; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "error: '$tool' is not installed." >&2
+        case "$tool" in
+            wrk) echo "Install it with: apt-get install -y wrk" >&2 ;;
+            curl) echo "Install it with: apt-get install -y curl" >&2 ;;
+            openssl) echo "Install it with: apt-get install -y openssl" >&2 ;;
+            python3) echo "Install it with: apt-get install -y python3" >&2 ;;
+        esac
+        exit 2
+    fi
+done
+
+# --- Build ----------------------------------------------------------------------------
+BUILD=(swift build -c release --product offer-signer --static-swift-stdlib)
+if [ -n "${OFFER_SIGNER_BIN:-}" ]; then
+    BIN=$OFFER_SIGNER_BIN
+else
+    if [ "${SKIP_BUILD:-0}" != 1 ]; then
+        echo "==> ${BUILD[*]}"
+        "${BUILD[@]}"
+    fi
+    BIN="$(pwd)/.build/release/offer-signer"
+fi
+[ -x "$BIN" ] || { echo "error: $BIN not found; run ${BUILD[*]}" >&2; exit 2; }
+
+# --- Throw-away store, master key, key and API client ----------------------------------
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/offer-signer-bench.XXXXXX")
+SERVER_PID=
+cleanup() {
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+STORE="$WORK/offer-signer.sqlite"
+MASTER="$WORK/master.key"
+KEY="$WORK/AuthKey_BENCH00001.p8"
+(umask 077 && openssl rand -base64 32 > "$MASTER")
+chmod 600 "$MASTER"
+
+"$BIN" keys generate --key-id BENCH00001 --output "$KEY" 2>/dev/null
+"$BIN" keys import --store "$STORE" --master-key-file "$MASTER" \
+    --key-id BENCH00001 --bundle-id com.example.bench \
+    --issuer-id "$(python3 -c 'import uuid; print(uuid.uuid4())')" --file "$KEY" \
+    --development --actor benchmark --reason "benchmark run"
+CLIENT_JSON=$("$BIN" clients create --store "$STORE" --name bench --bundle-id com.example.bench --json --actor benchmark)
+SECRET=$(printf '%s' "$CLIENT_JSON" | python3 -c 'import json, sys; print(json.load(sys.stdin)["secret"])')
+export OFFER_SIGNER_BENCH_SECRET="$SECRET"
+export OFFER_SIGNER_BENCH_FORMATS="$FORMATS"
+
+# --- Server ---------------------------------------------------------------------------
+"$BIN" serve --store "$STORE" --master-key-file "$MASTER" --port "$PORT" \
+    --log-level warning --client-rate 0 --token-rate 0 > "$WORK/server.log" 2>&1 &
+SERVER_PID=$!
+URL="http://127.0.0.1:$PORT"
+for _ in $(seq 1 100); do
+    if curl -fsS "$URL/readyz" >/dev/null 2>&1; then break; fi
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+        echo "error: the server exited; its log:" >&2
+        cat "$WORK/server.log" >&2
+        exit 1
+    fi
+    sleep 0.1
+done
+curl -fsS "$URL/readyz" >/dev/null || { echo "error: $URL/readyz never answered 200" >&2; cat "$WORK/server.log" >&2; exit 1; }
+
+# One request by hand: shows the problem document if something is wrong before the run.
+STATUS=$(curl -sS -o "$WORK/first.json" -w '%{http_code}' -X POST "$URL/v1/offers/signatures" \
+    -H 'Content-Type: application/json' -H "Authorization: Bearer $SECRET" \
+    -d "{\"productID\":\"com.example.bench.monthly\",\"offerID\":\"BENCH_OFFER\",\"appAccountToken\":\"$(python3 -c 'import uuid; print(uuid.uuid4())')\"}")
+if [ "$STATUS" != 201 ]; then
+    echo "error: a single signing request answered $STATUS:" >&2
+    cat "$WORK/first.json" >&2
+    exit 1
+fi
+
+LUA="Scripts/benchmark-signatures.lua"
+echo "==> warm-up: wrk -t$THREADS -c$CONNECTIONS -d${WARMUP}s"
+wrk -t"$THREADS" -c"$CONNECTIONS" -d"${WARMUP}s" -s "$LUA" "$URL/v1/offers/signatures" >/dev/null
+
+echo "==> wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s --latency -s $LUA $URL/v1/offers/signatures (formats: $FORMATS)"
+wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$LUA" "$URL/v1/offers/signatures" | tee "$WORK/wrk.txt"
+
+RSS=$(awk '/^VmRSS:/ {print $2 " " $3}' "/proc/$SERVER_PID/status")
+HWM=$(awk '/^VmHWM:/ {print $2 " " $3}' "/proc/$SERVER_PID/status")
+# The Lua script's done() prints "BENCH name=value" lines.
+field() { grep '^BENCH ' "$WORK/wrk.txt" | grep -o "$1=[^ ]*" | head -n 1 | cut -d= -f2; }
+RPS=$(field rps)
+P50=$(field p50_ms)
+P99=$(field p99_ms)
+NON2XX=$(field non2xx)
+SOCKET_ERRORS=$(field socket_errors)
+REQUESTS=$(field requests)
+
+# --- Audit chain (every 201 above committed its record before it was sent) ------------
+AUDIT_STATUS=0
+AUDIT=$("$BIN" audit verify --store "$STORE" 2>/dev/null) || AUDIT_STATUS=$?
+
+kill "$SERVER_PID"
+wait "$SERVER_PID" 2>/dev/null || true
+SERVER_PID=
+
+cat <<EOF
+
+==> results (${DURATION}s, $CONNECTIONS connections, $THREADS wrk threads, formats $FORMATS, loopback, $(nproc) cores)
+requests:        $REQUESTS
+requests/s:      $RPS
+latency p50:     $P50 ms
+latency p99:     $P99 ms
+non-2xx:         $NON2XX
+socket errors:   $SOCKET_ERRORS
+server RSS:      $RSS after the run (peak $HWM)
+audit:           $AUDIT
+EOF
+
+FAILED=0
+if [ "${NON2XX:-1}" != 0 ]; then
+    echo "FAIL: $NON2XX responses were not 2xx; server log:" >&2
+    tail -n 20 "$WORK/server.log" >&2
+    FAILED=1
+fi
+if [ "$AUDIT_STATUS" != 0 ]; then
+    echo "FAIL: the audit chain is not intact (audit verify exited $AUDIT_STATUS)" >&2
+    FAILED=1
+fi
+exit "$FAILED"
