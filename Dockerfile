@@ -19,7 +19,8 @@
 #     offer-signer keys import --key-id ABCDE12345 --bundle-id com.example.app \
 #       --issuer-id <issuer-id> --file /etc/offer-signer/keys/AuthKey_ABCDE12345.p8
 # The files under /etc/offer-signer must be mode 0600 and owned by the container's user
-# (uid 10001 below), or offer-signer refuses them.
+# (uid 10001 below), or offer-signer refuses them. `serve --dev` does not fit a container: it
+# binds loopback only and refuses OFFER_SIGNER_HOST=0.0.0.0.
 
 # ---- Build ----------------------------------------------------------------------------
 FROM swift:6.3 AS builder
