@@ -52,4 +52,24 @@ public protocol OfferSignerStore: Sendable {
 
     /// The signatures issued for a customer (appAccountToken) of a bundle.
     func issuedSignatures(appAccountToken: String, bundleID: String) async throws -> [IssuedSignatureRecord]
+
+    // MARK: Signed audit checkpoints
+
+    /// The key that signs audit checkpoints: generated on first need, sealed under the master key
+    /// (bound to its public key's fingerprint) and audited (`audit.signing-key.created`).
+    /// Never an In-App Purchase key.
+    func auditSigningKey(masterKey: MasterKey) async throws -> AuditSigningKey
+
+    /// The audit-signing public key, nil before the first checkpoint.
+    func auditSigningPublicKey() async throws -> AuditSigningPublicKey?
+
+    /// Stores a checkpoint; returns false when one for the same sequence and head hash exists
+    /// already, throws `conflict` when one for the same sequence has another head hash.
+    func appendCheckpoint(_ checkpoint: AuditCheckpoint) async throws -> Bool
+
+    /// All checkpoints, by ascending sequence.
+    func checkpoints() async throws -> [AuditCheckpoint]
+
+    /// The checkpoint with the highest sequence.
+    func latestCheckpoint() async throws -> AuditCheckpoint?
 }

@@ -91,6 +91,9 @@ public final class SQLiteStore: OfferSignerStore {
                 CREATE INDEX issued_by_customer ON issued_signatures (app_account_token, bundle_id, offer_id);
                 """)
         }
+        migrator.registerMigration("v2") { db in
+            try Self.migrateAuditCheckpoints(db)
+        }
         return migrator
     }
 
@@ -112,7 +115,7 @@ public final class SQLiteStore: OfferSignerStore {
 
     // MARK: - Helpers
 
-    private func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
         do {
             return try await pool.write(body)
         } catch let error as StoreError {
@@ -122,7 +125,7 @@ public final class SQLiteStore: OfferSignerStore {
         }
     }
 
-    private func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
         do {
             return try await pool.read(body)
         } catch let error as StoreError {
@@ -164,7 +167,7 @@ public final class SQLiteStore: OfferSignerStore {
     }
 
     /// Appends audit entries inside an open write transaction; returns the stored records.
-    private static func appendAudit(_ db: Database, _ batch: [AuditAppend], at time: Date) throws -> [AuditRecord] {
+    static func appendAudit(_ db: Database, _ batch: [AuditAppend], at time: Date) throws -> [AuditRecord] {
         let head = try Row.fetchOne(db, sql: "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
         var sequence: Int64 = head?["seq"] ?? 0
         var previousHash: String = head?["hash"] ?? AuditChain.genesisHash

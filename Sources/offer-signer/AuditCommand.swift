@@ -7,29 +7,8 @@ struct AuditCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "audit",
         abstract: "Verify, read and export the hash-chained audit log.",
-        subcommands: [AuditVerifyCommand.self, AuditTailCommand.self, AuditExportCommand.self]
+        subcommands: [AuditVerifyCommand.self, AuditTailCommand.self, AuditExportCommand.self, AuditCheckpointsCommand.self]
     )
-}
-
-/// `offer-signer audit verify`: walks the chain. Exit 0 intact, 1 broken.
-struct AuditVerifyCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "verify",
-        abstract: "Walk the audit chain and report the first broken link. Exit 0 when intact, 1 when not."
-    )
-    @OptionGroup var store: StoreOptions
-
-    func run() async throws {
-        let store = try store.open()
-        let walker = try await store.verifyAuditChain { count in
-            FileHandle.standardError.write(Data("checked \(count) records…\n".utf8))
-        }
-        if let broken = walker.firstBreak {
-            print("broken: \(broken)")
-            throw ExitCode(1)
-        }
-        print("intact: \(walker.count) records, head \(walker.headHash)")
-    }
 }
 
 /// `offer-signer audit tail`.

@@ -1,0 +1,52 @@
+import Foundation
+
+/// Writing checkpoints, shared by the server's periodic writer and `audit checkpoints create`.
+public enum AuditCheckpointing {
+    /// Signs and stores a checkpoint of the chain's head when the chain grew since the last
+    /// checkpoint; returns nil when it did not.
+    ///
+    /// Rule: a checkpoint is signed only over a chain that verifies from the previous
+    /// checkpoint (whose head hash must still match) to the head, so the service never vouches
+    /// for records that were tampered with; otherwise it throws `StoreError.conflict` naming
+    /// the first bad record.
+    public static func create(in store: any OfferSignerStore, masterKey: MasterKey, now: Date = Date()) async throws -> AuditCheckpoint? {
+        let key = try await store.auditSigningKey(masterKey: masterKey)
+        let latest = try await store.latestCheckpoint()
+        let head = try await store.auditHead()
+        if let latest, latest.sequence > head.count {
+            throw StoreError(.conflict, "refusing to sign a checkpoint: the audit chain has \(head.count) records but checkpoint \(latest.sequence) vouches for more (its tail was removed); run `offer-signer audit verify`")
+        }
+        guard head.count > (latest?.sequence ?? 0) else { return nil }
+
+        // Check the segment since the last checkpoint.
+        var start: (sequence: Int64, hash: String) = (0, AuditChain.genesisHash)
+        if let latest {
+            guard let anchor = try await store.auditRecords(after: latest.sequence - 1, limit: 1).first,
+                anchor.sequence == latest.sequence, anchor.hash == latest.headHash
+            else {
+                throw StoreError(.conflict, "refusing to sign a checkpoint: record \(latest.sequence) no longer has the hash its checkpoint signed (the chain was rewritten); run `offer-signer audit verify`")
+            }
+            start = (latest.sequence, latest.headHash)
+        }
+        var verifier = AuditVerification.Verifier(checkpoints: [], startingAfter: start.sequence, hash: start.hash)
+        var last = start.sequence
+        var headHash = start.hash
+        while last < head.count {
+            let records = try await store.auditRecords(after: last, limit: min(5000, Int(head.count - last)))
+            guard !records.isEmpty else { break }
+            for record in records where record.sequence <= head.count {
+                guard verifier.check(record) else {
+                    let report = verifier.finish()
+                    throw StoreError(.conflict, "refusing to sign a checkpoint: audit record \(report.firstBadRecord ?? record.sequence) is bad: \(report.reason ?? "")")
+                }
+                headHash = record.hash
+            }
+            last = records.last!.sequence
+        }
+        guard verifier.count == head.count else {
+            throw StoreError(.conflict, "refusing to sign a checkpoint: the audit chain ends at record \(verifier.count), not \(head.count)")
+        }
+        let checkpoint = key.checkpoint(sequence: head.count, headHash: headHash, at: now)
+        return try await store.appendCheckpoint(checkpoint) ? checkpoint : nil
+    }
+}

@@ -1,0 +1,112 @@
+import Foundation
+import GRDB
+import OfferSignerCore
+
+/// Signed audit checkpoints and the audit-signing key in SQLite (schema "v2").
+extension SQLiteStore {
+    static func migrateAuditCheckpoints(_ db: Database) throws {
+        try db.execute(sql: """
+            CREATE TABLE audit_signing_key (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                public_key_pem TEXT NOT NULL,
+                fingerprint TEXT NOT NULL,
+                sealed_private_key BLOB NOT NULL,
+                created_at INTEGER NOT NULL
+            );
+            CREATE TABLE audit_checkpoints (
+                seq INTEGER PRIMARY KEY,
+                head_hash TEXT NOT NULL,
+                created_at INTEGER NOT NULL,
+                key_fingerprint TEXT NOT NULL,
+                signature TEXT NOT NULL
+            );
+            """)
+    }
+
+    private static func checkpoint(from row: Row) -> AuditCheckpoint {
+        AuditCheckpoint(
+            sequence: row["seq"], headHash: row["head_hash"], createdAt: Date(timeIntervalSince1970: Double(row["created_at"] as Int64) / 1000),
+            keyFingerprint: row["key_fingerprint"], signature: row["signature"])
+    }
+
+    public func auditSigningKey(masterKey: MasterKey) async throws -> AuditSigningKey {
+        try await bindMasterKey(masterKey)
+        return try await write { db in
+            if let row = try Row.fetchOne(db, sql: "SELECT public_key_pem, sealed_private_key FROM audit_signing_key WHERE id = 1") {
+                return try AuditSigningKey.open(sealed: row["sealed_private_key"], publicKeyPEM: row["public_key_pem"], masterKey: masterKey)
+            }
+            let key = AuditSigningKey.generate()
+            let now = Date()
+            try db.execute(
+                sql: "INSERT INTO audit_signing_key (id, public_key_pem, fingerprint, sealed_private_key, created_at) VALUES (1, ?, ?, ?, ?)",
+                arguments: [key.publicKey.pem, key.publicKey.fingerprint, key.sealed(with: masterKey), now.unixMilliseconds])
+            let body = AuditBody.make([("fingerprint", key.publicKey.fingerprint), ("algorithm", "ES256")])
+            _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "audit.signing-key.created", body: body))], at: now)
+            return key
+        }
+    }
+
+    public func auditSigningPublicKey() async throws -> AuditSigningPublicKey? {
+        let pem = try await read { db in try String.fetchOne(db, sql: "SELECT public_key_pem FROM audit_signing_key WHERE id = 1") }
+        return try pem.map { pem throws(StoreError) in try AuditSigningPublicKey(pem: pem) }
+    }
+
+    public func appendCheckpoint(_ checkpoint: AuditCheckpoint) async throws -> Bool {
+        try await write { db in
+            if let existing = try String.fetchOne(db, sql: "SELECT head_hash FROM audit_checkpoints WHERE seq = ?", arguments: [checkpoint.sequence]) {
+                guard existing == checkpoint.headHash else {
+                    throw StoreError(.conflict, "a checkpoint of \(checkpoint.sequence) records with another head hash exists already")
+                }
+                return false
+            }
+            try db.execute(
+                sql: "INSERT INTO audit_checkpoints (seq, head_hash, created_at, key_fingerprint, signature) VALUES (?, ?, ?, ?, ?)",
+                arguments: [checkpoint.sequence, checkpoint.headHash, checkpoint.createdAt.unixMilliseconds, checkpoint.keyFingerprint, checkpoint.signature])
+            return true
+        }
+    }
+
+    public func checkpoints() async throws -> [AuditCheckpoint] {
+        try await read { db in try Row.fetchAll(db, sql: "SELECT * FROM audit_checkpoints ORDER BY seq").map(Self.checkpoint(from:)) }
+    }
+
+    public func latestCheckpoint() async throws -> AuditCheckpoint? {
+        try await read { db in try Row.fetchOne(db, sql: "SELECT * FROM audit_checkpoints ORDER BY seq DESC LIMIT 1").map(Self.checkpoint(from:)) }
+    }
+
+    /// Verifies the whole audit chain with a streaming cursor against checkpoints: `trusted`
+    /// (an off-machine export, checked with its own key) first, then the store's own
+    /// checkpoints with the store's key — which must be the trusted key when one is given.
+    /// Calls `progress` every `progressInterval` records.
+    public func verifyAudit(
+        trusted: AuditCheckpointSet? = nil, progressInterval: Int64 = 100_000, progress: @escaping @Sendable (Int64) -> Void = { _ in }
+    ) async throws -> AuditVerificationReport {
+        var sets: [AuditCheckpointSet] = []
+        if let trusted { sets.append(trusted) }
+        let storedKey = try await auditSigningPublicKey()
+        var keyProblem: String?
+        if let trusted, let storedKey, let trustedKey = trusted.publicKey, storedKey != trustedKey {
+            keyProblem = "the store's audit-signing key (\(storedKey.fingerprint)) is not the one in \(trusted.origin) (\(trustedKey.fingerprint)): it was replaced"
+        }
+        sets.append(AuditCheckpointSet(origin: "the store", publicKey: storedKey, checkpoints: try await checkpoints()))
+        let checkpointSets = sets
+        var report = try await read { db in
+            var verifier = AuditVerification.Verifier(checkpoints: checkpointSets)
+            let cursor = try Row.fetchCursor(db, sql: "SELECT seq, recorded_at, kind, body, previous_hash, hash FROM audit_log ORDER BY seq")
+            var untilProgress = progressInterval
+            while let row = try cursor.next() {
+                let intact = verifier.check(
+                    sequence: row[0], recordedAtMillis: row[1], kind: row[2], body: row[3], previousHash: row[4], hash: row[5])
+                guard intact else { break }
+                untilProgress -= 1
+                if untilProgress == 0 {
+                    untilProgress = progressInterval
+                    progress(verifier.count)
+                }
+            }
+            return verifier.finish()
+        }
+        if let keyProblem { report.checkpointProblems.insert(keyProblem, at: 0) }
+        return report
+    }
+}

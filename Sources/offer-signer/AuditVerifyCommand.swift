@@ -1,0 +1,58 @@
+import ArgumentParser
+import Foundation
+import OfferSignerStorage
+
+/// `offer-signer audit verify`: walks the chain against signed checkpoints.
+/// Exit 0 intact, 1 tampered, 2 unreadable input.
+struct AuditVerifyCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify",
+        abstract: "Walk the audit chain, check it against signed checkpoints and name the first bad record. Exit 0 when intact, 1 when not, 2 when the input cannot be read.",
+        discussion: """
+            Without --checkpoints, the store's own checkpoints are used (they cannot expose an attacker who also \
+            controls the store). With --checkpoints FILE (from `audit checkpoints export`, kept off the machine), its \
+            public key is trusted as given, and the store's checkpoints and key must agree with it.
+            """
+    )
+    @OptionGroup var store: StoreOptions
+    @Option(help: "A checkpoints export (from `offer-signer audit checkpoints export`) kept off this machine.")
+    var checkpoints: String?
+
+    func run() async throws {
+        let sqlite: SQLiteStore
+        var trusted: AuditCheckpointSet?
+        do {
+            if let checkpoints {
+                let text = try CLI.readText(checkpoints, what: "checkpoints file")
+                let file: AuditCheckpointsFile
+                do {
+                    file = try AuditCheckpointsFile(text: text)
+                } catch {
+                    throw CLIFailure("checkpoints file '\(checkpoints)' \(error)")
+                }
+                trusted = AuditCheckpointSet(origin: "checkpoints file '\(checkpoints)'", publicKey: file.publicKey, checkpoints: file.checkpoints)
+            }
+            sqlite = try store.open()
+        } catch let error as CLIFailure {
+            CLI.printError(error.message)
+            throw ExitCode(2)
+        }
+        let start = ContinuousClock.now
+        let report: AuditVerificationReport
+        do {
+            report = try await sqlite.verifyAudit(trusted: trusted) { count in
+                FileHandle.standardError.write(Data("checked \(count) records…\n".utf8))
+            }
+        } catch {
+            CLI.printError("cannot read the audit log: \(error)")
+            throw ExitCode(2)
+        }
+        let elapsed = ContinuousClock.now - start
+        if report.recordsChecked >= 100_000 {
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            CLI.printNote("verified \(report.recordsChecked) records in \(String(format: "%.2f", seconds)) s")
+        }
+        print(report.isIntact ? report.description : "TAMPERED\n\(report.description)")
+        if !report.isIntact { throw ExitCode(1) }
+    }
+}
