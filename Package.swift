@@ -55,6 +55,10 @@ let package = Package(
             dependencies: [
                 "OfferSignerCore",
                 "OfferSignerStorage",
+                "OfferSignerEligibility",
+                "OfferSignerEvidence",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -74,6 +78,8 @@ let package = Package(
                 "OfferSignerCore",
                 "OfferSignerStorage",
                 "OfferSignerServer",
+                "OfferSignerEligibility",
+                "OfferSignerEvidence",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -127,6 +133,10 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
+                "OfferSignerEligibility",
+                "OfferSignerEvidence",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             swiftSettings: strictSettings
         ),
@@ -159,6 +169,28 @@ let package = Package(
         .testTarget(
             name: "OfferSignerClientTests",
             dependencies: ["OfferSignerClient", "OfferSignerCore", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictSettings
+        ),
+        // The client helper over URLSession against a real server on loopback (no mocks).
+        .testTarget(
+            name: "OfferSignerClientIntegrationTests",
+            dependencies: [
+                "OfferSignerClient",
+                "OfferSignerServer",
+                "OfferSignerStorage",
+                "OfferSignerCore",
+                "OfferSignerEligibility",
+                "OfferSignerEvidence",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ],
             swiftSettings: strictSettings
         ),
     ]

@@ -86,15 +86,11 @@ public struct LegacySignatureDiagnosis: Sendable {
         }
 
         if let reading = verifies(canonical) {
-            // The signature matches the canonical payload but the document failed validation
-            // (e.g. a timestamp in seconds): say so.
-            if let reading = reading.mistake {
-                return .mistakes([reading])
-            }
-            if case .invalid(let reason) = SignatureDocument.legacy(document).verify(with: publicKey) {
-                return .mistakes([SigningMistake(code: "invalid_field", explanation: "the signature matches, but StoreKit will refuse the object: \(reason)")])
-            }
-            return report([], reading)
+            if let encodingMistake = reading.mistake { return .mistakes([encodingMistake]) }
+            // The signature matches the payload, yet the document did not verify: a field fails
+            // validation (e.g. a timestamp in seconds), and StoreKit would refuse it too.
+            let reason = if case .invalid(let reason) = SignatureDocument.legacy(document).verify(with: publicKey) { reason } else { "a field is invalid" }
+            return .mistakes([SigningMistake(code: "invalid_field", explanation: "the signature matches, but StoreKit will refuse the object: \(reason)")])
         }
         for mutation in mutations {
             var fields = canonical

@@ -71,4 +71,14 @@ public struct PromotionalOfferPayload: Sendable, Hashable {
 extension Date {
     /// UNIX time in whole milliseconds.
     public var unixMilliseconds: Int64 { Int64((timeIntervalSince1970 * 1000).rounded(.down)) }
+
+    /// RFC 3339 in UTC with exactly three fractional digits, computed from whole milliseconds
+    /// so that a timestamp and the time printed for it never disagree by rounding.
+    public static func rfc3339(milliseconds: Int64) -> String {
+        let seconds = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
+        let fraction = milliseconds - seconds * 1000
+        let whole = Date(timeIntervalSince1970: Double(seconds)).formatted(Date.ISO8601FormatStyle(timeZone: TimeZone(identifier: "UTC")!))
+        let digits = String(fraction)
+        return String(whole.dropLast()) + "." + String(repeating: "0", count: 3 - digits.count) + digits + "Z"
+    }
 }

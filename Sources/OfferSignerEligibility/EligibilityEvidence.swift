@@ -75,6 +75,11 @@ public struct EvidenceFailure: Sendable, Codable, Hashable, CustomStringConverti
         case bundleIDMismatch = "bundle_id_mismatch"
         /// `environment` differs from the expected environment (or is unknown).
         case environmentMismatch = "environment_mismatch"
+        /// The transaction carries an `appAccountToken` other than the customer's: it is
+        /// another account's history.
+        case appAccountTokenMismatch = "app_account_token_mismatch"
+        /// More JWS than one request may carry.
+        case tooManyItems = "too_many_items"
     }
 
     /// Which list the item came from.

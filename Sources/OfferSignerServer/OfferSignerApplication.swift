@@ -11,6 +11,7 @@ import ServiceLifecycle
 public enum OfferSignerRoutes {
     public static let all: [(method: HTTPRequest.Method, path: String)] = [
         (.post, "/v1/offers/signatures"),
+        (.post, "/v1/offers/eligibility"),
         (.get, "/healthz"),
         (.get, "/readyz"),
         (.get, "/metrics"),
@@ -29,15 +30,21 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     let committer = AuditCommitter(store: store, batchLimit: configuration.auditBatchLimit, metrics: metrics, logger: logger)
     let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
     let authenticator = RequestAuthenticator(developmentMode: configuration.developmentMode, userJWT: userJWT, limiter: RateLimiter(limit: configuration.clientRateLimit))
+    let eligibility = configuration.eligibility.map { EligibilityService(configuration: $0, store: store) }
     let signing = SigningController(
         keyRing: keyRing, committer: committer, authenticator: authenticator,
         tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit), metrics: metrics,
-        maximumBodyBytes: configuration.maximumBodyBytes)
+        maximumBodyBytes: configuration.maximumBodyBytes, eligibility: eligibility)
+    let eligibilityController = EligibilityController(
+        keyRing: keyRing, authenticator: authenticator, eligibility: eligibility, maximumBodyBytes: configuration.maximumBodyBytes)
 
     let router = Router()
     router.add(middleware: ProblemMiddleware(metrics: metrics))
     router.post("/v1/offers/signatures") { request, context in
         try await signing.sign(request, context: context)
+    }
+    router.post("/v1/offers/eligibility") { request, context in
+        try await eligibilityController.decide(request, context: context)
     }
     router.get("/healthz") { _, _ in
         Response.json(#"{"status":"ok"}"#)
@@ -55,7 +62,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     var applicationConfiguration = ApplicationConfiguration(address: .hostname(configuration.host, port: configuration.port), serverName: "offer-signer")
     applicationConfiguration.serverName = "offer-signer"
     return Application(
-        router: router, configuration: applicationConfiguration, services: [keyRing, committer],
+        router: router, configuration: applicationConfiguration, services: [AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, logger: logger), keyRing, committer],
         onServerRunning: { channel in
             logger.notice("offer-signer listening", metadata: ["address": "\(channel.localAddress?.description ?? "?")", "dev": "\(configuration.developmentMode)"])
         },

@@ -52,6 +52,41 @@ public enum OpenAPIDocument {
             '422': {$ref: '#/components/responses/Problem'}
             '429': {$ref: '#/components/responses/RateLimited'}
             '503': {$ref: '#/components/responses/Problem'}
+      /v1/offers/eligibility:
+        post:
+          operationId: checkEligibility
+          summary: Decide which catalog offers a customer qualifies for
+          description: |
+            Verifies the Apple-signed evidence (x5c chain to Apple Root CA - G3, Apple's marker OIDs, ES256, bundle)
+            and evaluates each offer's rules on it and on the signatures this service issued to the customer.
+            Nothing is signed. Needs an offers catalog (`serve --offers FILE`).
+          security:
+            - bearer: []
+            - {}
+          requestBody:
+            required: true
+            content:
+              application/json:
+                schema:
+                  $ref: '#/components/schemas/EligibilityRequest'
+          responses:
+            '200':
+              description: One decision per offer.
+              headers:
+                X-Request-ID:
+                  $ref: '#/components/headers/RequestID'
+              content:
+                application/json:
+                  schema:
+                    $ref: '#/components/schemas/EligibilityResponse'
+            '400': {$ref: '#/components/responses/Problem'}
+            '401': {$ref: '#/components/responses/Problem'}
+            '403': {$ref: '#/components/responses/Problem'}
+            '404': {$ref: '#/components/responses/Problem'}
+            '413': {$ref: '#/components/responses/Problem'}
+            '415': {$ref: '#/components/responses/Problem'}
+            '429': {$ref: '#/components/responses/RateLimited'}
+            '503': {$ref: '#/components/responses/Problem'}
       /healthz:
         get:
           operationId: health
@@ -171,6 +206,7 @@ public enum OpenAPIDocument {
               description: Any transaction ID of the customer, put in the JWS (optional, recommended by Apple).
               $ref: '#/components/schemas/Identifier'
             evidence:
+              description: Required for offers whose catalog entry has eligibility rules (403 not_eligible with reasons when the customer does not qualify).
               $ref: '#/components/schemas/PurchaseEvidence'
         PurchaseEvidence:
           type: object
@@ -183,6 +219,54 @@ public enum OpenAPIDocument {
             signedRenewalInfos:
               type: array
               items: {type: string}
+        EligibilityRequest:
+          type: object
+          additionalProperties: false
+          required: [evidence]
+          properties:
+            bundleID: {$ref: '#/components/schemas/Identifier'}
+            appAccountToken: {$ref: '#/components/schemas/UUID'}
+            offerIDs:
+              type: array
+              items: {$ref: '#/components/schemas/Identifier'}
+              description: 'Default: every catalog offer of the bundle.'
+            evidence: {$ref: '#/components/schemas/PurchaseEvidence'}
+        EligibilityResponse:
+          type: object
+          additionalProperties: false
+          required: [bundleID, appAccountToken, decisions]
+          properties:
+            bundleID: {type: string}
+            appAccountToken: {type: [string, 'null']}
+            decisions:
+              type: array
+              items: {$ref: '#/components/schemas/EligibilityDecision'}
+        EligibilityDecision:
+          type: object
+          additionalProperties: false
+          required: [offerID, eligible, reasons]
+          properties:
+            offerID: {type: string}
+            eligible: {type: boolean}
+            reasons:
+              type: array
+              items:
+                type: string
+                enum: [evidence_unverified, environment_mismatch, no_history, currently_subscribed, not_subscribed, paid_too_short, lapsed_too_recently, lapsed_too_long_ago, redeemed_too_recently, max_redemptions, refunded, family_shared, billing_retry, storefront_excluded, apple_win_back_available]
+            eligibleFrom:
+              type: string
+              format: date-time
+              description: When the waiting period that blocks the offer ends.
+            evidenceFailures:
+              type: array
+              items:
+                type: object
+                required: [source, index, code, message]
+                properties:
+                  source: {type: string}
+                  index: {type: integer}
+                  code: {type: string}
+                  message: {type: string}
         SignatureResponse:
           type: object
           additionalProperties: false
@@ -229,5 +313,9 @@ public enum OpenAPIDocument {
             reasons:
               type: array
               items: {type: string}
+              description: With code not_eligible, the eligibility reasons.
+            eligibleFrom:
+              type: string
+              format: date-time
     """#
 }

@@ -13,8 +13,11 @@ public struct ServerConfiguration: Sendable {
     public var developmentMode: Bool = false
     /// Unseals private keys at rest.
     public var masterKey: MasterKey
-    /// Largest accepted request body, in bytes (413 above it).
-    public var maximumBodyBytes: Int = 64 * 1024
+    /// Largest accepted request body, in bytes (413 above it). Evidence of a long-time
+    /// subscriber (a JWS per renewal) needs room.
+    public var maximumBodyBytes: Int = 1024 * 1024
+    /// Win-back eligibility rules; nil signs every offer as before.
+    public var eligibility: EligibilityConfiguration?
     /// Token bucket per API client / user: sustained requests per second and burst.
     public var clientRateLimit: RateLimit = RateLimit(perSecond: 200, burst: 400)
     /// Token bucket per appAccountToken: sustained signatures per second and burst.
@@ -25,6 +28,10 @@ public struct ServerConfiguration: Sendable {
     public var registryPollInterval: Duration = .milliseconds(250)
     /// Most audit entries committed in one transaction (group commit).
     public var auditBatchLimit: Int = 512
+    /// A signed audit checkpoint is written after this many new records…
+    public var checkpointEveryRecords: Int = 10_000
+    /// …or after this long, whichever comes first (only when the chain grew), and on shutdown.
+    public var checkpointEvery: Duration = .seconds(300)
     public var logger: Logger
 
     public init(masterKey: MasterKey, logger: Logger = Logger(label: "offer-signer")) {

@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import OfferSignerCore
+import OfferSignerEligibility
 import OfferSignerStorage
 
 /// Issues promotional-offer signatures: `POST /v1/offers/signatures`.
@@ -21,8 +22,7 @@ struct SigningController: Sendable {
     let tokenLimiter: RateLimiter
     let metrics: ServerMetrics
     let maximumBodyBytes: Int
-
-    static let iso8601 = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
+    let eligibility: EligibilityService?
 
     func sign(_ request: Request, context: some RequestContext) async throws -> Response {
         let ring = keyRing.ring
@@ -65,6 +65,13 @@ struct SigningController: Sendable {
             throw APIProblem(
                 .tooManyRequests, code: "rate_limited", detail: "too many signatures for this appAccountToken; retry in \(retryAfter) s",
                 extensions: ["retryAfter": String(retryAfter)], headers: [.retryAfter: String(retryAfter)])
+        }
+
+        // Eligibility, for offers whose catalog entry has rules.
+        if let eligibility, let offer = eligibility.rules(offerID: signatureRequest.offerID, bundleID: bundleID) {
+            try await checkEligibility(
+                offer, request: signatureRequest, bundleID: bundleID, token: token, principal: principal,
+                eligibility: eligibility, context: context)
         }
 
         guard let active = ring.activeKeys[bundleID] else {
@@ -116,16 +123,19 @@ struct SigningController: Sendable {
         } catch {
             throw APIProblem.field(error)
         }
-        let expiresAt = Date(timeIntervalSince1970: Double(timestamp + PromotionalOfferPayload.validityMilliseconds) / 1000)
-        writer.field("expiresAt", Self.iso8601.format(expiresAt))
+        writer.field("expiresAt", Date.rfc3339(milliseconds: timestamp + PromotionalOfferPayload.validityMilliseconds))
 
         // Audit, durably, before anything leaves.
         do {
-            try await withThrowingTaskGroup(of: AuditRecord.self) { group in
-                for signature in issued {
-                    group.addTask { try await committer.commit(AuditAppend(entry: signature.auditEntry, signatures: [signature])) }
+            if issued.count == 1 {
+                _ = try await committer.commit(AuditAppend(entry: issued[0].auditEntry, signatures: issued))
+            } else {
+                try await withThrowingTaskGroup(of: AuditRecord.self) { group in
+                    for signature in issued {
+                        group.addTask { try await committer.commit(AuditAppend(entry: signature.auditEntry, signatures: [signature])) }
+                    }
+                    try await group.waitForAll()
                 }
-                try await group.waitForAll()
             }
         } catch {
             context.logger.error("signature withheld: audit record not written", metadata: ["error": "\(error)"])
@@ -142,6 +152,38 @@ struct SigningController: Sendable {
         headers[.contentType] = "application/json"
         headers[.cacheControl] = "no-store"
         return Response(status: .created, headers: headers, body: .init(byteBuffer: ByteBuffer(string: writer.finish())))
+    }
+
+    /// Decides eligibility, audits the decision durably, and refuses (403 `not_eligible` with the
+    /// reasons) when the customer does not qualify.
+    private func checkEligibility(
+        _ offer: OfferDefinition, request: SignatureRequest, bundleID: String, token: UUID?, principal: Principal,
+        eligibility: EligibilityService, context: some RequestContext
+    ) async throws {
+        guard offer.productIDs.isEmpty || offer.productIDs.contains(request.productID) else {
+            throw APIProblem.badRequest("product_not_in_offer", "offer '\(offer.offerID)' does not apply to product '\(request.productID)'")
+        }
+        guard let evidence = request.evidence else {
+            throw APIProblem.badRequest("evidence_required", "offer '\(offer.offerID)' has eligibility rules: send evidence.signedTransactions and evidence.signedRenewalInfos from StoreKit")
+        }
+        let now = Date()
+        guard let decision = try await eligibility.decide([offer], bundleID: bundleID, appAccountToken: token, evidence: evidence, now: now).first else {
+            throw APIProblem(.internalServerError, code: "internal_error", detail: "no eligibility decision")
+        }
+        let entry = EligibilityService.auditEntry(decision, bundleID: bundleID, productID: request.productID, appAccountToken: token, principal: principal.identity, at: now)
+        do {
+            _ = try await committer.commit(AuditAppend(entry: entry))
+        } catch {
+            throw APIProblem(.serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")
+        }
+        guard decision.eligible else {
+            var extensions = ["reasons": EligibilityService.reasonsJSON(decision.reasons)]
+            if let eligibleFrom = decision.eligibleFrom { extensions["eligibleFrom"] = JSONObjectWriter.quoted(Date.rfc3339(milliseconds: eligibleFrom.unixMilliseconds)) }
+            let reasons = decision.reasons.map(\.rawValue).joined(separator: ", ")
+            var detail = "the customer is not eligible for '\(offer.offerID)': \(reasons)"
+            if let failure = decision.evidenceFailures.first { detail += " (\(failure))" }
+            throw APIProblem(.forbidden, code: "not_eligible", detail: detail, extensions: extensions)
+        }
     }
 
     static func formats(_ requested: [String]?) throws(APIProblem) -> [SignatureFormat] {

@@ -19,10 +19,8 @@ public enum KeyRegistry {
         return try await store.importKey(record, actor: actor, reason: reason)
     }
 
-    static let iso8601 = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
-
     /// RFC 3339 UTC with milliseconds.
-    public static func timestamp(_ date: Date?) -> String? { date.map { iso8601.format($0) } }
+    public static func timestamp(_ date: Date?) -> String? { date.map { Date.rfc3339(milliseconds: $0.unixMilliseconds) } }
 
     /// A key as JSON for `keys list --json`: never the private key.
     public static func json(_ key: SigningKeyRecord) -> String {

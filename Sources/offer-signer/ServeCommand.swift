@@ -51,6 +51,14 @@ struct ServeCommand: AsyncParsableCommand {
     var jwtTokenClaim: String?
     @Option(help: "Namespace UUID: the appAccountToken is UUIDv5(namespace, sub). Env: OFFER_SIGNER_JWT_SUB_NAMESPACE.")
     var jwtSubNamespace: String?
+    @Option(help: "Offers catalog (JSON) with win-back eligibility rules; see offers.example.json. Env: OFFER_SIGNER_OFFERS.")
+    var offers: String?
+    @Option(name: .customLong("apple-root"), help: "A PEM root certificate Apple-signed evidence must chain to (repeatable; default: the bundled Apple Root CA - G3). For tests. Env: OFFER_SIGNER_APPLE_ROOTS (paths separated by ':').")
+    var appleRoots: [String] = []
+    @Option(help: "Sign an audit checkpoint after this many new audit records. Env: OFFER_SIGNER_CHECKPOINT_EVERY_RECORDS. Default 10000.")
+    var checkpointEveryRecords: Int?
+    @Option(help: "…or after this many seconds, whichever comes first (only when the chain grew). Env: OFFER_SIGNER_CHECKPOINT_EVERY_SECONDS. Default 300.")
+    var checkpointEverySeconds: Double?
     @Option(help: "Bundle ID of the development key (--dev). Default com.example.app.")
     var devBundleID: String = "com.example.app"
     @Option(help: "trace, debug, info, notice, warning, error or critical. Env: OFFER_SIGNER_LOG_LEVEL. Default info.")
@@ -102,6 +110,17 @@ struct ServeCommand: AsyncParsableCommand {
             perSecond: try tokenRate ?? Self.number("OFFER_SIGNER_TOKEN_RATE", Double.self) ?? configuration.appAccountTokenRateLimit.perSecond,
             burst: try tokenBurst ?? Self.number("OFFER_SIGNER_TOKEN_BURST", Double.self) ?? configuration.appAccountTokenRateLimit.burst)
         configuration.userJWT = try userJWTConfiguration()
+        if let value = try checkpointEveryRecords ?? Self.number("OFFER_SIGNER_CHECKPOINT_EVERY_RECORDS", Int.self) {
+            guard value > 0 else { throw ValidationError("--checkpoint-every-records must be at least 1") }
+            configuration.checkpointEveryRecords = value
+        }
+        if let value = try checkpointEverySeconds ?? Self.number("OFFER_SIGNER_CHECKPOINT_EVERY_SECONDS", Double.self) {
+            guard value > 0 else { throw ValidationError("--checkpoint-every-seconds must be more than 0") }
+            configuration.checkpointEvery = .milliseconds(Int64(value * 1000))
+        }
+        configuration.eligibility = try EligibilityFiles.load(
+            offers: offers ?? Environment.value("OFFER_SIGNER_OFFERS"),
+            appleRoots: appleRoots.isEmpty ? (Environment.value("OFFER_SIGNER_APPLE_ROOTS")?.split(separator: ":").map(String.init) ?? []) : appleRoots)
 
         let application: any ApplicationProtocol
         do {

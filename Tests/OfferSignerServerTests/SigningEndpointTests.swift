@@ -146,7 +146,7 @@ struct SigningEndpointTests {
 
     @Test("Every bad input gets its 4xx problem document and nothing is issued", arguments: badRequests)
     func badInput(_ bad: BadRequest) async throws {
-        let server = try await TestServer()
+        let server = try await TestServer { $0.maximumBodyBytes = 64 * 1024 }
         defer { server.cleanUp() }
         let secret = try await server.createClient(name: "backend")
         try await server.live { client in

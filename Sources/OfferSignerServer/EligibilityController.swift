@@ -1,0 +1,77 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import OfferSignerCore
+import OfferSignerEligibility
+import OfferSignerStorage
+
+/// The body of `POST /v1/offers/eligibility`.
+struct EligibilityRequest: Decodable, Sendable {
+    var bundleID: String?
+    var appAccountToken: String?
+    var offerIDs: [String]?
+    var evidence: PurchaseEvidence
+
+    static let members: Set<String> = ["bundleID", "appAccountToken", "offerIDs", "evidence"]
+
+    enum CodingKeys: String, CodingKey {
+        case bundleID, appAccountToken, offerIDs, evidence
+    }
+
+    init(from decoder: any Decoder) throws {
+        try UnknownMember.check(decoder, allowed: Self.members)
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        bundleID = try container.decodeIfPresent(String.self, forKey: .bundleID)
+        appAccountToken = try container.decodeIfPresent(String.self, forKey: .appAccountToken)
+        offerIDs = try container.decodeIfPresent([String].self, forKey: .offerIDs)
+        evidence = try container.decode(PurchaseEvidence.self, forKey: .evidence)
+    }
+}
+
+/// `POST /v1/offers/eligibility`: the per-offer decision and reasons, without signing.
+///
+/// Rules: the same authentication, rate limits, bundle resolution and appAccountToken binding
+/// as signing; offers default to every catalog offer of the bundle; nothing is signed or
+/// recorded in the ledger.
+struct EligibilityController: Sendable {
+    let keyRing: KeyRingHolder
+    let authenticator: RequestAuthenticator
+    let eligibility: EligibilityService?
+    let maximumBodyBytes: Int
+
+    func decide(_ request: Request, context: some RequestContext) async throws -> Response {
+        let ring = keyRing.ring
+        let principal = try await authenticator.authenticate(request, ring: ring)
+        let body = try await RequestBodyReader.json(request, limit: maximumBodyBytes)
+        let eligibilityRequest = try RequestDecoding.decode(EligibilityRequest.self, from: body)
+        var token: UUID?
+        if let text = eligibilityRequest.appAccountToken {
+            do {
+                token = try OfferFieldValidator.parseAppAccountToken(text)
+            } catch {
+                throw APIProblem.field(error)
+            }
+        }
+        let bundleID = try SigningController.bundle(eligibilityRequest.bundleID, ring: ring)
+        if case .client(let client) = principal, !client.bundleIDs.isEmpty, !client.bundleIDs.contains(bundleID) {
+            throw APIProblem(.forbidden, code: "bundle_not_allowed", detail: "this API client may not ask about '\(bundleID)'")
+        }
+        if case .user(_, let bound) = principal {
+            if let token, token != bound {
+                throw APIProblem(.forbidden, code: "token_binding_mismatch", detail: "the appAccountToken is not the one bound to the authenticated user")
+            }
+            token = bound
+        }
+        guard let eligibility else {
+            throw APIProblem(.notFound, code: "eligibility_not_configured", detail: "this service has no offers catalog; start it with --offers FILE")
+        }
+        let offers = try eligibility.offers(bundleID: bundleID, named: eligibilityRequest.offerIDs)
+        let decisions = try await eligibility.decide(offers, bundleID: bundleID, appAccountToken: token, evidence: eligibilityRequest.evidence, now: Date())
+        var writer = JSONObjectWriter()
+        writer.field("bundleID", bundleID)
+        writer.field("appAccountToken", token?.lowercasedString)
+        writer.field("decisions", json: "[" + decisions.map(EligibilityService.json).joined(separator: ",") + "]")
+        return Response(status: .ok, headers: [.contentType: "application/json", .cacheControl: "no-store"], body: .init(byteBuffer: ByteBuffer(string: writer.finish())))
+    }
+}

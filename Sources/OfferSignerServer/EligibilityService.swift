@@ -1,0 +1,165 @@
+import Foundation
+import OfferSignerCore
+import OfferSignerEligibility
+import OfferSignerEvidence
+import OfferSignerStorage
+import SwiftASN1
+import X509
+
+/// Where eligibility rules come from: the offers catalog and the roots Apple-signed evidence
+/// must chain to.
+public struct EligibilityConfiguration: Sendable {
+    public var catalog: OfferCatalog
+    /// Apple Root CA - G3 unless tests pass their own; verification can never be turned off.
+    public var trustedRoots: [Certificate]
+    /// Most JWS one request may carry.
+    public var maximumEvidenceItems: Int = 1000
+
+    public init(catalog: OfferCatalog, trustedRoots: [Certificate] = [.appleRootCAG3]) {
+        self.catalog = catalog
+        self.trustedRoots = trustedRoots
+    }
+
+    /// Reads a catalog and optional root certificates (PEM text; none means Apple Root CA - G3).
+    public init(catalogJSON: Data, trustedRootPEMs: [String]) throws(EligibilityConfigurationError) {
+        do {
+            catalog = try OfferCatalog(jsonData: catalogJSON)
+        } catch {
+            throw EligibilityConfigurationError(message: error.description)
+        }
+        if trustedRootPEMs.isEmpty {
+            trustedRoots = [.appleRootCAG3]
+        } else {
+            var roots: [Certificate] = []
+            for (index, pem) in trustedRootPEMs.enumerated() {
+                do {
+                    roots.append(try Certificate(pemEncoded: pem))
+                } catch {
+                    throw EligibilityConfigurationError(message: "trusted root #\(index + 1) is not a PEM certificate: \(error)")
+                }
+            }
+            trustedRoots = roots
+        }
+    }
+}
+
+/// A catalog or root certificate that cannot be used.
+public struct EligibilityConfigurationError: Error, Sendable, CustomStringConvertible {
+    public var message: String
+    public var description: String { message }
+}
+
+/// Decides whether a customer may get an offer, from Apple-signed history and our ledger.
+///
+/// Rules: every JWS is verified (x5c chain to a trusted root, Apple's marker OIDs, ES256,
+/// bundle); a transaction that names another appAccountToken than the customer's is another
+/// account's history and counts as unverified evidence; our ledger (signatures issued to the
+/// customer for the bundle, one record per issuance whatever the number of formats) counts
+/// as redemptions for waiting periods and redemption limits.
+struct EligibilityService: Sendable {
+    let configuration: EligibilityConfiguration
+    let store: any OfferSignerStore
+    let evaluator: EligibilityEvaluator
+
+    init(configuration: EligibilityConfiguration, store: any OfferSignerStore) {
+        self.configuration = configuration
+        self.store = store
+        self.evaluator = EligibilityEvaluator(catalog: configuration.catalog)
+    }
+
+    /// The catalog offers of a bundle, or those named.
+    func offers(bundleID: String, named offerIDs: [String]?) throws(APIProblem) -> [OfferDefinition] {
+        guard let offerIDs else { return configuration.catalog.offers.filter { $0.bundleID == bundleID } }
+        return try offerIDs.map { offerID throws(APIProblem) in
+            guard let offer = configuration.catalog.offer(id: offerID, bundleID: bundleID) else {
+                throw APIProblem.badRequest("unknown_offer", "'\(offerID)' is not an offer of \(bundleID) in the offers catalog")
+            }
+            return offer
+        }
+    }
+
+    /// The catalog entry of an offer, if it has rules that must be checked before signing.
+    func rules(offerID: String, bundleID: String) -> OfferDefinition? {
+        guard let offer = configuration.catalog.offer(id: offerID, bundleID: bundleID), offer.rules != nil else { return nil }
+        return offer
+    }
+
+    func decide(
+        _ offers: [OfferDefinition], bundleID: String, appAccountToken: UUID?, evidence: PurchaseEvidence?, now: Date
+    ) async throws -> [EligibilityDecision] {
+        let verified = try await self.evidence(evidence, bundleID: bundleID, appAccountToken: appAccountToken, now: now)
+        let ledger = try await self.ledger(appAccountToken: appAccountToken, bundleID: bundleID)
+        return offers.map { evaluator.evaluate($0, evidence: verified, ledger: ledger, now: now) }
+    }
+
+    private func evidence(_ evidence: PurchaseEvidence?, bundleID: String, appAccountToken: UUID?, now: Date) async throws -> EligibilityEvidence {
+        guard let evidence else { return .empty }
+        let count = evidence.signedTransactions.count + evidence.signedRenewalInfos.count
+        guard count <= configuration.maximumEvidenceItems else {
+            throw APIProblem.badRequest("too_much_evidence", "evidence holds \(count) JWS; at most \(configuration.maximumEvidenceItems) are accepted")
+        }
+        let verifier = AppleSignedDataVerifier(trustedRoots: configuration.trustedRoots, bundleID: bundleID, environment: nil)
+        var verified = await verifier.verify(signedTransactions: evidence.signedTransactions, signedRenewalInfos: evidence.signedRenewalInfos, now: now)
+        if let appAccountToken {
+            let customer = appAccountToken.lowercasedString
+            for (index, transaction) in verified.transactions.enumerated() {
+                if let token = transaction.appAccountToken, !token.isEmpty, token.lowercased() != customer {
+                    verified.failures.append(EvidenceFailure(
+                        source: .signedTransaction, index: index, code: .appAccountTokenMismatch,
+                        message: "transaction \(transaction.transactionID) belongs to another appAccountToken"))
+                }
+            }
+        }
+        return verified
+    }
+
+    private func ledger(appAccountToken: UUID?, bundleID: String) async throws -> [IssuedOfferRecord] {
+        guard let appAccountToken else { return [] }
+        let issued = try await store.issuedSignatures(appAccountToken: appAccountToken.lowercasedString, bundleID: bundleID)
+        var seen = Set<String>()
+        var records: [IssuedOfferRecord] = []
+        for record in issued where seen.insert("\(record.signature.offerID) \(record.signature.issuedAt.unixMilliseconds)").inserted {
+            records.append(IssuedOfferRecord(offerID: record.signature.offerID, issuedAt: record.signature.issuedAt))
+        }
+        return records
+    }
+
+    /// A decision as the API returns it.
+    static func json(_ decision: EligibilityDecision) -> String {
+        var writer = JSONObjectWriter()
+        writer.field("offerID", decision.offerID)
+        writer.field("eligible", decision.eligible)
+        writer.field("reasons", json: reasonsJSON(decision.reasons))
+        if let eligibleFrom = decision.eligibleFrom { writer.field("eligibleFrom", Date.rfc3339(milliseconds: eligibleFrom.unixMilliseconds)) }
+        if !decision.evidenceFailures.isEmpty {
+            let failures = decision.evidenceFailures.map { failure in
+                var item = JSONObjectWriter()
+                item.field("source", failure.source.rawValue)
+                item.field("index", Int64(failure.index))
+                item.field("code", failure.code.rawValue)
+                item.field("message", failure.message)
+                return item.finish()
+            }
+            writer.field("evidenceFailures", json: "[" + failures.joined(separator: ",") + "]")
+        }
+        return writer.finish()
+    }
+
+    static func reasonsJSON(_ reasons: [EligibilityReason]) -> String {
+        "[" + reasons.map { JSONObjectWriter.quoted($0.rawValue) }.joined(separator: ",") + "]"
+    }
+
+    /// The audit entry of a decision taken before signing.
+    static func auditEntry(_ decision: EligibilityDecision, bundleID: String, productID: String, appAccountToken: UUID?, principal: String, at time: Date) -> AuditEntry {
+        var writer = JSONObjectWriter()
+        writer.field("decidedAt", time.unixMilliseconds)
+        writer.field("client", principal)
+        writer.field("bundleID", bundleID)
+        writer.field("productID", productID)
+        writer.field("offerID", decision.offerID)
+        writer.field("appAccountToken", appAccountToken?.lowercasedString)
+        writer.field("eligible", decision.eligible)
+        writer.field("reasons", json: reasonsJSON(decision.reasons))
+        return AuditEntry(kind: "eligibility.decided", body: writer.finish())
+    }
+}

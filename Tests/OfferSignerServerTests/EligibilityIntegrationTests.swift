@@ -1,0 +1,163 @@
+import Crypto
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import NIOCore
+import OfferSignerCore
+import OfferSignerEligibility
+import OfferSignerServer
+import OfferSignerStorage
+import SwiftASN1
+import Testing
+import X509
+
+/// Eligibility then signing over HTTP against a real server, with evidence signed by a test
+/// chain shaped like Apple's (passed as the trusted root, as `--apple-root` does).
+@Suite("Win-back eligibility over HTTP", .serialized)
+struct EligibilityIntegrationTests {
+    static let token = "7e3fb20b-4cdb-47cc-936d-99d65f608138"
+    static let catalog = #"""
+    {"offers": [
+      {"offerID": "wb1", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
+       "kind": "win-back", "rules": {"minPaidMonths": 3, "lapsedMonths": {"min": 1}, "waitBetweenOffersMonths": 12}},
+      {"offerID": "goodwill", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1", "kind": "any"}
+    ]}
+    """#
+
+    static func monthsAgo(_ months: Int, from now: Date = Date()) -> Date {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        return calendar.date(byAdding: .month, value: -months, to: now)!
+    }
+
+    /// Six paid monthly periods that ended `lapsedMonths` ago.
+    static func history(_ chain: TestAppleChain, lapsedMonths: Int = 2, token: String = token, alter: Bool = false) throws -> [String] {
+        try (0..<6).map { index in
+            let start = monthsAgo(lapsedMonths + 6 - index)
+            let end = monthsAgo(lapsedMonths + 5 - index)
+            let payload: [String: Any] = [
+                "transactionId": "20000001\(index)", "originalTransactionId": "200000010", "bundleId": "com.example.app",
+                "productId": "pro.monthly", "subscriptionGroupIdentifier": "G1",
+                "purchaseDate": TestAppleChain.milliseconds(start), "expiresDate": TestAppleChain.milliseconds(end),
+                "type": "Auto-Renewable Subscription", "inAppOwnershipType": "PURCHASED", "price": 4990, "currency": "USD",
+                "storefront": "USA", "environment": "Production", "appAccountToken": token,
+                "signedDate": TestAppleChain.milliseconds(end),
+            ]
+            let jws = try chain.signJWS(payload)
+            guard alter else { return jws }
+            // Change the payload without re-signing (price 0: a "free" period).
+            var parts = jws.split(separator: ".").map(String.init)
+            var altered = payload
+            altered["price"] = 0
+            parts[1] = TestAppleChain.base64URL(try JSONSerialization.data(withJSONObject: altered, options: [.sortedKeys]))
+            return parts.joined(separator: ".")
+        }
+    }
+
+    static func evidenceJSON(_ transactions: [String]) -> String {
+        "{\"signedTransactions\":[" + transactions.map { "\"\($0)\"" }.joined(separator: ",") + "],\"signedRenewalInfos\":[]}"
+    }
+
+    func server(_ chain: TestAppleChain) async throws -> TestServer {
+        try await TestServer { configuration in
+            configuration.eligibility = try! EligibilityConfiguration(
+                catalogJSON: Data(Self.catalog.utf8), trustedRootPEMs: [try! chain.root.serializeAsPEM().pemString])
+        }
+    }
+
+    @Test("Eligible customer: decision, then a signature; a second one within the wait is refused with eligibleFrom")
+    func eligibleThenWait() async throws {
+        let chain = try TestAppleChain()
+        let server = try await server(chain)
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "backend")
+        let evidence = Self.evidenceJSON(try Self.history(chain))
+        try await server.live { client in
+            let decisions = try await client.postJSON("/v1/offers/eligibility", #"{"appAccountToken":"\#(Self.token)","evidence":\#(evidence)}"#, bearer: secret)
+            #expect(decisions.status == .ok, "\(decisions.text)")
+            let list = try #require(decisions.json["decisions"] as? [[String: Any]])
+            #expect(list.count == 2)
+            #expect(list.first { $0["offerID"] as? String == "wb1" }?["eligible"] as? Bool == true, "\(decisions.text)")
+            #expect(list.first { $0["offerID"] as? String == "goodwill" }?["eligible"] as? Bool == true)
+
+            let signed = try await client.postJSON(
+                "/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"wb1","appAccountToken":"\#(Self.token)","evidence":\#(evidence)}"#, bearer: secret)
+            #expect(signed.status == .created, "\(signed.text)")
+            let legacy = try #require(signed.json["legacy"] as? [String: Any])
+            let payload = try PromotionalOfferPayload(
+                bundleID: "com.example.app", keyID: try #require(legacy["keyID"] as? String), productID: "pro.monthly", offerID: "wb1",
+                appAccountToken: Self.token, nonce: try #require(legacy["nonce"] as? String), timestamp: try #require(legacy["timestamp"] as? Int64))
+            #expect(PromotionalOfferVerifier(publicKey: server.keys["com.example.app"]!.publicKey).verifyLegacy(payload: payload, signature: try #require(legacy["signature"] as? String)) == .valid)
+
+            let again = try await client.postJSON(
+                "/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"wb1","appAccountToken":"\#(Self.token)","evidence":\#(evidence)}"#, bearer: secret)
+            expectProblem(again, .forbidden, "not_eligible")
+            #expect(again.json["reasons"] as? [String] == ["redeemed_too_recently"])
+            #expect(again.json["eligibleFrom"] is String)
+        }
+        #expect(try server.issuedCount() == 1)
+        let decisions = try await server.store.auditRecords(after: 0, limit: 100).filter { $0.kind == "eligibility.decided" }
+        #expect(decisions.count == 2)
+        #expect(decisions.last?.body.contains("\"eligible\":false") == true)
+        #expect(decisions.last?.body.contains("redeemed_too_recently") == true)
+    }
+
+    @Test("Forged, re-signed by a non-Apple chain, altered or another account's evidence: evidence_unverified and no signature")
+    func badEvidence() async throws {
+        let chain = try TestAppleChain()
+        let server = try await server(chain)
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "backend")
+        let foreign = try TestAppleChain(rootName: "Not Apple")
+        let noMarkers = try TestAppleChain(rootKey: chain.rootKey, root: chain.root, markerOIDs: false)
+        let cases: [(String, [String])] = [
+            ("self-signed leaf", try Self.history(try chain.withSelfSignedLeaf())),
+            ("foreign chain", try Self.history(foreign)),
+            ("no Apple marker OIDs", try Self.history(noMarkers)),
+            ("altered payload", try Self.history(chain, alter: true)),
+            ("another account", try Self.history(chain, token: "11111111-2222-3333-4444-555555555555")),
+            ("garbage", ["not-a-jws", "a.b.c"]),
+        ]
+        try await server.live { client in
+            for (name, transactions) in cases {
+                let response = try await client.postJSON(
+                    "/v1/offers/signatures",
+                    #"{"productID":"pro.monthly","offerID":"wb1","appAccountToken":"\#(Self.token)","evidence":\#(Self.evidenceJSON(transactions))}"#,
+                    bearer: secret)
+                expectProblem(response, .forbidden, "not_eligible")
+                #expect((response.json["reasons"] as? [String])?.contains("evidence_unverified") == true, "\(name): \(response.text)")
+            }
+        }
+        #expect(try server.issuedCount() == 0)
+    }
+
+    @Test("Offers with rules need evidence; offers without rules sign as before; a subscriber is refused")
+    func rulesAndNoRules() async throws {
+        let chain = try TestAppleChain()
+        let server = try await server(chain)
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "backend")
+        try await server.live { client in
+            expectProblem(
+                try await client.postJSON("/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"wb1","appAccountToken":"\#(Self.token)"}"#, bearer: secret),
+                .badRequest, "evidence_required")
+            expectProblem(
+                try await client.postJSON("/v1/offers/signatures", #"{"productID":"pro.yearly","offerID":"wb1","evidence":{}}"#, bearer: secret),
+                .badRequest, "product_not_in_offer")
+            #expect(try await client.postJSON("/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"goodwill"}"#, bearer: secret).status == .created)
+            // Active subscriber: the last period ends next month.
+            let active = Self.evidenceJSON(try Self.history(chain, lapsedMonths: -1))
+            let response = try await client.postJSON(
+                "/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"wb1","appAccountToken":"\#(Self.token)","evidence":\#(active)}"#, bearer: secret)
+            expectProblem(response, .forbidden, "not_eligible")
+            #expect((response.json["reasons"] as? [String])?.contains("currently_subscribed") == true, "\(response.text)")
+            expectProblem(
+                try await client.postJSON("/v1/offers/eligibility", #"{"offerIDs":["nope"],"evidence":{}}"#, bearer: secret),
+                .badRequest, "unknown_offer")
+            let none = try await client.postJSON("/v1/offers/eligibility", #"{"evidence":{}}"#, bearer: secret)
+            let decisions = try #require(none.json["decisions"] as? [[String: Any]])
+            #expect((decisions.first { $0["offerID"] as? String == "wb1" }?["reasons"] as? [String])?.contains("no_history") == true)
+        }
+        #expect(try server.issuedCount() == 1)
+    }
+}
