@@ -42,9 +42,9 @@ public struct AuditVerificationReport: Sendable, Equatable, CustomStringConverti
     public var description: String {
         var lines: [String] = []
         if let firstBadRecord {
-            lines.append("first bad record: \(firstBadRecord): \(reason ?? "")")
+            lines.append("broken: record \(firstBadRecord): \(reason ?? "")")
         }
-        lines += checkpointProblems.map { "checkpoint problem: \($0)" }
+        lines += checkpointProblems.map { "broken: \($0)" }
         if isIntact {
             var line = "intact: \(recordsChecked) records, head \(headHash)"
             if checkpointsMatched > 0 {
@@ -101,6 +101,9 @@ public enum AuditVerification {
         private var firstBad: Int64?
         private var reason: String?
         private var suspectRange: ClosedRange<Int64>?
+        /// A checkpoint mismatch at `sequence`, judged with the next record: when that one links
+        /// past it, the record at the checkpoint was inserted rather than the chain rewritten.
+        private var pendingRewrite: (from: Int64, sequence: Int64, origin: String)?
 
         /// Count of records that checked out.
         public var count: Int64 { expectedSequence - 1 }
@@ -149,6 +152,14 @@ public enum AuditVerification {
         @discardableResult
         public mutating func check(sequence: Int64, recordedAtMillis: Int64, kind: String, body: String, previousHash: String, hash: String) -> Bool {
             guard firstBad == nil else { return false }
+            if let pending = pendingRewrite {
+                if sequence == expectedSequence && previousHash != headHash && previousHash == previousHeadHash {
+                    fail(sequence - 1, "record \(sequence - 1) was inserted: record \(sequence) links to record \(sequence - 2), not to it")
+                } else {
+                    failRewrite(pending)
+                }
+                return false
+            }
             if sequence != expectedSequence {
                 if sequence > expectedSequence {
                     fail(expectedSequence, "missing: the chain jumps from \(expectedSequence - 1) to \(sequence) (deleted or moved)")
@@ -176,16 +187,19 @@ public enum AuditVerification {
             if nextExpected < expected.count && expected[nextExpected].sequence == sequence {
                 let checkpoint = expected[nextExpected]
                 guard checkpoint.headHash == hash else {
-                    let from = coveredThrough + 1
-                    suspectRange = from...sequence
-                    fail(from, "the chain was rewritten: record \(sequence)'s hash differs from the one signed in the checkpoint of \(sequence) records (\(checkpoint.origin)); every record from \(from) to \(sequence) is suspect (hashes recomputed after an edit, insertion or deletion)")
-                    return false
+                    pendingRewrite = (coveredThrough + 1, sequence, checkpoint.origin)
+                    return true
                 }
                 matched += 1
                 coveredThrough = sequence
                 nextExpected += 1
             }
             return true
+        }
+
+        private mutating func failRewrite(_ pending: (from: Int64, sequence: Int64, origin: String)) {
+            suspectRange = pending.from...pending.sequence
+            fail(pending.from, "the chain was rewritten: record \(pending.sequence)'s hash differs from the one signed in the checkpoint of \(pending.sequence) records (\(pending.origin)); every record from \(pending.from) to \(pending.sequence) is suspect (hashes recomputed after an edit, insertion or deletion)")
         }
 
         private mutating func fail(_ sequence: Int64, _ why: String) {
@@ -195,8 +209,11 @@ public enum AuditVerification {
 
         /// The report. Call after the last record (or after ``check`` returned false).
         public func finish() -> AuditVerificationReport {
-            var firstBad = firstBad
-            var reason = reason
+            var copy = self
+            if let pending = copy.pendingRewrite, copy.firstBad == nil { copy.failRewrite(pending) }
+            var firstBad = copy.firstBad
+            var reason = copy.reason
+            let suspectRange = copy.suspectRange
             if firstBad == nil, nextExpected < expected.count, let longest = expected.last {
                 firstBad = count + 1
                 reason = "missing: the chain ends at record \(count) but a signed checkpoint (\(longest.origin)) vouches for \(longest.sequence) records; records \(count + 1)…\(longest.sequence) were removed"

@@ -52,7 +52,7 @@ struct AuditVerifyCommand: AsyncParsableCommand {
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             CLI.printNote("verified \(report.recordsChecked) records in \(String(format: "%.2f", seconds)) s")
         }
-        print(report.isIntact ? report.description : "TAMPERED\n\(report.description)")
+        print(report.description)
         if !report.isIntact { throw ExitCode(1) }
     }
 }
