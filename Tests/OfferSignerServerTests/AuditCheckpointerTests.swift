@@ -1,0 +1,63 @@
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import OfferSignerServer
+import OfferSignerStorage
+import Testing
+
+@Suite("The server's periodic signed audit checkpoints", .serialized)
+struct AuditCheckpointerTests {
+    @Test("A checkpoint every N records, and a final one on graceful shutdown covering the head")
+    func everyRecordsAndShutdown() async throws {
+        let server = try await TestServer { configuration in
+            configuration.checkpointEveryRecords = 10
+            configuration.checkpointEvery = .seconds(600)
+        }
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "backend")
+        try await server.live { client in
+            for _ in 0..<25 {
+                #expect(try await client.postJSON("/v1/offers/signatures", #"{"productID":"p","offerID":"o"}"#, bearer: secret).status == .created)
+            }
+            try await Task.sleep(for: .milliseconds(1500))
+            let checkpoints = try await server.store.checkpoints()
+            #expect(!checkpoints.isEmpty)
+            #expect((checkpoints.last?.sequence ?? 0) >= 20, "\(checkpoints.map(\.sequence))")
+            for _ in 0..<3 {
+                #expect(try await client.postJSON("/v1/offers/signatures", #"{"productID":"p","offerID":"o"}"#, bearer: secret).status == .created)
+            }
+        }
+        let head = try await server.store.auditHead()
+        let latest = try #require(try await server.store.latestCheckpoint())
+        #expect(latest.sequence == head.count, "the final checkpoint covers every record written")
+        #expect(latest.headHash == head.hash)
+        let key = try #require(try await server.store.auditSigningPublicKey())
+        #expect(key.isValidSignature(of: latest))
+        let report = try await server.store.verifyAudit()
+        #expect(report.isIntact, "\(report)")
+        #expect(report.coveredThrough == head.count)
+        // The key's creation is itself audited, with its fingerprint and never key material.
+        let records = try await server.store.auditRecords(after: 0, limit: 1000)
+        let created = try #require(records.first { $0.kind == "audit.signing-key.created" })
+        #expect(created.body.contains(key.fingerprint))
+        #expect(!records.contains { $0.body.contains("PRIVATE KEY") })
+    }
+
+    @Test("A checkpoint after the interval when the chain grew, none while it does not")
+    func everyInterval() async throws {
+        let server = try await TestServer { configuration in
+            configuration.checkpointEveryRecords = 1_000_000
+            configuration.checkpointEvery = .milliseconds(300)
+        }
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "backend")
+        try await server.live { client in
+            #expect(try await client.postJSON("/v1/offers/signatures", #"{"productID":"p","offerID":"o"}"#, bearer: secret).status == .created)
+            try await Task.sleep(for: .milliseconds(1200))
+            let first = try await server.store.checkpoints()
+            #expect(first.count == 1, "\(first.map(\.sequence))")
+            try await Task.sleep(for: .milliseconds(1000))
+            #expect(try await server.store.checkpoints() == first, "no new checkpoint while nothing is written")
+        }
+    }
+}

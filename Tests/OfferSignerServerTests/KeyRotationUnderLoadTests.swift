@@ -1,0 +1,120 @@
+import Crypto
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import NIOCore
+import OfferSignerCore
+import OfferSignerServer
+import OfferSignerStorage
+import Testing
+
+@Suite("Key rotation under load on a real server", .serialized)
+struct KeyRotationUnderLoadTests {
+    struct Sample: Sendable {
+        var ok: Bool
+        var detail: String
+        var token: String
+        var keyID: String?
+        var nonce: String?
+        var timestamp: Int64?
+        var signature: String?
+    }
+
+    enum WorkerResult: Sendable {
+        case samples([Sample])
+        case activated(atMillis: Int64)
+    }
+
+    @Test("Activating a new key while 32 connections sign for ~3 s: no failed request; every signature issued 1 s after the activation uses the new key")
+    func rotationUnderLoad() async throws {
+        let server = try await TestServer()
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "load")
+        let oldKey = try #require(server.keys["com.example.app"])
+        let newKey = try InAppPurchaseKey.generateForDevelopment(keyID: "ROTATED001")
+        _ = try await KeyRegistry.importKey(
+            newKey, bundleID: "com.example.app", issuerID: TestServer.issuerID, development: true, into: server.store, masterKey: server.masterKey,
+            actor: "test", reason: "rotation under load")
+        let store = server.store
+        let results = try await server.live { client -> [WorkerResult] in
+            let port = try #require(client.port)
+            let deadline = ContinuousClock.now + .seconds(3)
+            return try await withThrowingTaskGroup(of: WorkerResult.self) { group in
+                for _ in 0..<32 {
+                    group.addTask {
+                        let samples = try await TestClient.withClient(host: "127.0.0.1", port: port) { connection -> [Sample] in
+                            var samples: [Sample] = []
+                            while ContinuousClock.now < deadline {
+                                let token = UUID().uuidString.lowercased()
+                                do {
+                                    let response = try await connection.post(
+                                        "/v1/offers/signatures",
+                                        headers: [.contentType: "application/json", .authorization: "Bearer \(secret)"],
+                                        body: ByteBuffer(string: #"{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"\#(token)"}"#))
+                                    let text = response.body.map { String(buffer: $0) } ?? ""
+                                    guard response.status == .created,
+                                        let json = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any],
+                                        let legacy = json["legacy"] as? [String: Any]
+                                    else {
+                                        samples.append(Sample(ok: false, detail: "\(response.status): \(text)", token: token))
+                                        continue
+                                    }
+                                    samples.append(Sample(
+                                        ok: true, detail: "", token: token, keyID: legacy["keyID"] as? String, nonce: legacy["nonce"] as? String,
+                                        timestamp: (legacy["timestamp"] as? NSNumber)?.int64Value, signature: legacy["signature"] as? String))
+                                } catch {
+                                    samples.append(Sample(ok: false, detail: "\(error)", token: token))
+                                    return samples
+                                }
+                            }
+                            return samples
+                        }
+                        return .samples(samples)
+                    }
+                }
+                group.addTask {
+                    try await Task.sleep(for: .seconds(1))
+                    _ = try await store.transitionKey(keyID: "ROTATED001", to: .active, actor: "test", reason: "rotation under load", force: false)
+                    return .activated(atMillis: Date().unixMilliseconds)
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+        }
+        var samples: [Sample] = []
+        var activation: Int64?
+        for result in results {
+            switch result {
+            case .samples(let more): samples += more
+            case .activated(let millis): activation = millis
+            }
+        }
+        let activatedAt = try #require(activation)
+        let failures = samples.filter { !$0.ok }
+        #expect(failures.isEmpty, "\(failures.count) failed requests, e.g. \(failures.prefix(3).map(\.detail))")
+        #expect(samples.count > 300, "too little load to mean anything: \(samples.count) requests")
+
+        let publicKeys = [oldKey.keyID: oldKey.publicKey, newKey.keyID: newKey.publicKey]
+        var late = 0
+        var early = 0
+        for sample in samples where sample.ok {
+            let keyID = try #require(sample.keyID)
+            let timestamp = try #require(sample.timestamp)
+            let publicKey = try #require(publicKeys[keyID], "unknown key \(keyID)")
+            let payload = try PromotionalOfferPayload(
+                bundleID: "com.example.app", keyID: keyID, productID: "pro.monthly", offerID: "WINBACK50",
+                appAccountToken: sample.token, nonce: try #require(sample.nonce), timestamp: timestamp)
+            #expect(PromotionalOfferVerifier(publicKey: publicKey).verifyLegacy(payload: payload, signature: try #require(sample.signature)) == .valid)
+            if timestamp > activatedAt + 1000 {
+                late += 1
+                #expect(keyID == "ROTATED001", "signed at \(timestamp), \(timestamp - activatedAt) ms after the activation, with \(keyID)")
+            } else if keyID == oldKey.keyID {
+                early += 1
+            }
+        }
+        #expect(late > 50, "\(late) signatures more than 1 s after the activation")
+        #expect(early > 50, "\(early) signatures with the old key before the activation")
+        // Every signature is in the ledger and the chain is intact.
+        #expect(try server.issuedCount() == samples.count)
+        #expect(try await server.store.verifyAudit().isIntact)
+    }
+}
