@@ -152,6 +152,15 @@ public enum SignatureDocument: Sendable, Equatable {
         var format: String
     }
 
+    /// The document's format.
+    public var format: SignatureFormat {
+        switch self {
+        case .legacy: return .legacy
+        case .jws: return .jws
+        case .introductoryOfferEligibility: return .introEligibility
+        }
+    }
+
     /// Decodes a document, with a message naming the missing or mistyped field.
     public static func decode(json: Data) throws(OfferSignerError) -> SignatureDocument {
         do {
@@ -170,6 +179,59 @@ public enum SignatureDocument: Sendable, Equatable {
         } catch {
             throw OfferSignerError(code: .documentMalformed, message: DocumentDecoding.describe(error))
         }
+    }
+
+    /// Decodes either one document as `sign` prints it (with `format`), or a response of
+    /// `POST /v1/offers/signatures`, which nests a `legacy` and/or a `jws` object: each becomes
+    /// a document.
+    public static func decodeAll(json: Data) throws(OfferSignerError) -> [SignatureDocument] {
+        struct ServiceResponse: Decodable {
+            struct Legacy: Decodable {
+                var keyID: String
+                var nonce: String
+                var timestamp: Int64
+                var signature: String
+            }
+            struct JWS: Decodable {
+                var keyID: String
+                var compactJWS: String
+            }
+            var format: String?
+            var bundleID: String?
+            var productID: String?
+            var offerID: String?
+            var appAccountToken: String?
+            var legacy: Legacy?
+            var jws: JWS?
+        }
+        let response: ServiceResponse
+        do {
+            response = try JSONDecoder().decode(ServiceResponse.self, from: json)
+        } catch {
+            throw OfferSignerError(code: .documentMalformed, message: DocumentDecoding.describe(error))
+        }
+        guard response.format == nil, response.legacy != nil || response.jws != nil else {
+            return [try decode(json: json)]
+        }
+        guard let bundleID = response.bundleID, let productID = response.productID, let offerID = response.offerID else {
+            throw OfferSignerError(code: .documentMalformed, message: "a service response needs bundleID, productID and offerID")
+        }
+        var documents: [SignatureDocument] = []
+        if let legacy = response.legacy {
+            documents.append(.legacy(LegacySignatureDocument(
+                bundleID: bundleID, productID: productID, offerID: offerID, appAccountToken: response.appAccountToken,
+                keyID: legacy.keyID, nonce: legacy.nonce, timestamp: legacy.timestamp, signature: legacy.signature)))
+        }
+        if let jws = response.jws {
+            // The response does not repeat the transactionID; take it from the claims (the
+            // signature over them is checked by `verify`).
+            let claimsSegment = jws.compactJWS.split(separator: ".", omittingEmptySubsequences: false).dropFirst().first
+            let claims = claimsSegment.flatMap(Encoding.decodeBase64URL).flatMap { try? JSONDecoder().decode(OfferJWSClaims.self, from: $0) }
+            documents.append(.jws(PromotionalOfferJWSDocument(
+                bundleID: bundleID, productID: productID, offerID: offerID, keyID: jws.keyID,
+                transactionID: claims?.transactionId, compactJWS: jws.compactJWS)))
+        }
+        return documents
     }
 
     /// The document as one line of JSON, fields in StoreKit's order.

@@ -29,7 +29,7 @@ struct ServeCommand: AsyncParsableCommand {
     var port: Int?
     @OptionGroup var store: StoreOptions
     @OptionGroup var masterKey: MasterKeyOptions
-    @Option(help: "Largest request body in bytes. Env: OFFER_SIGNER_MAX_BODY_BYTES. Default 65536.")
+    @Option(help: "Largest request body in bytes. Env: OFFER_SIGNER_MAX_BODY_BYTES. Default 1048576 (evidence of a long-time subscriber needs room).")
     var maxBodyBytes: Int?
     @Option(help: "Requests per second per API client or user (0: no limit). Env: OFFER_SIGNER_CLIENT_RATE. Default 200.")
     var clientRate: Double?

@@ -7,7 +7,7 @@ import OfferSignerCore
 struct VerifyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "verify",
-        abstract: "Verify a signed object printed by `sign` (or the service). Exit 0 when valid, 1 when not, 2 when the input cannot be read."
+        abstract: "Verify a signed object printed by `sign`, or a response of the service (each signature in it). Exit 0 when valid, 1 when not, 2 when the input cannot be read."
     )
 
     @OptionGroup var key: VerificationKeyOptions
@@ -16,21 +16,26 @@ struct VerifyCommand: ParsableCommand {
     var input: String?
 
     func run() throws {
-        let document: SignatureDocument
+        let documents: [SignatureDocument]
         let publicKey: P256.Signing.PublicKey
         do {
             publicKey = try key.load()
-            document = try SignatureDocument.decode(json: CLI.readInput(input))
+            documents = try SignatureDocument.decodeAll(json: CLI.readInput(input))
         } catch {
             CLI.printError("\(error)")
             throw ExitCode(2)
         }
-        switch document.verify(with: publicKey) {
-        case .valid:
-            print("valid: signature verifies with key \(publicKey.offerSignerFingerprint.prefix(16))…")
-        case .invalid(let reason):
-            print("invalid: \(reason)")
-            throw ExitCode(1)
+        var allValid = true
+        for document in documents {
+            let label = documents.count > 1 ? "\(document.format.rawValue): " : ""
+            switch document.verify(with: publicKey) {
+            case .valid:
+                print("\(label)valid: signature verifies with key \(publicKey.offerSignerFingerprint.prefix(16))…")
+            case .invalid(let reason):
+                print("\(label)invalid: \(reason)")
+                allValid = false
+            }
         }
+        if !allValid { throw ExitCode(1) }
     }
 }

@@ -161,4 +161,36 @@ struct SignatureDocumentTests {
         let lying = SignatureDocument.jws(PromotionalOfferJWSDocument(bundleID: "com.example.app", productID: "pro.monthly", offerID: "FREE100", keyID: "ABC123DEFG", transactionID: nil, compactJWS: jws))
         #expect(lying.verify(with: key.publicKey) == .invalid(reason: "JWS offerIdentifier is 'WINBACK50' but offerID is 'FREE100'"))
     }
+
+    @Test("A service response decodes into one document per signature, each verifiable")
+    func serviceResponse() throws {
+        let payload = try PromotionalOfferPayload(
+            bundleID: "com.example.app", keyID: key.keyID, productID: "pro.monthly", offerID: "WINBACK50",
+            appAccountToken: nil, nonce: UUID(), timestamp: 1_700_000_000_000)
+        let signer = PromotionalOfferSigner(key: key)
+        let claims = try OfferJWSClaims.promotionalOffer(
+            issuerID: "issuer", bundleID: "com.example.app", productID: "pro.monthly", offerID: "WINBACK50",
+            transactionID: "42", issuedAt: Date(), nonce: UUID())
+        let response = """
+            {"bundleID":"com.example.app","productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":null,\
+            "legacy":{"keyID":"\(key.keyID)","nonce":"\(payload.nonce.lowercasedString)","timestamp":1700000000000,"signature":"\(try signer.legacySignature(for: payload))"},\
+            "jws":{"keyID":"\(key.keyID)","compactJWS":"\(signer.compactJWS(for: claims))"},"expiresAt":"2023-11-15T22:13:20.000Z"}
+            """
+        let documents = try SignatureDocument.decodeAll(json: Data(response.utf8))
+        #expect(documents.map(\.format) == [.legacy, .jws])
+        for document in documents { #expect(document.verify(with: key.publicKey) == .valid) }
+        let tampered = try SignatureDocument.decodeAll(json: Data(response.replacingOccurrences(of: "WINBACK50", with: "FREE100").utf8))
+        for document in tampered { #expect(document.verify(with: key.publicKey) != .valid) }
+        // A `sign` document still decodes as one.
+        let single = SignatureDocument.legacy(LegacySignatureDocument(payload: payload, signature: try signer.legacySignature(for: payload)))
+        #expect(try SignatureDocument.decodeAll(json: single.jsonData()) == [single])
+    }
+
+    @Test("RFC 3339 times are computed from whole milliseconds")
+    func rfc3339() {
+        #expect(Date.rfc3339(milliseconds: 1_795_405_886_734) == "2026-11-23T03:51:26.734Z")
+        #expect(Date.rfc3339(milliseconds: 0) == "1970-01-01T00:00:00.000Z")
+        #expect(Date.rfc3339(milliseconds: 951_782_400_005) == "2000-02-29T00:00:00.005Z")
+        #expect(Date.rfc3339(milliseconds: 4_102_444_799_999) == "2099-12-31T23:59:59.999Z")
+    }
 }
