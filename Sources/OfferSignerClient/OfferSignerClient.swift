@@ -111,7 +111,9 @@ public struct OfferSignerClient: Sendable {
     ///   - productID: The subscription's product identifier.
     ///   - offerID: The promotional offer identifier from App Store Connect.
     ///   - appAccountToken: Binds the signature to this token; the purchase must then carry the
-    ///     same token (the StoreKit helpers add it).
+    ///     same token (the StoreKit helpers add it). When `nil`, the service may still bind the
+    ///     signature to the signed-in user's token (user JWTs); it is in the result's
+    ///     `appAccountToken`.
     ///   - formats: Which signatures to return. `[.legacy, .jws]` lets
     ///     ``SignedPromotionalOffer/purchasePlan(now:capabilities:)`` pick per OS.
     ///   - evidence: Signed transactions/renewal infos, when the service checks eligibility.
@@ -193,7 +195,9 @@ public struct OfferSignerClient: Sendable {
         func fail(_ reason: String) -> OfferSignerClientError { .invalidResponse(reason) }
         guard offer.productID == productID else { throw fail("signed productID \(offer.productID), asked \(productID)") }
         guard offer.offerID == offerID else { throw fail("signed offerID \(offer.offerID), asked \(offerID)") }
-        guard offer.appAccountToken == appAccountToken else {
+        // Without a requested token the service may still bind one (a user JWT's own token);
+        // the offer carries it and the StoreKit helpers add it to the purchase.
+        if let appAccountToken, offer.appAccountToken != appAccountToken {
             throw fail("signed appAccountToken does not match the requested one")
         }
         if let bundleID, offer.bundleID != bundleID {

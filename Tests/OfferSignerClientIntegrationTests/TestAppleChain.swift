@@ -1,0 +1,1 @@
+../OfferSignerEligibilityTests/TestAppleChain.swift

@@ -1,0 +1,1 @@
+../OfferSignerServerTests/TestServer.swift
