@@ -197,6 +197,16 @@ public enum AuditVerification {
             return true
         }
 
+        /// Records a record that cannot be read at all (at `sequence`, or where the next one belongs).
+        public mutating func reject(sequence: Int64?, reason: String) {
+            guard firstBad == nil else { return }
+            if let pending = pendingRewrite {
+                failRewrite(pending)
+                return
+            }
+            fail(min(sequence ?? expectedSequence, expectedSequence), reason)
+        }
+
         private mutating func failRewrite(_ pending: (from: Int64, sequence: Int64, origin: String)) {
             suspectRange = pending.from...pending.sequence
             fail(pending.from, "the chain was rewritten: record \(pending.sequence)'s hash differs from the one signed in the checkpoint of \(pending.sequence) records (\(pending.origin)); every record from \(pending.from) to \(pending.sequence) is suspect (hashes recomputed after an edit, insertion or deletion)")

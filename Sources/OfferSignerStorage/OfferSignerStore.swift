@@ -56,8 +56,7 @@ public protocol OfferSignerStore: Sendable {
     // MARK: Signed audit checkpoints
 
     /// The key that signs audit checkpoints: generated on first need, sealed under the master key
-    /// (bound to its public key's fingerprint) and audited (`audit.signing-key.created`).
-    /// Never an In-App Purchase key.
+    /// (bound to its public key's fingerprint). Never an In-App Purchase key.
     func auditSigningKey(masterKey: MasterKey) async throws -> AuditSigningKey
 
     /// The audit-signing public key, nil before the first checkpoint.

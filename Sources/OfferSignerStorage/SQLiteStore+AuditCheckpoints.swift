@@ -40,8 +40,6 @@ extension SQLiteStore {
             try db.execute(
                 sql: "INSERT INTO audit_signing_key (id, public_key_pem, fingerprint, sealed_private_key, created_at) VALUES (1, ?, ?, ?, ?)",
                 arguments: [key.publicKey.pem, key.publicKey.fingerprint, key.sealed(with: masterKey), now.unixMilliseconds])
-            let body = AuditBody.make([("fingerprint", key.publicKey.fingerprint), ("algorithm", "ES256")])
-            _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "audit.signing-key.created", body: body))], at: now)
             return key
         }
     }
@@ -95,9 +93,15 @@ extension SQLiteStore {
             let cursor = try Row.fetchCursor(db, sql: "SELECT seq, recorded_at, kind, body, previous_hash, hash FROM audit_log ORDER BY seq")
             var untilProgress = progressInterval
             while let row = try cursor.next() {
-                let intact = verifier.check(
-                    sequence: row[0], recordedAtMillis: row[1], kind: row[2], body: row[3], previousHash: row[4], hash: row[5])
-                guard intact else { break }
+                // Optional reads: a NULL written behind the store's back is reported, never a trap.
+                let sequence: Int64? = row[0]
+                guard let sequence, let millis: Int64 = row[1], let kind: String = row[2], let body: String = row[3],
+                    let previousHash: String = row[4], let hash: String = row[5]
+                else {
+                    verifier.reject(sequence: sequence, reason: "a column is NULL (the row was edited)")
+                    break
+                }
+                guard verifier.check(sequence: sequence, recordedAtMillis: millis, kind: kind, body: body, previousHash: previousHash, hash: hash) else { break }
                 untilProgress -= 1
                 if untilProgress == 0 {
                     untilProgress = progressInterval

@@ -291,9 +291,8 @@ struct SQLiteAuditTamperTests {
     /// them exported as the off-machine copy.
     static func makeStore(count: Int = 300) async throws -> (TestServer, AuditCheckpointSet) {
         let server = try await TestServer()
-        // Record 1 is the key import; record 2 the audit-signing key's creation (first need).
-        _ = try await server.store.auditSigningKey(masterKey: server.masterKey)
-        var appended = 2
+        // Record 1 is the key import.
+        var appended = 1
         while appended < count {
             let batch = (0..<min(50, count - appended)).map { index in
                 AuditAppend(entry: AuditEntry(kind: "signature.issued", body: #"{"nonce":"\#(appended + index)","offerID":"WINBACK50"}"#))
