@@ -152,10 +152,10 @@ public struct LegacySignatureDiagnosis: Sendable {
             mutations.append(Mutation(
                 mistake: SigningMistake(code: "timestamp_seconds", explanation: "the timestamp was signed in seconds (\(document.timestamp / 1000)); StoreKit wants milliseconds"),
                 group: "timestamp", apply: { $0.values[6] = String(document.timestamp / 1000) }))
-        } else {
+        } else if document.timestamp >= 0, case (let milliseconds, false) = document.timestamp.multipliedReportingOverflow(by: 1000) {
             mutations.append(Mutation(
-                mistake: SigningMistake(code: "timestamp_seconds_in_object", explanation: "the object's timestamp is in seconds though milliseconds (\(document.timestamp * 1000)) were signed; send milliseconds"),
-                group: "timestamp", apply: { $0.values[6] = String(document.timestamp * 1000) }))
+                mistake: SigningMistake(code: "timestamp_seconds_in_object", explanation: "the object's timestamp is in seconds though milliseconds (\(milliseconds)) were signed; send milliseconds"),
+                group: "timestamp", apply: { $0.values[6] = String(milliseconds) }))
         }
         var keyIDs = candidateKeyIDs + [document.keyID.uppercased(), document.keyID.lowercased(), ""]
         keyIDs.removeAll { $0 == document.keyID }

@@ -338,6 +338,8 @@ public enum DocumentDecoding {
         switch decodingError {
         case .keyNotFound(let key, let context):
             return "missing field '\(path(context, appending: key))'"
+        case .typeMismatch(_, let context) where context.codingPath.isEmpty:
+            return "input is not a JSON object"
         case .typeMismatch(let type, let context):
             return "field '\(path(context))' has the wrong type; expected \(jsonTypeName(type))"
         case .valueNotFound(let type, let context):

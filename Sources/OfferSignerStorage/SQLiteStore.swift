@@ -137,33 +137,43 @@ public final class SQLiteStore: OfferSignerStore {
 
     private static func millis(_ date: Date?) -> Int64? { date?.unixMilliseconds }
     private static func date(_ millis: Int64?) -> Date? { millis.map { Date(timeIntervalSince1970: Double($0) / 1000) } }
+    private static func date(_ millis: Int64) -> Date { Date(timeIntervalSince1970: Double(millis) / 1000) }
 
     private static func bumpRegistry(_ db: Database) throws {
         try db.execute(sql: "UPDATE registry SET version = version + 1 WHERE id = 1")
     }
 
-    private static func key(from row: Row) -> SigningKeyRecord {
-        SigningKeyRecord(
-            keyID: row["key_id"], bundleID: row["bundle_id"], issuerID: row["issuer_id"],
-            state: SigningKeyState(rawValue: row["state"]) ?? .retired, origin: row["origin"],
-            publicKeyPEM: row["public_key_pem"], fingerprint: row["fingerprint"],
-            importedAt: date(row["imported_at"])!, activatedAt: date(row["activated_at"]),
-            retiredAt: date(row["retired_at"]), revokedAt: date(row["revoked_at"]),
-            sealedPrivateKey: row["sealed_private_key"])
+    private static func key(from row: Row) throws -> SigningKeyRecord {
+        let table = "signing_keys"
+        let stateName: String = try row.column("state", table)
+        guard let state = SigningKeyState(rawValue: stateName) else {
+            throw StoreError(.unavailable, "signing_keys.state holds an unknown state (was the store edited by hand?)")
+        }
+        return SigningKeyRecord(
+            keyID: try row.column("key_id", table), bundleID: try row.column("bundle_id", table), issuerID: try row.column("issuer_id", table),
+            state: state, origin: try row.column("origin", table),
+            publicKeyPEM: try row.column("public_key_pem", table), fingerprint: try row.column("fingerprint", table),
+            importedAt: date(try row.column("imported_at", table) as Int64), activatedAt: date(try row.column("activated_at", table) as Int64?),
+            retiredAt: date(try row.column("retired_at", table) as Int64?), revokedAt: date(try row.column("revoked_at", table) as Int64?),
+            sealedPrivateKey: try row.column("sealed_private_key", table))
     }
 
-    private static func client(from row: Row) -> APIClientRecord {
-        let bundles: String = row["bundle_ids"]
+    private static func client(from row: Row) throws -> APIClientRecord {
+        let table = "api_clients"
+        let bundles: String = try row.column("bundle_ids", table)
         return APIClientRecord(
-            clientID: row["client_id"], name: row["name"],
+            clientID: try row.column("client_id", table), name: try row.column("name", table),
             bundleIDs: bundles.isEmpty ? [] : bundles.split(separator: " ").map(String.init),
-            secretHash: row["secret_hash"], createdAt: date(row["created_at"])!, revokedAt: date(row["revoked_at"]))
+            secretHash: try row.column("secret_hash", table), createdAt: date(try row.column("created_at", table) as Int64),
+            revokedAt: date(try row.column("revoked_at", table) as Int64?))
     }
 
-    private static func record(from row: Row) -> AuditRecord {
-        AuditRecord(
-            sequence: row["seq"], recordedAt: date(row["recorded_at"])!, kind: row["kind"], body: row["body"],
-            previousHash: row["previous_hash"], hash: row["hash"])
+    static func record(from row: Row) throws -> AuditRecord {
+        let table = "audit_log"
+        return AuditRecord(
+            sequence: try row.column("seq", table), recordedAt: date(try row.column("recorded_at", table) as Int64),
+            kind: try row.column("kind", table), body: try row.column("body", table),
+            previousHash: try row.column("previous_hash", table), hash: try row.column("hash", table))
     }
 
     /// Appends audit entries inside an open write transaction; returns the stored records.
@@ -213,8 +223,8 @@ public final class SQLiteStore: OfferSignerStore {
         try await read { db in
             RegistrySnapshot(
                 version: try Int64.fetchOne(db, sql: "SELECT version FROM registry WHERE id = 1") ?? 0,
-                keys: try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY position").map(Self.key(from:)),
-                clients: try Row.fetchAll(db, sql: "SELECT * FROM api_clients ORDER BY created_at, name").map(Self.client(from:)))
+                keys: try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY position").map { try Self.key(from: $0) },
+                clients: try Row.fetchAll(db, sql: "SELECT * FROM api_clients ORDER BY created_at, name").map { try Self.client(from: $0) })
         }
     }
 
@@ -251,7 +261,7 @@ public final class SQLiteStore: OfferSignerStore {
     }
 
     public func listKeys() async throws -> [SigningKeyRecord] {
-        try await read { db in try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY position").map(Self.key(from:)) }
+        try await read { db in try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY position").map { try Self.key(from: $0) } }
     }
 
     public func transitionKey(keyID: String, to state: SigningKeyState, actor: String, reason: String?, force: Bool) async throws -> SigningKeyRecord {
@@ -259,10 +269,10 @@ public final class SQLiteStore: OfferSignerStore {
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE key_id = ?", arguments: [keyID]) else {
                 throw StoreError(.notFound, "no key '\(keyID)' in the store")
             }
-            let key = Self.key(from: row)
+            let key = try Self.key(from: row)
             let now = Date()
             let activeRow = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE bundle_id = ? AND state = 'active'", arguments: [key.bundleID])
-            let previousActive = activeRow.map(Self.key(from:))
+            let previousActive = try activeRow.map { try Self.key(from: $0) }
             var kind: String
             switch state {
             case .active:
@@ -292,7 +302,7 @@ public final class SQLiteStore: OfferSignerStore {
                 throw StoreError(.conflict, "a key cannot be moved back to 'ready'")
             }
             try Self.bumpRegistry(db)
-            let newActive = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE bundle_id = ? AND state = 'active'", arguments: [key.bundleID]).map(Self.key(from:))
+            let newActive = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE bundle_id = ? AND state = 'active'", arguments: [key.bundleID]).map { try Self.key(from: $0) }
             let body = AuditBody.make([
                 ("actor", actor), ("reason", reason), ("keyID", keyID), ("bundleID", key.bundleID),
                 ("fromState", key.state.rawValue), ("toState", state.rawValue),
@@ -300,7 +310,7 @@ public final class SQLiteStore: OfferSignerStore {
                 ("newActiveKeyID", newActive?.keyID), ("newActiveFingerprint", newActive?.fingerprint),
             ])
             _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: kind, body: body))], at: now)
-            return Self.key(from: try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE key_id = ?", arguments: [keyID])!)
+            return try Self.key(from: try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE key_id = ?", arguments: [keyID])!)
         }
     }
 
@@ -320,7 +330,7 @@ public final class SQLiteStore: OfferSignerStore {
     }
 
     public func listClients() async throws -> [APIClientRecord] {
-        try await read { db in try Row.fetchAll(db, sql: "SELECT * FROM api_clients ORDER BY created_at, name").map(Self.client(from:)) }
+        try await read { db in try Row.fetchAll(db, sql: "SELECT * FROM api_clients ORDER BY created_at, name").map { try Self.client(from: $0) } }
     }
 
     public func revokeClient(name: String, actor: String) async throws -> APIClientRecord {
@@ -328,7 +338,7 @@ public final class SQLiteStore: OfferSignerStore {
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM api_clients WHERE name = ?", arguments: [name]) else {
                 throw StoreError(.notFound, "no client named '\(name)'")
             }
-            var client = Self.client(from: row)
+            var client = try Self.client(from: row)
             guard client.revokedAt == nil else { throw StoreError(.conflict, "client '\(name)' is already revoked") }
             let now = Date()
             try db.execute(sql: "UPDATE api_clients SET revoked_at = ? WHERE client_id = ?", arguments: [now.unixMilliseconds, client.clientID])
@@ -346,7 +356,7 @@ public final class SQLiteStore: OfferSignerStore {
 
     public func auditRecords(after sequence: Int64, limit: Int) async throws -> [AuditRecord] {
         try await read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM audit_log WHERE seq > ? ORDER BY seq LIMIT ?", arguments: [sequence, limit]).map(Self.record(from:))
+            try Row.fetchAll(db, sql: "SELECT * FROM audit_log WHERE seq > ? ORDER BY seq LIMIT ?", arguments: [sequence, limit]).map { try Self.record(from: $0) }
         }
     }
 
@@ -366,10 +376,12 @@ public final class SQLiteStore: OfferSignerStore {
             ).map { row in
                 IssuedSignatureRecord(
                     signature: IssuedSignature(
-                        nonce: row["nonce"], issuedAt: Self.date(row["issued_at"])!, client: row["client"], bundleID: row["bundle_id"],
-                        productID: row["product_id"], offerID: row["offer_id"], appAccountToken: row["app_account_token"],
-                        keyID: row["key_id"], format: row["format"]),
-                    auditSequence: row["audit_seq"])
+                        nonce: try row.column("nonce", "issued_signatures"), issuedAt: Self.date(try row.column("issued_at", "issued_signatures") as Int64),
+                        client: try row.column("client", "issued_signatures"), bundleID: try row.column("bundle_id", "issued_signatures"),
+                        productID: try row.column("product_id", "issued_signatures"), offerID: try row.column("offer_id", "issued_signatures"),
+                        appAccountToken: try row.column("app_account_token", "issued_signatures"),
+                        keyID: try row.column("key_id", "issued_signatures"), format: try row.column("format", "issued_signatures")),
+                    auditSequence: try row.column("audit_seq", "issued_signatures"))
             }
         }
     }
@@ -381,10 +393,22 @@ public final class SQLiteStore: OfferSignerStore {
             var walker = AuditChain.Walker()
             let cursor = try Row.fetchCursor(db, sql: "SELECT seq, recorded_at, kind, body, previous_hash, hash FROM audit_log ORDER BY seq")
             while let row = try cursor.next() {
-                guard walker.check(Self.record(from: row)) else { break }
+                guard walker.check(try Self.record(from: row)) else { break }
                 if walker.count % progressInterval == 0 { progress(walker.count) }
             }
             return walker
+        }
+    }
+}
+
+extension Row {
+    /// Reads a column, turning a value of the wrong type (a store edited by hand) into a
+    /// `StoreError` that names the column but never echoes the row (which may hold key material).
+    func column<Value: DatabaseValueConvertible>(_ name: String, _ table: String) throws -> Value {
+        do {
+            return try decode(Value.self, forColumn: name)
+        } catch {
+            throw StoreError(.unavailable, "\(table).\(name) holds a value of the wrong type (was the store edited by hand?)")
         }
     }
 }

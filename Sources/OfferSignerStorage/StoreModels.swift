@@ -164,7 +164,14 @@ public struct AuditRecord: Sendable, Equatable {
         writer.field("sequence", sequence)
         writer.field("recordedAt", recordedAt.unixMilliseconds)
         writer.field("kind", kind)
-        writer.field("body", json: body)
+        // The body is JSON the store wrote; a hand-edited one must not break the JSON line or
+        // inject members, so anything but a JSON object is exported as a string.
+        if let data = body.data(using: .utf8), (try? JSONSerialization.jsonObject(with: data)) is [String: Any] {
+            writer.field("body", json: body)
+        } else {
+            writer.field("body", body)
+            writer.field("bodyIsNotJSON", true)
+        }
         writer.field("previousHash", previousHash)
         writer.field("hash", hash)
         return writer.finish()

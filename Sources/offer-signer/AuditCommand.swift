@@ -42,12 +42,14 @@ struct AuditExportCommand: AsyncParsableCommand {
     @Option(help: "Only records at or after this time (ISO 8601, e.g. 2026-11-01T00:00:00Z).")
     var since: String?
 
-    func run() async throws {
-        var sinceDate: Date?
-        if let since {
-            guard let date = try? Date(since, strategy: .iso8601) else { throw ValidationError("--since '\(since)' is not an ISO 8601 time like 2026-11-01T00:00:00Z") }
-            sinceDate = date
+    func validate() throws {
+        if let since, (try? Date(since, strategy: .iso8601)) == nil {
+            throw ValidationError("--since '\(since)' is not an ISO 8601 time like 2026-11-01T00:00:00Z")
         }
+    }
+
+    func run() async throws {
+        let sinceDate = since.flatMap { try? Date($0, strategy: .iso8601) }
         let store = try store.open()
         var last: Int64 = 0
         while true {

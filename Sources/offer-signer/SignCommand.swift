@@ -91,7 +91,7 @@ struct SignCommand: ParsableCommand {
             }
             CLI.printLine(document.jsonData())
         } catch {
-            throw CLIFailure(error.field.map { "\($0): \(error.message)" } ?? error.message)
+            throw CLIFailure(error.code.rawValue.hasPrefix("key_") ? "\(keyFile): \(error.message)" : error.message)
         }
     }
 }
