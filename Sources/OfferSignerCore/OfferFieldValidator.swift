@@ -26,6 +26,11 @@ public enum OfferFieldValidator {
         if byteCount > maximumIdentifierBytes {
             throw OfferSignerError(code: .fieldTooLong, field: field, message: "\(field) is \(byteCount) bytes long; at most \(maximumIdentifierBytes) are accepted")
         }
+        // Fast path: printable ASCII without surrounding spaces needs no Unicode tables.
+        let utf8 = value.utf8
+        if utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }), utf8.first != 0x20, utf8.last != 0x20 {
+            return
+        }
         for scalar in value.unicodeScalars {
             switch scalar.properties.generalCategory {
             case .control, .format, .lineSeparator, .paragraphSeparator:
@@ -45,7 +50,7 @@ public enum OfferFieldValidator {
     /// Parses an appAccountToken: empty means none; otherwise a UUID in any case.
     public static func parseAppAccountToken(_ value: String) throws(OfferSignerError) -> UUID? {
         if value.isEmpty { return nil }
-        guard let uuid = UUID(uuidString: value) else {
+        guard let uuid = UUID.parse(value) else {
             throw OfferSignerError(code: .invalidAppAccountToken, field: "appAccountToken", message: "appAccountToken '\(printable(value))' is not a UUID (8-4-4-4-12 hex digits)")
         }
         return uuid
@@ -53,7 +58,7 @@ public enum OfferFieldValidator {
 
     /// Parses a nonce: a UUID in any case.
     public static func parseNonce(_ value: String) throws(OfferSignerError) -> UUID {
-        guard let uuid = UUID(uuidString: value) else {
+        guard let uuid = UUID.parse(value) else {
             throw OfferSignerError(code: .invalidNonce, field: "nonce", message: "nonce '\(printable(value))' is not a UUID (8-4-4-4-12 hex digits)")
         }
         return uuid
@@ -88,6 +93,50 @@ public enum OfferFieldValidator {
 }
 
 extension UUID {
-    /// The lowercase 8-4-4-4-12 form that goes into signed payloads.
-    public var lowercasedString: String { uuidString.lowercased() }
+    /// The lowercase 8-4-4-4-12 form that goes into signed payloads. (Written by hand: on
+    /// Linux `uuidString` goes through `sprintf`, which shows on the signing path.)
+    public var lowercasedString: String {
+        withUnsafeBytes(of: uuid) { bytes in
+            let digits: [UInt8] = Array("0123456789abcdef".utf8)
+            var out = [UInt8](repeating: UInt8(ascii: "-"), count: 36)
+            var position = 0
+            for (index, byte) in bytes.enumerated() {
+                if index == 4 || index == 6 || index == 8 || index == 10 { position += 1 }
+                out[position] = digits[Int(byte >> 4)]
+                out[position + 1] = digits[Int(byte & 0x0F)]
+                position += 2
+            }
+            return String(decoding: out, as: UTF8.self)
+        }
+    }
+
+    /// Parses the 8-4-4-4-12 form in any case (what `UUID(uuidString:)` accepts), without
+    /// `sscanf`.
+    public static func parse(_ text: String) -> UUID? {
+        let utf8 = Array(text.utf8)
+        guard utf8.count == 36 else { return nil }
+        var bytes = [UInt8](repeating: 0, count: 16)
+        var byteIndex = 0
+        var index = 0
+        func nibble(_ character: UInt8) -> UInt8? {
+            switch character {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): return character - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): return character - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): return character - UInt8(ascii: "A") + 10
+            default: return nil
+            }
+        }
+        while index < 36 {
+            if index == 8 || index == 13 || index == 18 || index == 23 {
+                guard utf8[index] == UInt8(ascii: "-") else { return nil }
+                index += 1
+                continue
+            }
+            guard let high = nibble(utf8[index]), let low = nibble(utf8[index + 1]) else { return nil }
+            bytes[byteIndex] = high << 4 | low
+            byteIndex += 1
+            index += 2
+        }
+        return UUID(uuid: (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
+    }
 }

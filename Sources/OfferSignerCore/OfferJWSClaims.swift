@@ -97,7 +97,7 @@ public struct OfferJWSClaims: Sendable, Codable, Equatable {
     /// Checks the claims hold what their audience requires; returns the first problem.
     func problem(expecting audience: OfferJWSAudience) -> String? {
         guard aud == audience.rawValue else { return "aud is '\(aud)', expected '\(audience.rawValue)'" }
-        if UUID(uuidString: nonce) == nil || nonce != nonce.lowercased() { return "nonce '\(nonce)' is not a lowercase UUID" }
+        if UUID.parse(nonce) == nil || nonce != nonce.lowercased() { return "nonce '\(nonce)' is not a lowercase UUID" }
         switch audience {
         case .promotionalOffer:
             if offerIdentifier == nil { return "claim offerIdentifier is missing" }

@@ -121,7 +121,7 @@ struct UserJWTVerifier: Sendable {
         let token: UUID
         switch configuration.binding {
         case .claim(let name):
-            guard let value = payload.stringClaims[name], let uuid = UUID(uuidString: value) else {
+            guard let value = payload.stringClaims[name], let uuid = UUID.parse(value) else {
                 throw .invalid("JWT claim '\(name)' is missing or not a UUID")
             }
             token = uuid

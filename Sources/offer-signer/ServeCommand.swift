@@ -149,7 +149,7 @@ struct ServeCommand: AsyncParsableCommand {
         if let claim = jwtTokenClaim ?? Environment.value("OFFER_SIGNER_JWT_TOKEN_CLAIM") {
             binding = .claim(claim)
         } else if let namespace = jwtSubNamespace ?? Environment.value("OFFER_SIGNER_JWT_SUB_NAMESPACE") {
-            guard let uuid = UUID(uuidString: namespace) else { throw ValidationError("--jwt-sub-namespace '\(namespace)' is not a UUID") }
+            guard let uuid = UUID.parse(namespace) else { throw ValidationError("--jwt-sub-namespace '\(namespace)' is not a UUID") }
             binding = .subjectUUIDv5(namespace: uuid)
         } else {
             throw ValidationError("end-user JWTs need --jwt-token-claim NAME or --jwt-sub-namespace UUID to bind the appAccountToken")

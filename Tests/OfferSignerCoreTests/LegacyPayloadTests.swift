@@ -162,3 +162,21 @@ struct FieldValidationTests {
         _ = try Self.payload(token: "6b29fc40-ca47-1067-b31d-00dd010662da")
     }
 }
+
+@Suite("UUID text forms on the signing path")
+struct UUIDTextTests {
+    @Test("lowercasedString and parse agree with Foundation for random UUIDs in any case")
+    func agreesWithFoundation() {
+        var random = SeededGenerator()
+        for _ in 0..<2000 {
+            let uuid = UUID()
+            #expect(uuid.lowercasedString == uuid.uuidString.lowercased())
+            let text = random.uuidInRandomCase()
+            #expect(UUID.parse(text) == UUID(uuidString: text), "seed \(random.seed)")
+        }
+        for bad in ["", "6b29fc40ca471067b31d00dd010662da", "6b29fc40-ca47-1067-b31d-00dd010662dz", "6b29fc40-ca47-1067-b31d-00dd010662da0", " 6b29fc40-ca47-1067-b31d-00dd010662d", "6b29fc40+ca47-1067-b31d-00dd010662da"] {
+            // (Foundation's sscanf-based parser on Linux accepts "…62dz" as "…620D": ours refuses it.)
+            #expect(UUID.parse(bad) == nil)
+        }
+    }
+}
