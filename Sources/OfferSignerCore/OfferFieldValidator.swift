@@ -110,6 +110,24 @@ extension UUID {
         }
     }
 
+    /// A time-ordered UUID (version 7, RFC 9562 §5.7): 48 bits of UNIX milliseconds, then 74
+    /// random bits. Used for nonces: as unique and unguessable as a random UUID for StoreKit,
+    /// and it lets the ledger's unique index on nonces grow at its end instead of at random
+    /// places, which keeps audit commits small.
+    public static func timeOrdered(at date: Date = Date()) -> UUID {
+        var random = SystemRandomNumberGenerator()
+        let milliseconds = UInt64(max(0, date.unixMilliseconds))
+        let high = random.next() as UInt64
+        let low = random.next() as UInt64
+        var bytes = [UInt8](repeating: 0, count: 16)
+        for index in 0..<6 { bytes[index] = UInt8(truncatingIfNeeded: milliseconds >> (8 * (5 - index))) }
+        bytes[6] = 0x70 | UInt8(truncatingIfNeeded: high & 0x0F)
+        bytes[7] = UInt8(truncatingIfNeeded: high >> 8)
+        bytes[8] = 0x80 | UInt8(truncatingIfNeeded: low & 0x3F)
+        for index in 9..<16 { bytes[index] = UInt8(truncatingIfNeeded: low >> (8 * (index - 8))) }
+        return UUID(uuid: (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
+    }
+
     /// Parses the 8-4-4-4-12 form in any case (what `UUID(uuidString:)` accepts), without
     /// `sscanf`.
     public static func parse(_ text: String) -> UUID? {

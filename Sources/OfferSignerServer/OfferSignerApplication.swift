@@ -62,7 +62,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     var applicationConfiguration = ApplicationConfiguration(address: .hostname(configuration.host, port: configuration.port), serverName: "offer-signer")
     applicationConfiguration.serverName = "offer-signer"
     return Application(
-        router: router, configuration: applicationConfiguration, services: [AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, logger: logger), keyRing, committer],
+        router: router, configuration: applicationConfiguration, services: [AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, logger: logger), keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger)],
         onServerRunning: { channel in
             logger.notice("offer-signer listening", metadata: ["address": "\(channel.localAddress?.description ?? "?")", "dev": "\(configuration.developmentMode)"])
         },

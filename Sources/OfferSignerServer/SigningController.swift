@@ -92,7 +92,7 @@ struct SigningController: Sendable {
         var issued: [IssuedSignature] = []
         do {
             for format in formats {
-                let nonce = UUID()
+                let nonce = UUID.timeOrdered(at: now)
                 switch format {
                 case .legacy:
                     let payload = try PromotionalOfferPayload(

@@ -12,6 +12,13 @@ public protocol OfferSignerStore: Sendable {
     /// (`StoreError.masterKeyMismatch`).
     func bindMasterKey(_ masterKey: MasterKey) async throws
 
+    /// Called by a serving process once at start, then `performMaintenance` about every
+    /// second: housekeeping that must stay off the commit path (SQLite: WAL checkpoints).
+    func prepareForServing() async throws
+
+    /// Periodic housekeeping while serving (see `prepareForServing`).
+    func performMaintenance() async throws
+
     /// Succeeds when the store can be read.
     func ping() async throws
 

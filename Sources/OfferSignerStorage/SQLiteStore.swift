@@ -20,6 +20,7 @@ public final class SQLiteStore: OfferSignerStore {
         configuration.busyMode = .timeout(busyTimeout)
         configuration.label = "offer-signer"
         configuration.prepareDatabase { db in
+            // Durable commits: in WAL mode FULL syncs the log on every commit.
             try db.execute(sql: "PRAGMA synchronous = FULL")
         }
         do {
@@ -210,6 +211,24 @@ public final class SQLiteStore: OfferSignerStore {
     }
 
     // MARK: - OfferSignerStore
+
+    /// While serving, commits no longer run WAL checkpoints themselves (a checkpoint copies the
+    /// log into the database and syncs it, stalling every request waiting on that commit);
+    /// `performMaintenance` runs them passively from a separate connection instead.
+    public func prepareForServing() async throws {
+        try await write { db in try db.execute(sql: "PRAGMA wal_autocheckpoint = 0") }
+    }
+
+    /// A passive WAL checkpoint on a connection of its own: it never blocks the writer.
+    public func performMaintenance() async throws {
+        let path = self.path
+        try await Task.detachedMaintenance {
+            let queue = try DatabaseQueue(path: path)
+            try queue.writeWithoutTransaction { db in
+                _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(PASSIVE)")
+            }
+        }
+    }
 
     public func ping() async throws {
         _ = try await read { db in try Int64.fetchOne(db, sql: "SELECT version FROM registry WHERE id = 1") }
@@ -409,6 +428,22 @@ extension Row {
             return try decode(Value.self, forColumn: name)
         } catch {
             throw StoreError(.unavailable, "\(table).\(name) holds a value of the wrong type (was the store edited by hand?)")
+        }
+    }
+}
+
+extension Task where Success == Never, Failure == Never {
+    /// Runs blocking SQLite work off the cooperative thread pool.
+    static func detachedMaintenance(_ work: @escaping @Sendable () throws -> Void) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            DispatchQueue.global(qos: .utility).async {
+                do {
+                    try work()
+                    continuation.resume()
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
         }
     }
 }

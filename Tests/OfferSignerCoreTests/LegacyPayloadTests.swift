@@ -179,4 +179,23 @@ struct UUIDTextTests {
             #expect(UUID.parse(bad) == nil)
         }
     }
+
+    @Test("Time-ordered nonces are version-7 UUIDs, unique, and sort by time")
+    func timeOrdered() {
+        let start = Date(timeIntervalSince1970: 1_795_000_000)
+        var previous = ""
+        var seen = Set<UUID>()
+        for step in 0..<1000 {
+            let uuid = UUID.timeOrdered(at: start.addingTimeInterval(Double(step) / 1000))
+            let text = uuid.lowercasedString
+            #expect(Array(text)[14] == "7")
+            #expect("89ab".contains(Array(text)[19]))
+            #expect(text.prefix(13) >= previous.prefix(13), "the time part never goes back")
+            #expect(UUID.parse(text) == uuid)
+            previous = text
+            seen.insert(uuid)
+        }
+        #expect(seen.count == 1000)
+        #expect(UUID.timeOrdered(at: start).lowercasedString.hasPrefix("01a1ee56-5e00-7"))
+    }
 }

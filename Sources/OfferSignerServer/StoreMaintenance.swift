@@ -1,0 +1,28 @@
+import Logging
+import OfferSignerStorage
+import ServiceLifecycle
+
+/// Runs the store's housekeeping (for SQLite: passive WAL checkpoints) about every second, so
+/// that it never runs inside an audit commit that requests are waiting on.
+struct StoreMaintenance: Service {
+    let store: any OfferSignerStore
+    let interval: Duration
+    let logger: Logger
+
+    func run() async throws {
+        try await store.prepareForServing()
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            do {
+                try await Task.sleep(for: interval)
+            } catch {
+                break
+            }
+            do {
+                try await store.performMaintenance()
+            } catch {
+                logger.warning("store maintenance failed", metadata: ["error": "\(error)"])
+            }
+        }
+        try? await store.performMaintenance()
+    }
+}
