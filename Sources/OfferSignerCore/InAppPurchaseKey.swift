@@ -34,7 +34,7 @@ public struct InAppPurchaseKey: Sendable, CustomStringConvertible, CustomDebugSt
     /// The public half.
     public var publicKey: P256.Signing.PublicKey { privateKey.publicKey }
 
-    /// The key as a PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`), the `.p8` format. Secret.
+    /// The key as a PKCS#8 PEM (label `PRIVATE KEY`), the `.p8` format. Secret.
     public var pkcs8PEMRepresentation: String { privateKey.pemRepresentation }
 
     /// Lowercase hex SHA-256 of the public key's DER `SubjectPublicKeyInfo`.
