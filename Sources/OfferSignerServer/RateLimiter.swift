@@ -18,7 +18,7 @@ final class RateLimiter: Sendable {
 
     private let limit: RateLimit
     private let buckets = Mutex<[String: Bucket]>([:])
-    private let maximumKeys = 100_000
+    private static let maximumKeys = 100_000
 
     init(limit: RateLimit) {
         self.limit = limit
@@ -34,7 +34,7 @@ final class RateLimiter: Sendable {
             if bucket.tokens >= 1 {
                 bucket.tokens -= 1
                 buckets[key] = bucket
-                if buckets.count > maximumKeys { Self.evictFull(&buckets, limit: limit, now: now) }
+                if buckets.count > Self.maximumKeys { Self.evictFull(&buckets, limit: limit, now: now) }
                 return .allowed
             }
             buckets[key] = bucket
@@ -42,11 +42,17 @@ final class RateLimiter: Sendable {
         }
     }
 
-    /// Drops buckets that have refilled completely: they are the same as absent ones.
+    /// Drops buckets that have refilled completely (they are the same as absent ones). If that
+    /// is not enough — a flood of distinct keys — the least recently used half goes too, so the
+    /// table stays bounded and eviction stays amortised O(1) per request.
     private static func evictFull(_ buckets: inout [String: Bucket], limit: RateLimit, now: ContinuousClock.Instant) {
         buckets = buckets.filter { _, bucket in
             let elapsed = Double((now - bucket.updated).components.seconds)
             return bucket.tokens + elapsed * limit.perSecond < limit.burst
+        }
+        if buckets.count > maximumKeys / 2 {
+            let keep = buckets.sorted { $0.value.updated > $1.value.updated }.prefix(maximumKeys / 2)
+            buckets = Dictionary(uniqueKeysWithValues: keep.map { ($0.key, $0.value) })
         }
     }
 }
