@@ -1,12 +1,11 @@
 # offer-signer container image.
 #
-# What CI proves and what it does not: CI (.ci/run) runs `swift test` on Debian 12 with Swift
-# 6.3.1; it does not build this image (there is no Docker engine on CI's machines). The builder
-# command below, `swift build -c release --product offer-signer --static-swift-stdlib`, was run
-# by hand on the same Debian 12 / Swift 6.3.1 machine and compiles; Scripts/benchmark.sh uses the
-# same command. `docker build` itself has not been run. `ldd` of that binary lists only
-# libsqlite3.so.0, libstdc++.so.6, libm, libgcc_s and libc (the Swift runtime and Foundation
-# are linked in statically), hence the runtime stage below.
+# What CI proves and what it does not: CI (.ci/run) runs, on Debian 12 with Swift 6.3.1, the
+# builder command below, `swift build -c release --product offer-signer --static-swift-stdlib`,
+# then `swift test`; Scripts/benchmark.sh uses the same build command. CI does not build this
+# image (there is no Docker engine on CI's machines), so `docker build` itself has not been run.
+# `ldd` of that binary lists only libsqlite3.so.0, libstdc++.so.6, libm, libgcc_s and libc (the
+# Swift runtime and Foundation are linked in statically), hence the runtime stage below.
 #
 #   docker build -t offer-signer .
 #   docker run -d -p 8080:8080 \
