@@ -38,8 +38,9 @@ public enum APIClientCredentials {
     /// Finds the client a secret belongs to.
     static func authenticate(_ secret: Substring, clients: [String: APIClientRecord]) -> APIClientRecord? {
         guard let clientID = clientID(of: secret), let client = clients[String(clientID)] else { return nil }
-        let presented = Array(SHA256.hash(data: Data(secret.utf8)))
-        return constantTimeEquals(presented, hexBytes(client.secretHash)) ? client : nil
+        // Both sides are lowercase hex of a SHA-256, the form the store keeps: compare them as
+        // they are, in constant time.
+        return constantTimeEquals(Array(hash(String(secret)).utf8), Array(client.secretHash.utf8)) ? client : nil
     }
 
     static func constantTimeEquals(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
@@ -47,26 +48,5 @@ public enum APIClientCredentials {
         var difference: UInt8 = 0
         for index in lhs.indices { difference |= lhs[index] ^ rhs[index] }
         return difference == 0
-    }
-
-    private static func hexBytes(_ text: String) -> [UInt8] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(32)
-        var high: UInt8?
-        for character in text.utf8 {
-            let value: UInt8
-            switch character {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): value = character - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): value = character - UInt8(ascii: "a") + 10
-            default: return []
-            }
-            if let first = high {
-                bytes.append(first << 4 | value)
-                high = nil
-            } else {
-                high = value
-            }
-        }
-        return bytes
     }
 }

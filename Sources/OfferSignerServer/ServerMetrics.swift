@@ -39,10 +39,10 @@ final class ServerMetrics: Sendable {
     }
 
     func request(route: String, method: String, status: Int, duration: Duration) {
-        let labels = [("route", route), ("method", method), ("status", String(status))]
         let key = "\(route) \(method) \(status)"
         let (counter, histogram) = handles.withLock { handles -> (Counter, DurationHistogram) in
             if let counter = handles.requests[key], let histogram = handles.latency[key] { return (counter, histogram) }
+            let labels = [("route", route), ("method", method), ("status", String(status))]
             let counter = registry.makeCounter(descriptor: Self.name("http_requests", unit: "total", help: "HTTP requests by route, method and status"), labels: labels)
             let histogram = registry.makeDurationHistogram(descriptor: Self.name("http_request_duration", unit: "seconds", help: "HTTP request latency by route, method and status"), labels: labels, buckets: Self.latencyBuckets)
             handles.requests[key] = counter
