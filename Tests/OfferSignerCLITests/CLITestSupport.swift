@@ -1,6 +1,9 @@
 import Crypto
 import Dispatch
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Testing
 
 // Helpers shared by the CLI tests: find the real `offer-signer` executable that `swift test`
@@ -103,6 +106,7 @@ func run(_ args: [String], stdin: Data? = nil, environment: [String: String] = [
     try runTool(CLIExecutable.url(), args, stdin: stdin, environment: environment, cwd: cwd)
 }
 
+
 /// Runs any executable the same way as ``run(_:stdin:environment:cwd:)``.
 func runTool(_ executable: URL, _ args: [String], stdin: Data? = nil, environment: [String: String] = [:], cwd: URL? = nil) throws
     -> (status: Int32, stdout: String, stderr: String)
@@ -131,7 +135,7 @@ func runTool(_ executable: URL, _ args: [String], stdin: Data? = nil, environmen
     process.standardOutput = outPipe
     process.standardError = errPipe
 
-    try process.run()
+    try withProcessLaunchLock { try process.run() }
     // The child holds its own copies of the write ends; close ours so EOF arrives when it exits.
     try? outPipe.fileHandleForWriting.close()
     try? errPipe.fileHandleForWriting.close()
@@ -324,4 +328,19 @@ func writeFile(_ text: String, to url: URL, mode: Int = 0o600) throws {
 func posixMode(_ url: URL) throws -> Int {
     let attributes = try FileManager.default.attributesOfItem(atPath: url.path)
     return try #require((attributes[.posixPermissions] as? NSNumber)?.intValue) & 0o777
+}
+
+/// Foundation's `Process.run()` on Linux is not safe while another thread of this test process
+/// launches a child (a full run crashed inside it). Every test module launches through this
+/// process-wide lock: an `flock` on one file, opened close-on-exec so no child inherits it.
+func withProcessLaunchLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+    let descriptor = open("/tmp/offer-signer-tests-process-launch.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
+    if descriptor >= 0 { flock(descriptor, LOCK_EX) }
+    defer {
+        if descriptor >= 0 {
+            flock(descriptor, LOCK_UN)
+            close(descriptor)
+        }
+    }
+    return try body()
 }

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Testing
 
 /// What apps ship depends on nothing but Foundation: checked on the package as SwiftPM sees it
@@ -39,7 +42,7 @@ struct ClientPackageShapeTests {
         process.standardOutput = try FileHandle(forWritingTo: output)
         process.standardError = try FileHandle(forWritingTo: errors)
         process.standardInput = FileHandle.nullDevice
-        try process.run()
+        try withProcessLaunchLock { try process.run() }
         // Never hang the test run: give up after two minutes.
         let deadline = Date().addingTimeInterval(120)
         while process.isRunning {
@@ -98,4 +101,19 @@ struct ClientPackageShapeTests {
             }
         }
     }
+}
+
+/// Foundation's `Process.run()` on Linux is not safe while another thread of this test process
+/// launches a child (a full run crashed inside it). Every test module launches through this
+/// process-wide lock: an `flock` on one file, opened close-on-exec so no child inherits it.
+func withProcessLaunchLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+    let descriptor = open("/tmp/offer-signer-tests-process-launch.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
+    if descriptor >= 0 { flock(descriptor, LOCK_EX) }
+    defer {
+        if descriptor >= 0 {
+            flock(descriptor, LOCK_UN)
+            close(descriptor)
+        }
+    }
+    return try body()
 }

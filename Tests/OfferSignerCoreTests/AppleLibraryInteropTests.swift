@@ -1,5 +1,8 @@
 import Crypto
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import OfferSignerCore
 import Testing
 
@@ -22,7 +25,7 @@ struct AppleLibraryInteropTests {
         process.standardInput = input
         process.standardOutput = output
         process.standardError = errors
-        try process.run()
+        try withProcessLaunchLock { try process.run() }
         input.fileHandleForWriting.write(try JSONSerialization.data(withJSONObject: cases))
         try input.fileHandleForWriting.close()
         let data = output.fileHandleForReading.readDataToEndOfFile()
@@ -171,4 +174,19 @@ struct AppleLibraryInteropTests {
             #expect(theirClaims.nonce == theirClaims.nonce.lowercased())
         }
     }
+}
+
+/// Foundation's `Process.run()` on Linux is not safe while another thread of this test process
+/// launches a child (a full run crashed inside it). Every test module launches through this
+/// process-wide lock: an `flock` on one file, opened close-on-exec so no child inherits it.
+func withProcessLaunchLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+    let descriptor = open("/tmp/offer-signer-tests-process-launch.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
+    if descriptor >= 0 { flock(descriptor, LOCK_EX) }
+    defer {
+        if descriptor >= 0 {
+            flock(descriptor, LOCK_UN)
+            close(descriptor)
+        }
+    }
+    return try body()
 }

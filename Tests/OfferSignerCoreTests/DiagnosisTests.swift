@@ -15,7 +15,16 @@ struct DiagnosisTests {
         signedFields fields: [String], separator: String = "\u{2063}", encode: (P256.Signing.ECDSASignature) -> String = { $0.derRepresentation.base64EncodedString() },
         token: String? = DiagnosisTests.token, timestamp: Int64 = DiagnosisTests.timestamp, keyID: String = "ABC123DEFG"
     ) throws -> LegacySignatureDocument {
-        let signature = try key.privateKey.signature(for: Data(fields.joined(separator: separator).utf8))
+        // ECDSA is randomised: re-sign until the encoding under test really differs from
+        // standard Base64 of DER (a base64url text without '-', '_' or padding would not).
+        let isStandardEncoding = try (0..<3).allSatisfy { _ in
+            let probe = try key.privateKey.signature(for: Data("probe".utf8))
+            return encode(probe) == probe.derRepresentation.base64EncodedString()
+        }
+        var signature = try key.privateKey.signature(for: Data(fields.joined(separator: separator).utf8))
+        while !isStandardEncoding, Data(base64Encoded: encode(signature)) == signature.derRepresentation {
+            signature = try key.privateKey.signature(for: Data(fields.joined(separator: separator).utf8))
+        }
         return LegacySignatureDocument(
             bundleID: "com.example.app", productID: "pro.monthly", offerID: "WINBACK50", appAccountToken: token,
             keyID: keyID, nonce: nonce, timestamp: timestamp, signature: encode(signature))

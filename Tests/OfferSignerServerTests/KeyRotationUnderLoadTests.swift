@@ -6,6 +6,7 @@ import NIOCore
 import OfferSignerCore
 import OfferSignerServer
 import OfferSignerStorage
+import Synchronization
 import Testing
 
 @Suite("Key rotation under load on a real server", .serialized)
@@ -38,13 +39,15 @@ struct KeyRotationUnderLoadTests {
         let store = server.store
         let results = try await server.live { client -> [WorkerResult] in
             let port = try #require(client.port)
-            let deadline = ContinuousClock.now + .seconds(3)
+            // Load runs until 2 s after the activation has committed (however long that takes
+            // on a busy machine), with a hard stop at 30 s.
+            let loadEnd = LoadEnd(hardStop: ContinuousClock.now + .seconds(30))
             return try await withThrowingTaskGroup(of: WorkerResult.self) { group in
                 for _ in 0..<32 {
                     group.addTask {
                         let samples = try await TestClient.withClient(host: "127.0.0.1", port: port) { connection -> [Sample] in
                             var samples: [Sample] = []
-                            while ContinuousClock.now < deadline {
+                            while !loadEnd.reached {
                                 let token = UUID().uuidString.lowercased()
                                 do {
                                     let response = try await connection.post(
@@ -75,7 +78,9 @@ struct KeyRotationUnderLoadTests {
                 group.addTask {
                     try await Task.sleep(for: .seconds(1))
                     _ = try await store.transitionKey(keyID: "ROTATED001", to: .active, actor: "test", reason: "rotation under load", force: false)
-                    return .activated(atMillis: Date().unixMilliseconds)
+                    let activatedAt = Date().unixMilliseconds
+                    loadEnd.set(ContinuousClock.now + .seconds(2))
+                    return .activated(atMillis: activatedAt)
                 }
                 return try await group.reduce(into: []) { $0.append($1) }
             }
@@ -116,5 +121,21 @@ struct KeyRotationUnderLoadTests {
         // Every signature is in the ledger and the chain is intact.
         #expect(try server.issuedCount() == samples.count)
         #expect(try await server.store.verifyAudit().isIntact)
+    }
+}
+
+/// When the load of the rotation test stops: a hard stop, moved earlier once the activation
+/// is known.
+private final class LoadEnd: Sendable {
+    private let end: Mutex<ContinuousClock.Instant>
+
+    init(hardStop: ContinuousClock.Instant) {
+        end = Mutex(hardStop)
+    }
+
+    var reached: Bool { ContinuousClock.now >= end.withLock { $0 } }
+
+    func set(_ instant: ContinuousClock.Instant) {
+        end.withLock { $0 = min($0, instant) }
     }
 }

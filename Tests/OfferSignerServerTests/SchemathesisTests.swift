@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import HummingbirdTesting
 import OfferSignerServer
 import Testing
@@ -29,11 +32,26 @@ struct SchemathesisTests {
             let output = Pipe()
             process.standardOutput = output
             process.standardError = output
-            try process.run()
+            try withProcessLaunchLock { try process.run() }
             let data = output.fileHandleForReading.readDataToEndOfFile()
             process.waitUntilExit()
             return (process.terminationStatus, String(decoding: data, as: UTF8.self))
         }
         #expect(status == 0, "schemathesis failed (is `pip install schemathesis` done?):\n\(output)")
     }
+}
+
+/// Foundation's `Process.run()` on Linux is not safe while another thread of this test process
+/// launches a child (a full run crashed inside it). Every test module launches through this
+/// process-wide lock: an `flock` on one file, opened close-on-exec so no child inherits it.
+func withProcessLaunchLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+    let descriptor = open("/tmp/offer-signer-tests-process-launch.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
+    if descriptor >= 0 { flock(descriptor, LOCK_EX) }
+    defer {
+        if descriptor >= 0 {
+            flock(descriptor, LOCK_UN)
+            close(descriptor)
+        }
+    }
+    return try body()
 }
