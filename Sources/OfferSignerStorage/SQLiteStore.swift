@@ -19,16 +19,21 @@ public final class SQLiteStore: OfferSignerStore {
         var configuration = Configuration()
         configuration.busyMode = .timeout(busyTimeout)
         configuration.label = "offer-signer"
-        configuration.prepareDatabase { db in
-            // Durable commits: in WAL mode FULL syncs the log on every commit.
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-        }
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
+            // Durable commits: in WAL mode FULL syncs the log on every commit. Set on the writer
+            // connection after opening: GRDB's pool sets NORMAL (no sync on commit) when it turns
+            // WAL on, which runs after `prepareDatabase`.
+            try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
             try Self.migrator.migrate(pool)
         } catch {
             throw StoreError(.unavailable, "cannot open store '\(path)': \(Self.describe(error))")
         }
+    }
+
+    /// The writer connection's `PRAGMA synchronous` (2 is FULL: every commit is synced).
+    func writerSynchronousMode() async throws -> Int {
+        try await pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
     }
 
     static func describe(_ error: any Error) -> String {
