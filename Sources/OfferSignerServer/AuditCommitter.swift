@@ -1,28 +1,35 @@
+import Dispatch
 import Foundation
 import Logging
 import OfferSignerStorage
 import ServiceLifecycle
 import Synchronization
 
-/// Commits audit entries in groups: every request waits until its entry is durably in the
+/// Commits audit entries in groups: every request waits until its entries are durably in the
 /// store, and all entries that arrive while a transaction is being written go into the next
 /// one, so durability costs one fsync per group rather than per signature.
 ///
-/// Rule: `commit` returns only after the entry and its ledger rows are committed; when the
+/// The writing happens on a thread the committer owns, not on the concurrency pool: the
+/// committer is the one serial step every signature passes through, so it must not wait in
+/// line behind the request work it is holding up. The thread lives exactly as long as `run()`.
+///
+/// Rule: `commit` returns only after the entries and their ledger rows are committed; when the
 /// write fails it throws, and the caller must not hand out the signature.
 final class AuditCommitter: Service, Sendable {
-    struct Pending: Sendable {
-        var append: AuditAppend
-        var continuation: CheckedContinuation<AuditRecord, any Error>
+    private struct Pending: Sendable {
+        var appends: [AuditAppend]
+        var continuation: CheckedContinuation<[AuditRecord], any Error>
     }
 
     private struct State: Sendable {
         var pending: [Pending] = []
-        var waiter: CheckedContinuation<Void, Never>?
+        /// The writer thread is parked on `wakeUp`; whoever sets this back to false signals it once.
+        var writerParked = false
         var stopped = false
     }
 
     private let state = Mutex(State())
+    private let wakeUp = DispatchSemaphore(value: 0)
     private let store: any OfferSignerStore
     private let batchLimit: Int
     private let metrics: ServerMetrics
@@ -39,81 +46,105 @@ final class AuditCommitter: Service, Sendable {
 
     /// Queues an entry and waits until it is committed.
     func commit(_ append: AuditAppend) async throws -> AuditRecord {
-        try await withCheckedThrowingContinuation { continuation in
-            let (waiter, stopped) = state.withLock { state -> (CheckedContinuation<Void, Never>?, Bool) in
-                if state.stopped { return (nil, true) }
-                state.pending.append(Pending(append: append, continuation: continuation))
-                let waiter = state.waiter
-                state.waiter = nil
-                return (waiter, false)
+        try await commit([append])[0]
+    }
+
+    /// Queues entries that must land together (consecutive, in one transaction) and waits
+    /// until they are committed.
+    func commit(_ appends: [AuditAppend]) async throws -> [AuditRecord] {
+        precondition(!appends.isEmpty, "nothing to commit")
+        return try await withCheckedThrowingContinuation { continuation in
+            let (wake, stopped) = state.withLock { state -> (Bool, Bool) in
+                if state.stopped { return (false, true) }
+                state.pending.append(Pending(appends: appends, continuation: continuation))
+                let wake = state.writerParked
+                state.writerParked = false
+                return (wake, false)
             }
             if stopped {
                 continuation.resume(throwing: Stopped())
-            } else {
-                waiter?.resume()
-            }
-        }
-    }
-
-    /// Waits for work; returns nil once stopped and drained.
-    private func nextBatch() async -> [Pending]? {
-        while true {
-            let batch = state.withLock { state -> [Pending]? in
-                if !state.pending.isEmpty {
-                    let count = min(batchLimit, state.pending.count)
-                    let batch = Array(state.pending.prefix(count))
-                    state.pending.removeFirst(count)
-                    return batch
-                }
-                return state.stopped ? [] : nil
-            }
-            if let batch { return batch.isEmpty ? nil : batch }
-            await withTaskCancellationHandler {
-                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                    let resumeNow = state.withLock { state -> Bool in
-                        if !state.pending.isEmpty || state.stopped { return true }
-                        state.waiter = continuation
-                        return false
-                    }
-                    if resumeNow { continuation.resume() }
-                }
-            } onCancel: {
-                stop()
+            } else if wake {
+                wakeUp.signal()
             }
         }
     }
 
     /// Stops accepting entries; what is queued is still committed.
     func stop() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+        let wake = state.withLock { state -> Bool in
             state.stopped = true
-            let waiter = state.waiter
-            state.waiter = nil
-            return waiter
+            let wake = state.writerParked
+            state.writerParked = false
+            return wake
         }
-        waiter?.resume()
+        if wake { wakeUp.signal() }
     }
 
     func run() async throws {
         await withGracefulShutdownHandler {
-            while let batch = await nextBatch() {
-                await write(batch)
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (finished: CheckedContinuation<Void, Never>) in
+                    let thread = Thread { [self] in
+                        writeUntilStopped()
+                        finished.resume()
+                    }
+                    thread.name = "offer-signer-audit"
+                    thread.start()
+                }
+            } onCancel: {
+                self.stop()
             }
         } onGracefulShutdown: {
             self.stop()
         }
     }
 
-    private func write(_ batch: [Pending]) async {
+    /// The writer thread: takes whatever is queued (up to the batch limit), commits it, answers
+    /// the waiters, and parks when there is nothing to do. Returns once stopped and drained.
+    private func writeUntilStopped() {
+        while true {
+            let batch = state.withLock { state -> [Pending]? in
+                if state.pending.isEmpty {
+                    if state.stopped { return nil }
+                    state.writerParked = true
+                    return []
+                }
+                // Whole requests only; at least one even if it alone is over the limit.
+                var count = 0
+                var entries = 0
+                for pending in state.pending {
+                    if count > 0 && entries + pending.appends.count > batchLimit { break }
+                    count += 1
+                    entries += pending.appends.count
+                }
+                let batch = Array(state.pending.prefix(count))
+                state.pending.removeFirst(count)
+                return batch
+            }
+            guard let batch else { return }
+            if batch.isEmpty {
+                wakeUp.wait()
+                continue
+            }
+            write(batch)
+        }
+    }
+
+    private func write(_ batch: [Pending]) {
         let start = ContinuousClock.now
         do {
-            let records = try await store.appendAudit(batch.map(\.append), at: Date())
-            metrics.auditCommit(duration: ContinuousClock.now - start, entries: batch.count)
-            for (pending, record) in zip(batch, records) { pending.continuation.resume(returning: record) }
+            let records = try store.appendAuditBlocking(batch.flatMap(\.appends), at: Date())
+            metrics.auditCommit(duration: ContinuousClock.now - start, entries: records.count)
+            var offset = 0
+            for pending in batch {
+                let count = pending.appends.count
+                pending.continuation.resume(returning: Array(records[offset..<offset + count]))
+                offset += count
+            }
         } catch {
             if batch.count > 1 {
-                // One bad entry must not sink the others: retry each on its own.
-                for pending in batch { await write([pending]) }
+                // One bad request must not sink the others: retry each on its own.
+                for pending in batch { write([pending]) }
                 return
             }
             metrics.auditFailure()

@@ -127,16 +127,7 @@ struct SigningController: Sendable {
 
         // Audit, durably, before anything leaves.
         do {
-            if issued.count == 1 {
-                _ = try await committer.commit(AuditAppend(entry: issued[0].auditEntry, signatures: issued))
-            } else {
-                try await withThrowingTaskGroup(of: AuditRecord.self) { group in
-                    for signature in issued {
-                        group.addTask { try await committer.commit(AuditAppend(entry: signature.auditEntry, signatures: [signature])) }
-                    }
-                    try await group.waitForAll()
-                }
-            }
+            _ = try await committer.commit(issued.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) })
         } catch {
             context.logger.error("signature withheld: audit record not written", metadata: ["error": "\(error)"])
             throw APIProblem(.serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")

@@ -51,6 +51,12 @@ public protocol OfferSignerStore: Sendable {
     /// in order; returns the stored records. All or nothing.
     func appendAudit(_ batch: [AuditAppend], at time: Date) async throws -> [AuditRecord]
 
+    /// The same as ``appendAudit(_:at:)``, blocking the calling thread until the transaction is
+    /// durably committed. For a writer that owns a thread of its own (the service's audit
+    /// committer), so the commit path never waits in line behind request work on the
+    /// concurrency pool. Never call it from async code.
+    func appendAuditBlocking(_ batch: [AuditAppend], at time: Date) throws -> [AuditRecord]
+
     /// Audit records with sequence greater than `sequence`, in order, at most `limit`.
     func auditRecords(after sequence: Int64, limit: Int) async throws -> [AuditRecord]
 

@@ -378,6 +378,16 @@ public final class SQLiteStore: OfferSignerStore {
         try await write { db in try Self.appendAudit(db, batch, at: time) }
     }
 
+    public func appendAuditBlocking(_ batch: [AuditAppend], at time: Date) throws -> [AuditRecord] {
+        do {
+            return try pool.write { db in try Self.appendAudit(db, batch, at: time) }
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw StoreError(.unavailable, "store write failed: \(Self.describe(error))")
+        }
+    }
+
     public func auditRecords(after sequence: Int64, limit: Int) async throws -> [AuditRecord] {
         try await read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM audit_log WHERE seq > ? ORDER BY seq LIMIT ?", arguments: [sequence, limit]).map { try Self.record(from: $0) }
