@@ -32,14 +32,18 @@ public enum Encoding {
 
     private static let hexDigits = Array("0123456789abcdef".utf8)
 
-    /// Lowercase hex.
-    public static func hex(_ bytes: some Sequence<UInt8>) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity(64)
-        for byte in bytes {
-            out.append(hexDigits[Int(byte >> 4)])
-            out.append(hexDigits[Int(byte & 0x0F)])
+    /// Lowercase hex, two digits per byte.
+    public static func hex(_ bytes: some ContiguousBytes) -> String {
+        bytes.withUnsafeBytes { raw in
+            String(unsafeUninitializedCapacity: raw.count * 2) { out in
+                var index = 0
+                for byte in raw {
+                    out[index] = hexDigits[Int(byte >> 4)]
+                    out[index + 1] = hexDigits[Int(byte & 0x0F)]
+                    index += 2
+                }
+                return index
+            }
         }
-        return String(decoding: out, as: UTF8.self)
     }
 }

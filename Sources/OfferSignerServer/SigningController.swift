@@ -210,9 +210,8 @@ struct SigningController: Sendable {
 /// Reads request bodies with a size limit and a content-type check.
 enum RequestBodyReader {
     static func json(_ request: Request, limit: Int) async throws -> Data {
-        let contentType = request.headers[.contentType]?.lowercased() ?? ""
-        let mediaType = contentType.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
-        guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json")) else {
+        let contentType = request.headers[.contentType] ?? ""
+        guard contentType == "application/json" || Self.isJSON(mediaTypeOf: contentType) else {
             throw APIProblem(
                 .unsupportedMediaType, code: "unsupported_media_type",
                 detail: contentType.isEmpty ? "send the body as application/json" : "'\(contentType)' is not accepted; send application/json",
@@ -227,5 +226,11 @@ enum RequestBodyReader {
         } catch is NIOTooManyBytesError {
             throw APIProblem(.contentTooLarge, code: "body_too_large", detail: "the body is larger than \(limit) bytes")
         }
+    }
+
+    /// `application/json` or `application/*+json`, any case, parameters ignored.
+    static func isJSON(mediaTypeOf contentType: String) -> Bool {
+        let mediaType = contentType.lowercased().split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+        return mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json"))
     }
 }

@@ -13,10 +13,7 @@ public enum AuditChain {
     public static let genesisHash = String(repeating: "0", count: 64)
 
     public static func hash(previousHash: String, sequence: Int64, recordedAt: Date, kind: String, body: String) -> String {
-        var hasher = SHA256()
-        hasher.update(data: Data("\(previousHash)\n\(sequence)\n\(recordedAt.unixMilliseconds)\n\(kind)\n".utf8))
-        hasher.update(data: Data(body.utf8))
-        return Encoding.hex(hasher.finalize())
+        AuditVerification.hash(previousHash: previousHash, sequence: sequence, recordedAtMillis: recordedAt.unixMilliseconds, kind: kind, body: body)
     }
 
     /// The first problem found while walking a chain, or nil when it is intact.
