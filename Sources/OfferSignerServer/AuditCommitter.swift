@@ -88,7 +88,7 @@ final class AuditCommitter: Service, Sendable {
                         writeUntilStopped()
                         finished.resume()
                     }
-                    thread.name = "offer-signer-audit"
+                    thread.name = "audit-committer"
                     thread.start()
                 }
             } onCancel: {

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import OfferSignerCore
+import Synchronization
 
 /// The embedded default store: one SQLite file in WAL mode with `synchronous = FULL`, so a
 /// committed transaction survives a crash or power loss.
@@ -8,10 +9,19 @@ public final class SQLiteStore: OfferSignerStore {
     /// The file path.
     public let path: String
     private let pool: DatabasePool
+    /// The size, in pages, of the write-ahead log at which `performMaintenance` makes SQLite
+    /// start it over.
+    let walRestartPages: Int
+    private let walRestartRequested = Atomic<Bool>(false)
 
     /// Opens (creating if needed) the store at `path` and applies schema migrations.
-    public init(path: String, busyTimeout: TimeInterval = 5) throws(StoreError) {
+    /// `walRestartPages`: while serving, the write-ahead log is started over once it holds this
+    /// many pages (default 32,768: 128 MiB with 4 KiB pages), so it stays bounded under load. Each
+    /// restart holds commits for a few to a few tens of milliseconds, so it should not come round
+    /// more than every few seconds at full load.
+    public init(path: String, busyTimeout: TimeInterval = 5, walRestartPages: Int = 32768) throws(StoreError) {
         self.path = path
+        self.walRestartPages = max(1, walRestartPages)
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
             throw StoreError(.unavailable, "cannot open store '\(path)': directory '\(directory)' does not exist")
@@ -224,15 +234,33 @@ public final class SQLiteStore: OfferSignerStore {
         try await write { db in try db.execute(sql: "PRAGMA wal_autocheckpoint = 0") }
     }
 
-    /// A passive WAL checkpoint on a connection of its own: it never blocks the writer.
+    /// A passive WAL checkpoint on a connection of its own: it copies the log into the
+    /// database without blocking the writer. Under steady load a passive checkpoint never finds
+    /// the log fully copied, so SQLite never starts the log over and the `-wal` file grows
+    /// without bound (gigabytes within minutes). So once the log holds `walRestartPages` pages,
+    /// the writer is asked to run a RESTART checkpoint before its next audit transaction: it
+    /// copies the little the passive one left and the next commit writes the log from its
+    /// start. The writer runs it itself because another connection waiting for the write lock
+    /// would be starved by back-to-back commits.
     public func performMaintenance() async throws {
-        let path = self.path
-        try await Task.detachedMaintenance {
+        try await Task.detachedMaintenance { [self] in
             let queue = try DatabaseQueue(path: path)
             try queue.writeWithoutTransaction { db in
+                let logPages: Int = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(PASSIVE)")?[1] ?? 0
+                guard logPages >= walRestartPages else { return }
+                // Once more, for what was committed while the first pass ran, so the writer's
+                // RESTART has next to nothing left to copy.
                 _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(PASSIVE)")
+                walRestartRequested.store(true, ordering: .relaxed)
             }
         }
+    }
+
+    /// On the writer connection, before an audit transaction: the RESTART checkpoint that
+    /// maintenance asked for, if any.
+    private func restartLogIfRequested(_ db: Database) throws {
+        guard walRestartRequested.exchange(false, ordering: .relaxed) else { return }
+        _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(RESTART)")
     }
 
     public func ping() async throws {
@@ -375,11 +403,13 @@ public final class SQLiteStore: OfferSignerStore {
     }
 
     public func appendAudit(_ batch: [AuditAppend], at time: Date) async throws -> [AuditRecord] {
-        try await write { db in try Self.appendAudit(db, batch, at: time) }
+        try await pool.writeWithoutTransaction { db in try self.restartLogIfRequested(db) }
+        return try await write { db in try Self.appendAudit(db, batch, at: time) }
     }
 
     public func appendAuditBlocking(_ batch: [AuditAppend], at time: Date) throws -> [AuditRecord] {
         do {
+            try pool.writeWithoutTransaction { db in try restartLogIfRequested(db) }
             return try pool.write { db in try Self.appendAudit(db, batch, at: time) }
         } catch let error as StoreError {
             throw error

@@ -1,4 +1,6 @@
+import Dispatch
 import Foundation
+import Synchronization
 import Testing
 
 @testable import OfferSignerStorage
@@ -21,5 +23,61 @@ import Testing
         // Reopening an existing store (WAL already on) keeps it too.
         let reopened = try SQLiteStore(path: path)
         #expect(try await reopened.writerSynchronousMode() == 2)
+    }
+
+    /// With commits never pausing, passive checkpoints alone never let SQLite start the log
+    /// over; maintenance must keep the `-wal` file bounded anyway.
+    @Test func writeAheadLogStaysBoundedUnderSteadyWrites() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-wal-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("store.sqlite").path
+        let restartPages = 256  // 1 MiB
+        let store = try SQLiteStore(path: path, walRestartPages: restartPages)
+        try await store.prepareForServing()
+
+        // The writer blocks, so it gets a thread of its own (as the service's audit committer
+        // does), never a thread of the concurrency pool.
+        let stop = Atomic<Bool>(false)
+        let written = Atomic<Int>(0)
+        let failure = Mutex<(any Error)?>(nil)
+        let finished = DispatchSemaphore(value: 0)
+        Thread {
+            let body = String(repeating: "x", count: 600)
+            while !stop.load(ordering: .relaxed) {
+                let batch = (0..<200).map { _ in AuditAppend(entry: AuditEntry(kind: "test.load", body: body)) }
+                do {
+                    _ = try store.appendAuditBlocking(batch, at: Date())
+                } catch {
+                    failure.withLock { $0 = error }
+                    break
+                }
+                written.add(batch.count, ordering: .relaxed)
+            }
+            finished.signal()
+        }.start()
+        // Until the writer has put at least 64 MiB of record bodies into the log (which, never
+        // restarted, would then be larger than that), or a minute has passed.
+        let volume = 64 * 1024 * 1024
+        let deadline = ContinuousClock.now + .seconds(60)
+        var largestWAL = 0
+        while written.load(ordering: .relaxed) * 600 < volume && ContinuousClock.now < deadline && failure.withLock({ $0 == nil }) {
+            try await Task.sleep(for: .milliseconds(50))
+            try await store.performMaintenance()
+            let size = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
+            largestWAL = max(largestWAL, size)
+        }
+        stop.store(true, ordering: .relaxed)
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async {
+                finished.wait()
+                done.resume()
+            }
+        }
+        if let error = failure.withLock({ $0 }) { throw error }
+        let records = written.load(ordering: .relaxed)
+        #expect(records * 600 >= volume, "the writer wrote too little to tell (\(records) records)")
+        #expect(largestWAL < 16 * 1024 * 1024, "the WAL reached \(largestWAL) bytes after \(records) records")
+        #expect(try await store.verifyAudit().isIntact)
     }
 }
