@@ -113,6 +113,8 @@ echo "==> wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s --latency -s $LUA $URL/v1
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$LUA" "$URL/v1/offers/signatures" | tee "$WORK/wrk.txt"
 
 RSS=$(awk '/^VmRSS:/ {print $2 " " $3}' "/proc/$SERVER_PID/status")
+size_mib() { if [ -f "$1" ]; then echo $(( $(stat -c %s "$1") / 1048576 )); else echo 0; fi; }
+STORE_FILES="$(size_mib "$STORE") MiB database, $(size_mib "$STORE-wal") MiB write-ahead log"
 HWM=$(awk '/^VmHWM:/ {print $2 " " $3}' "/proc/$SERVER_PID/status")
 # The Lua script's done() prints "BENCH name=value" lines.
 field() { grep '^BENCH ' "$WORK/wrk.txt" | grep -o "$1=[^ ]*" | head -n 1 | cut -d= -f2; }
@@ -141,6 +143,7 @@ latency p99:     $P99 ms
 non-2xx:         $NON2XX
 socket errors:   $SOCKET_ERRORS
 server RSS:      $RSS after the run (peak $HWM)
+store files:     $STORE_FILES
 audit:           $AUDIT
 EOF
 
