@@ -12,6 +12,7 @@ public final class SQLiteStore: OfferSignerStore {
     /// The size, in pages, of the write-ahead log at which `performMaintenance` makes SQLite
     /// start it over.
     let walRestartPages: Int
+    private let busyTimeoutMilliseconds: Int
     private let walRestartRequested = Atomic<Bool>(false)
 
     /// Opens (creating if needed) the store at `path` and applies schema migrations.
@@ -22,6 +23,7 @@ public final class SQLiteStore: OfferSignerStore {
     public init(path: String, busyTimeout: TimeInterval = 5, walRestartPages: Int = 32768) throws(StoreError) {
         self.path = path
         self.walRestartPages = max(1, walRestartPages)
+        self.busyTimeoutMilliseconds = Int(busyTimeout * 1000)
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty && !FileManager.default.fileExists(atPath: directory) {
             throw StoreError(.unavailable, "cannot open store '\(path)': directory '\(directory)' does not exist")
@@ -258,9 +260,16 @@ public final class SQLiteStore: OfferSignerStore {
 
     /// On the writer connection, before an audit transaction: the RESTART checkpoint that
     /// maintenance asked for, if any.
-    private func restartLogIfRequested(_ db: Database) throws {
+    ///
+    /// Rule: it never fails the audit transaction and holds commits at most about 20 ms. A
+    /// reader still using the log (say `audit verify` on a live store) would otherwise keep the
+    /// writer waiting for the whole busy timeout; if one does, the log stays as it is and the
+    /// next maintenance asks again.
+    private func restartLogIfRequested(_ db: Database) {
         guard walRestartRequested.exchange(false, ordering: .relaxed) else { return }
-        _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(RESTART)")
+        try? db.execute(sql: "PRAGMA busy_timeout = 20")
+        _ = try? Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(RESTART)")
+        try? db.execute(sql: "PRAGMA busy_timeout = \(busyTimeoutMilliseconds)")
     }
 
     public func ping() async throws {
@@ -403,13 +412,13 @@ public final class SQLiteStore: OfferSignerStore {
     }
 
     public func appendAudit(_ batch: [AuditAppend], at time: Date) async throws -> [AuditRecord] {
-        try await pool.writeWithoutTransaction { db in try self.restartLogIfRequested(db) }
+        try await pool.writeWithoutTransaction { db in self.restartLogIfRequested(db) }
         return try await write { db in try Self.appendAudit(db, batch, at: time) }
     }
 
     public func appendAuditBlocking(_ batch: [AuditAppend], at time: Date) throws -> [AuditRecord] {
         do {
-            try pool.writeWithoutTransaction { db in try restartLogIfRequested(db) }
+            pool.writeWithoutTransaction { db in restartLogIfRequested(db) }
             return try pool.write { db in try Self.appendAudit(db, batch, at: time) }
         } catch let error as StoreError {
             throw error
