@@ -67,11 +67,7 @@ struct ServeCommand: AsyncParsableCommand {
     func run() async throws {
         let levelName = logLevel ?? Environment.value("OFFER_SIGNER_LOG_LEVEL") ?? "info"
         guard let level = Logger.Level(rawValue: levelName) else { throw ValidationError("--log-level '\(levelName)' is not a log level") }
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, logLevel: level) }
         var logger = Logger(label: "offer-signer")
         logger.logLevel = level
 
