@@ -5,7 +5,7 @@ import OfferSignerCore
 ///
 /// Rule: unknown members are refused (`unknown_field`), so a misspelt `appAccountToken` can
 /// never silently produce a signature that is not bound to the account.
-struct SignatureRequest: Decodable, Sendable {
+struct SignatureRequest: Decodable, Equatable, Sendable {
     var productID: String
     var offerID: String
     var appAccountToken: String?
@@ -18,6 +18,19 @@ struct SignatureRequest: Decodable, Sendable {
 
     enum CodingKeys: String, CodingKey {
         case productID, offerID, appAccountToken, bundleID, formats, transactionID, evidence
+    }
+
+    init(
+        productID: String, offerID: String, appAccountToken: String? = nil, bundleID: String? = nil, formats: [String]? = nil,
+        transactionID: String? = nil, evidence: PurchaseEvidence? = nil
+    ) {
+        self.productID = productID
+        self.offerID = offerID
+        self.appAccountToken = appAccountToken
+        self.bundleID = bundleID
+        self.formats = formats
+        self.transactionID = transactionID
+        self.evidence = evidence
     }
 
     init(from decoder: any Decoder) throws {
@@ -35,7 +48,7 @@ struct SignatureRequest: Decodable, Sendable {
 
 /// What StoreKit gives the app as proof of the customer's history: JWS strings signed by
 /// Apple.
-struct PurchaseEvidence: Decodable, Sendable {
+struct PurchaseEvidence: Decodable, Equatable, Sendable {
     var signedTransactions: [String]
     var signedRenewalInfos: [String]
 

@@ -28,7 +28,7 @@ struct SigningController: Sendable {
         let ring = keyRing.ring
         let principal = try await authenticator.authenticate(request, ring: ring)
         let body = try await RequestBodyReader.json(request, limit: maximumBodyBytes)
-        let signatureRequest = try RequestDecoding.decode(SignatureRequest.self, from: body)
+        let signatureRequest = try SignatureRequestPlainReader.read(body) ?? RequestDecoding.decode(SignatureRequest.self, from: body)
 
         // Fields.
         do {

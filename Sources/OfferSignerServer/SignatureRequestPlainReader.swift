@@ -1,0 +1,147 @@
+import Foundation
+
+/// Reads the common shape of a signing request without `JSONDecoder`, which was about 7% of
+/// the server's CPU per signature.
+///
+/// Rule: it answers only for bodies it can read exactly as `JSONDecoder` would, and gives up
+/// (`nil`) on everything else, so the decoder still decides every unusual or bad body and
+/// gives the same error it always did. It accepts a JSON object whose members are among
+/// `productID`, `offerID`, `appAccountToken`, `bundleID`, `transactionID` (strings) and
+/// `formats` (an array of strings), each at most once, with `productID` and `offerID`
+/// present, strings of printable ASCII without escapes, and JSON whitespace anywhere JSON
+/// allows it. `evidence`, `null`, escapes, non-ASCII text, numbers, duplicates, unknown
+/// members and trailing bytes all go to the decoder.
+enum SignatureRequestPlainReader {
+    static func read(_ body: Data) -> SignatureRequest? {
+        body.withUnsafeBytes { bytes in
+            var reader = Cursor(bytes: bytes)
+            return reader.request()
+        }
+    }
+
+    private enum Member {
+        case productID, offerID, appAccountToken, bundleID, formats, transactionID
+
+        init?(_ name: UnsafeRawBufferPointer) {
+            switch name.count {
+            case 7 where name.elementsEqual("offerID".utf8): self = .offerID
+            case 7 where name.elementsEqual("formats".utf8): self = .formats
+            case 8 where name.elementsEqual("bundleID".utf8): self = .bundleID
+            case 9 where name.elementsEqual("productID".utf8): self = .productID
+            case 13 where name.elementsEqual("transactionID".utf8): self = .transactionID
+            case 15 where name.elementsEqual("appAccountToken".utf8): self = .appAccountToken
+            default: return nil
+            }
+        }
+    }
+
+    private struct Cursor {
+        let bytes: UnsafeRawBufferPointer
+        var index = 0
+
+        init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+        mutating func request() -> SignatureRequest? {
+            skipWhitespace()
+            guard take(UInt8(ascii: "{")) else { return nil }
+            var productID: String?
+            var offerID: String?
+            var appAccountToken: String?
+            var bundleID: String?
+            var formats: [String]?
+            var transactionID: String?
+            skipWhitespace()
+            if !take(UInt8(ascii: "}")) {
+                while true {
+                    guard let name = rawString(), let member = Member(name) else { return nil }
+                    skipWhitespace()
+                    guard take(UInt8(ascii: ":")) else { return nil }
+                    skipWhitespace()
+                    switch member {
+                    case .formats:
+                        guard formats == nil, let value = stringArray() else { return nil }
+                        formats = value
+                    case .productID:
+                        guard productID == nil, let value = string() else { return nil }
+                        productID = value
+                    case .offerID:
+                        guard offerID == nil, let value = string() else { return nil }
+                        offerID = value
+                    case .appAccountToken:
+                        guard appAccountToken == nil, let value = string() else { return nil }
+                        appAccountToken = value
+                    case .bundleID:
+                        guard bundleID == nil, let value = string() else { return nil }
+                        bundleID = value
+                    case .transactionID:
+                        guard transactionID == nil, let value = string() else { return nil }
+                        transactionID = value
+                    }
+                    skipWhitespace()
+                    if take(UInt8(ascii: "}")) { break }
+                    guard take(UInt8(ascii: ",")) else { return nil }
+                    skipWhitespace()
+                }
+            }
+            skipWhitespace()
+            guard index == bytes.count, let productID, let offerID else { return nil }
+            return SignatureRequest(
+                productID: productID, offerID: offerID, appAccountToken: appAccountToken, bundleID: bundleID, formats: formats,
+                transactionID: transactionID)
+        }
+
+        /// `[` strings separated by commas `]`.
+        mutating func stringArray() -> [String]? {
+            guard take(UInt8(ascii: "[")) else { return nil }
+            var values: [String] = []
+            skipWhitespace()
+            if take(UInt8(ascii: "]")) { return values }
+            while true {
+                guard let value = string() else { return nil }
+                values.append(value)
+                skipWhitespace()
+                if take(UInt8(ascii: "]")) { return values }
+                guard take(UInt8(ascii: ",")) else { return nil }
+                skipWhitespace()
+            }
+        }
+
+        mutating func string() -> String? {
+            rawString().map { String(decoding: $0, as: UTF8.self) }
+        }
+
+        /// The bytes between the quotes of a string of printable ASCII without escapes.
+        mutating func rawString() -> UnsafeRawBufferPointer? {
+            guard take(UInt8(ascii: "\"")) else { return nil }
+            let start = index
+            while index < bytes.count {
+                let byte = bytes[index]
+                if byte == UInt8(ascii: "\"") {
+                    let value = UnsafeRawBufferPointer(rebasing: bytes[start..<index])
+                    index += 1
+                    return value
+                }
+                // Escapes, control characters and non-ASCII text: the decoder's job.
+                guard byte >= 0x20, byte < 0x7F, byte != UInt8(ascii: "\\") else { return nil }
+                index += 1
+            }
+            return nil
+        }
+
+        mutating func take(_ byte: UInt8) -> Bool {
+            guard index < bytes.count, bytes[index] == byte else { return false }
+            index += 1
+            return true
+        }
+
+        /// RFC 8259 whitespace: space, tab, line feed, carriage return.
+        mutating func skipWhitespace() {
+            while index < bytes.count {
+                switch bytes[index] {
+                case 0x20, 0x09, 0x0A, 0x0D: index += 1
+                default: return
+                }
+            }
+        }
+    }
+}
