@@ -85,12 +85,10 @@ final class AuditCommitter: Service, Sendable {
             await withTaskCancellationHandler {
                 await withCheckedContinuation { (finished: CheckedContinuation<Void, Never>) in
                     let thread = Thread { [self] in
-                        // Named from inside: on Linux, Foundation names the OS thread only
-                        // when the thread itself sets its name (seen in top, perf and gdb).
-                        Thread.current.name = "audit-committer"
                         writeUntilStopped()
                         finished.resume()
                     }
+                    thread.name = "audit-committer"
                     thread.start()
                 }
             } onCancel: {

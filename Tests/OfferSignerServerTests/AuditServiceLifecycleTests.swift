@@ -38,21 +38,4 @@ import Testing
         #expect(latest.sequence == head.count)
         #expect(latest.headHash == head.hash)
     }
-
-    #if os(Linux)
-    /// The committer's thread carries its name, so operators can tell it apart in top or perf.
-    @Test func auditCommitterThreadIsNamed() async throws {
-        let (store, directory) = try Self.temporaryStore("committer-thread")
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let committer = AuditCommitter(store: store, batchLimit: 64, metrics: ServerMetrics(), logger: Logger(label: "offer-signer-test"))
-        let running = Task { try await committer.run() }
-        _ = try await committer.commit(Self.entries(1))
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
-        let names = tasks.compactMap { try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8) }
-            .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
-        committer.stop()
-        try await running.value
-        #expect(names.contains("audit-committer"), "threads: \(Set(names).sorted())")
-    }
-    #endif
 }
