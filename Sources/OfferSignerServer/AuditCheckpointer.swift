@@ -59,15 +59,9 @@ final class AuditCheckpointer: Service, Sendable {
         // Graceful shutdown (or cancellation): a final checkpoint when the chain grew. When the
         // service group was cancelled (another service failed, say the HTTP server could not
         // bind), this task is cancelled too and the store's async calls would refuse to start;
-        // the checkpoint runs in a child task of its own that this one waits for, so it is
-        // written (or fails for a real reason) either way.
-        await Self.uncancelled { await self.checkpoint(reason: "shutdown") }
-    }
-
-    /// Runs `work` in a task that does not inherit this task's cancellation, and waits for it.
-    private static func uncancelled(_ work: @escaping @Sendable () async -> Void) async {
-        guard Task.isCancelled else { return await work() }
-        await Task { await work() }.value
+        // so the checkpoint runs in a task of its own, which does not inherit the cancellation,
+        // and this one waits for it.
+        await Task { await self.checkpoint(reason: "shutdown") }.value
     }
 
     /// Writes a checkpoint now if the chain grew; errors are logged, never thrown (a failing

@@ -19,17 +19,24 @@ enum SignatureRequestPlainReader {
         }
     }
 
+    /// The members read so far.
+    private struct Members {
+        var productID, offerID, appAccountToken, bundleID, transactionID: String?
+        var formats: [String]?
+    }
+
     private enum Member {
-        case productID, offerID, appAccountToken, bundleID, formats, transactionID
+        case string(WritableKeyPath<Members, String?>)
+        case formats
 
         init?(_ name: UnsafeRawBufferPointer) {
             switch name.count {
-            case 7 where name.elementsEqual("offerID".utf8): self = .offerID
+            case 7 where name.elementsEqual("offerID".utf8): self = .string(\.offerID)
             case 7 where name.elementsEqual("formats".utf8): self = .formats
-            case 8 where name.elementsEqual("bundleID".utf8): self = .bundleID
-            case 9 where name.elementsEqual("productID".utf8): self = .productID
-            case 13 where name.elementsEqual("transactionID".utf8): self = .transactionID
-            case 15 where name.elementsEqual("appAccountToken".utf8): self = .appAccountToken
+            case 8 where name.elementsEqual("bundleID".utf8): self = .string(\.bundleID)
+            case 9 where name.elementsEqual("productID".utf8): self = .string(\.productID)
+            case 13 where name.elementsEqual("transactionID".utf8): self = .string(\.transactionID)
+            case 15 where name.elementsEqual("appAccountToken".utf8): self = .string(\.appAccountToken)
             default: return nil
             }
         }
@@ -44,12 +51,7 @@ enum SignatureRequestPlainReader {
         mutating func request() -> SignatureRequest? {
             skipWhitespace()
             guard take(UInt8(ascii: "{")) else { return nil }
-            var productID: String?
-            var offerID: String?
-            var appAccountToken: String?
-            var bundleID: String?
-            var formats: [String]?
-            var transactionID: String?
+            var members = Members()
             skipWhitespace()
             if !take(UInt8(ascii: "}")) {
                 while true {
@@ -57,25 +59,14 @@ enum SignatureRequestPlainReader {
                     skipWhitespace()
                     guard take(UInt8(ascii: ":")) else { return nil }
                     skipWhitespace()
+                    // A member seen twice goes to the decoder.
                     switch member {
                     case .formats:
-                        guard formats == nil, let value = stringArray() else { return nil }
-                        formats = value
-                    case .productID:
-                        guard productID == nil, let value = string() else { return nil }
-                        productID = value
-                    case .offerID:
-                        guard offerID == nil, let value = string() else { return nil }
-                        offerID = value
-                    case .appAccountToken:
-                        guard appAccountToken == nil, let value = string() else { return nil }
-                        appAccountToken = value
-                    case .bundleID:
-                        guard bundleID == nil, let value = string() else { return nil }
-                        bundleID = value
-                    case .transactionID:
-                        guard transactionID == nil, let value = string() else { return nil }
-                        transactionID = value
+                        guard members.formats == nil, let value = stringArray() else { return nil }
+                        members.formats = value
+                    case .string(let field):
+                        guard members[keyPath: field] == nil, let value = string() else { return nil }
+                        members[keyPath: field] = value
                     }
                     skipWhitespace()
                     if take(UInt8(ascii: "}")) { break }
@@ -84,10 +75,10 @@ enum SignatureRequestPlainReader {
                 }
             }
             skipWhitespace()
-            guard index == bytes.count, let productID, let offerID else { return nil }
+            guard index == bytes.count, let productID = members.productID, let offerID = members.offerID else { return nil }
             return SignatureRequest(
-                productID: productID, offerID: offerID, appAccountToken: appAccountToken, bundleID: bundleID, formats: formats,
-                transactionID: transactionID)
+                productID: productID, offerID: offerID, appAccountToken: members.appAccountToken, bundleID: members.bundleID,
+                formats: members.formats, transactionID: members.transactionID)
         }
 
         /// `[` strings separated by commas `]`.
