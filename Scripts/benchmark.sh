@@ -3,8 +3,9 @@
 #
 # Builds the release binary (the same command as the Dockerfile), sets up a throw-away store
 # with a development key and an API client, starts `offer-signer serve` on 127.0.0.1:$PORT
-# with rate limits off, drives it with wrk, then prints requests/s, p50, p99, the non-2xx
-# count and the server's RSS, checks the audit chain, and stops the server.
+# with rate limits off, drives it with wrk, then prints requests/s, p50, p99, the server's CPU
+# per request, the non-2xx count and the server's RSS, checks the audit chain, and stops the
+# server.
 #
 # Usage:   Scripts/benchmark.sh
 # Env:     DURATION=30 (seconds)  CONNECTIONS=64  THREADS=2  PORT=18181
@@ -109,9 +110,14 @@ LUA="Scripts/benchmark-signatures.lua"
 echo "==> warm-up: wrk -t$THREADS -c$CONNECTIONS -d${WARMUP}s"
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"${WARMUP}s" -s "$LUA" "$URL/v1/offers/signatures" >/dev/null
 
+# The server's CPU time (user + system, in clock ticks) around the measured run: CPU per
+# request varies less from run to run than requests/s when the VM's speed drifts.
+server_ticks() { awk '{print $14 + $15}' "/proc/$SERVER_PID/stat"; }
+TICKS_BEFORE=$(server_ticks)
 echo "==> wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s --latency -s $LUA $URL/v1/offers/signatures (formats: $FORMATS)"
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$LUA" "$URL/v1/offers/signatures" | tee "$WORK/wrk.txt"
 
+TICKS_AFTER=$(server_ticks)
 RSS=$(awk '/^VmRSS:/ {print $2 " " $3}' "/proc/$SERVER_PID/status")
 size_mib() { if [ -f "$1" ]; then echo $(( $(stat -c %s "$1") / 1048576 )); else echo 0; fi; }
 STORE_FILES="$(size_mib "$STORE") MiB database, $(size_mib "$STORE-wal") MiB write-ahead log"
@@ -124,6 +130,8 @@ P99=$(field p99_ms)
 NON2XX=$(field non2xx)
 SOCKET_ERRORS=$(field socket_errors)
 REQUESTS=$(field requests)
+CPU=$(awk -v t=$((TICKS_AFTER - TICKS_BEFORE)) -v hz="$(getconf CLK_TCK)" -v n="$REQUESTS" -v d="$DURATION" \
+    'BEGIN { if (n > 0) printf "%.0f us per request (%.2f cores)", t / hz * 1e6 / n, t / hz / d; else print "n/a" }')
 
 # --- Audit chain (every 201 above committed its record before it was sent) ------------
 AUDIT_STATUS=0
@@ -142,6 +150,7 @@ latency p50:     $P50 ms
 latency p99:     $P99 ms
 non-2xx:         $NON2XX
 socket errors:   $SOCKET_ERRORS
+server CPU:      $CPU
 server RSS:      $RSS after the run (peak $HWM)
 store files:     $STORE_FILES
 audit:           $AUDIT
