@@ -2,7 +2,10 @@
 -- appAccountTokens (4,096 per wrk thread, cycled; the benchmark turns the per-token limit off).
 --
 -- Environment: OFFER_SIGNER_BENCH_SECRET (the API key, required),
---              OFFER_SIGNER_BENCH_FORMATS ("legacy" (default), "jws" or "legacy,jws").
+--              OFFER_SIGNER_BENCH_FORMATS ("legacy" (default), "jws" or "legacy,jws"),
+--              OFFER_SIGNER_BENCH_THINK_MS (default 0: each connection sends its next request as
+--              soon as the answer is in, i.e. saturation; N > 0: it waits N ms first, like a
+--              client with think time, so latency is measured below saturation).
 
 local secret = os.getenv("OFFER_SIGNER_BENCH_SECRET")
 if secret == nil or secret == "" then
@@ -53,6 +56,13 @@ local function build()
             .. '"appAccountToken":"' .. uuid4() .. '","formats":' .. formatsJSON .. '}'
         pool[i] = wrk.format(nil, nil, nil, body)
     end
+end
+
+-- wrk calls delay() before each request when the script defines it; saturation runs leave it
+-- undefined so wrk does not pay for a Lua call per request.
+local thinkMilliseconds = tonumber(os.getenv("OFFER_SIGNER_BENCH_THINK_MS") or "0") or 0
+if thinkMilliseconds > 0 then
+    delay = function() return thinkMilliseconds end
 end
 
 request = function()

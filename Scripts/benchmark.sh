@@ -10,6 +10,8 @@
 # Usage:   Scripts/benchmark.sh
 # Env:     DURATION=30 (seconds)  CONNECTIONS=64  THREADS=2  PORT=18181
 #          FORMATS=legacy (or jws, or legacy,jws)  WARMUP=3 (seconds)
+#          THINK_MS=0 (N > 0: each connection waits N ms after an answer before its next
+#          request, to measure latency below saturation; wrk's resolution is 1 ms)
 #          SKIP_BUILD=1 (use the existing .build/release/offer-signer)
 #          OFFER_SIGNER_BIN=path (benchmark that binary instead; no build)
 # Needs:   wrk (`apt-get install -y wrk`), curl, openssl, python3.
@@ -25,6 +27,10 @@ THREADS=${THREADS:-2}
 PORT=${PORT:-18181}
 FORMATS=${FORMATS:-legacy}
 WARMUP=${WARMUP:-3}
+THINK_MS=${THINK_MS:-0}
+case "$THINK_MS" in
+    '' | *[!0-9]*) echo "error: THINK_MS='$THINK_MS' is not a whole number of milliseconds" >&2; exit 2 ;;
+esac
 
 for tool in wrk curl openssl python3; do
     if ! command -v "$tool" >/dev/null 2>&1; then
@@ -79,6 +85,7 @@ CLIENT_JSON=$("$BIN" clients create --store "$STORE" --name bench --bundle-id co
 SECRET=$(printf '%s' "$CLIENT_JSON" | python3 -c 'import json, sys; print(json.load(sys.stdin)["secret"])')
 export OFFER_SIGNER_BENCH_SECRET="$SECRET"
 export OFFER_SIGNER_BENCH_FORMATS="$FORMATS"
+export OFFER_SIGNER_BENCH_THINK_MS="$THINK_MS"
 
 # --- Server ---------------------------------------------------------------------------
 "$BIN" serve --store "$STORE" --master-key-file "$MASTER" --port "$PORT" \
@@ -114,7 +121,7 @@ wrk -t"$THREADS" -c"$CONNECTIONS" -d"${WARMUP}s" -s "$LUA" "$URL/v1/offers/signa
 # request varies less from run to run than requests/s when the VM's speed drifts.
 server_ticks() { awk '{print $14 + $15}' "/proc/$SERVER_PID/stat"; }
 TICKS_BEFORE=$(server_ticks)
-echo "==> wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s --latency -s $LUA $URL/v1/offers/signatures (formats: $FORMATS)"
+echo "==> wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s --latency -s $LUA $URL/v1/offers/signatures (formats: $FORMATS, think time: $THINK_MS ms)"
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$LUA" "$URL/v1/offers/signatures" | tee "$WORK/wrk.txt"
 
 TICKS_AFTER=$(server_ticks)
@@ -143,7 +150,7 @@ SERVER_PID=
 
 cat <<EOF
 
-==> results (${DURATION}s, $CONNECTIONS connections, $THREADS wrk threads, formats $FORMATS, loopback, $(nproc) cores)
+==> results (${DURATION}s, $CONNECTIONS connections, $THREADS wrk threads, formats $FORMATS, think time $THINK_MS ms, loopback, $(nproc) cores)
 requests:        $REQUESTS
 requests/s:      $RPS
 latency p50:     $P50 ms
