@@ -1,0 +1,79 @@
+import Foundation
+import Testing
+
+/// `serve --event-loop-threads`: the running server has exactly that many NIO event loop
+/// threads (Linux names them `NIO-SGLTN-…` in /proc), and bad values are refused before
+/// anything starts.
+@Suite struct ServeThreadsTests {
+    /// Names of the threads of a running process.
+    static func threadNames(of pid: Int32) -> [String] {
+        let tasks = "/proc/\(pid)/task"
+        guard let ids = try? FileManager.default.contentsOfDirectory(atPath: tasks) else { return [] }
+        return ids.compactMap { id in
+            (try? String(contentsOfFile: "\(tasks)/\(id)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+    }
+
+    /// Starts `serve` on a free loopback port, waits until its event loop group is up, and
+    /// returns how many event loop threads it has.
+    static func eventLoopThreads(_ extraArguments: [String], environment: [String: String] = [:]) throws -> Int {
+        try withTemporaryDirectory { directory in
+            let fixture = try StoreFixture(in: directory)
+            try expectSuccess(try run(fixture.importArguments("THREADS001", file: try fixture.key("THREADS001")) + ["--development"]), "keys import")
+
+            let process = Process()
+            process.executableURL = try CLIExecutable.url()
+            process.arguments = ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path, "--port", "0"] + extraArguments
+            var childEnvironment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("OFFER_SIGNER_") && !$0.key.hasPrefix("NIO_") }
+            childEnvironment.merge(environment) { _, new in new }
+            process.environment = childEnvironment
+            process.standardInput = FileHandle.nullDevice
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try withProcessLaunchLock { try process.run() }
+            defer {
+                if process.isRunning { process.terminate() }
+                process.waitUntilExit()
+            }
+
+            // The group starts all its threads at once, before the server binds; give a loaded
+            // machine plenty of time to get there, then a moment for every name to be set.
+            let deadline = Date().addingTimeInterval(30)
+            var loops: [String] = []
+            while Date() < deadline, process.isRunning {
+                loops = threadNames(of: process.processIdentifier).filter { $0.hasPrefix("NIO-SGLTN") }
+                if !loops.isEmpty { break }
+                usleep(50_000)
+            }
+            try #require(process.isRunning, "serve exited with status \(process.terminationStatus)")
+            try #require(!loops.isEmpty, "no NIO-SGLTN thread appeared within 30 s; threads: \(threadNames(of: process.processIdentifier))")
+            usleep(500_000)
+            return threadNames(of: process.processIdentifier).filter { $0.hasPrefix("NIO-SGLTN") }.count
+        }
+    }
+
+    @Test func theFlagSetsTheNumberOfEventLoopThreads() throws {
+        #expect(try Self.eventLoopThreads(["--event-loop-threads", "1"]) == 1)
+        #expect(try Self.eventLoopThreads(["--event-loop-threads", "3"]) == 3)
+        #expect(try Self.eventLoopThreads([], environment: ["OFFER_SIGNER_EVENT_LOOP_THREADS": "2"]) == 2)
+    }
+
+    @Test func withoutTheFlagNIOsDefaultAndItsOwnSettingHold() throws {
+        #expect(try Self.eventLoopThreads([]) == ProcessInfo.processInfo.activeProcessorCount)
+        #expect(try Self.eventLoopThreads([], environment: ["NIO_SINGLETON_GROUP_LOOP_COUNT": "3"]) == 3)
+    }
+
+    @Test(arguments: ["0", "-1", "513", "two"])
+    func badValuesAreRefusedBeforeAnythingStarts(_ value: String) throws {
+        try withTemporaryDirectory { directory in
+            let fixture = try StoreFixture(in: directory)
+            let flag = try run(["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path, "--event-loop-threads=\(value)"])
+            expectCleanFailure(flag, mentions: ["event-loop-threads"])
+            let environment = try run(
+                ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path],
+                environment: ["OFFER_SIGNER_EVENT_LOOP_THREADS": value])
+            expectCleanFailure(environment, mentions: value == "two" ? ["OFFER_SIGNER_EVENT_LOOP_THREADS"] : ["event-loop-threads"])
+            #expect(!FileManager.default.fileExists(atPath: fixture.store.path), "serve created the store before refusing")
+        }
+    }
+}
