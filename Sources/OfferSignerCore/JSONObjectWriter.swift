@@ -3,8 +3,8 @@
 /// Strings are escaped per RFC 8259 (quote, backslash, control characters); everything else
 /// is written as UTF-8.
 public struct JSONObjectWriter: Sendable {
-    /// UTF-8 of the object so far; bytes rather than `String` appends, which cost several
-    /// times as much on the signing path (three objects per signature).
+    /// UTF-8 of the object so far. Bytes rather than `String` appends: the signing path writes
+    /// three objects per signature, and bytes measured about 4% less server CPU per signature.
     private var bytes: [UInt8]
     private var isEmpty = true
 
