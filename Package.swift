@@ -112,18 +112,19 @@ let package = Package(
 
         .testTarget(
             name: "OfferSignerCoreTests",
-            dependencies: ["OfferSignerCore", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["OfferSignerCore", "TestChildProcess", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "OfferSignerCLITests",
-            dependencies: ["OfferSignerCore", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["OfferSignerCore", "TestChildProcess", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "OfferSignerServerTests",
             dependencies: [
                 "OfferSignerServer",
+                "TestChildProcess",
                 "OfferSignerStorage",
                 "OfferSignerCore",
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -152,6 +153,13 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // Test-only: child processes through posix_spawn (Foundation's Process.run() can crash the
+        // test process on Linux with Swift 6.3.1). Used by every test module that starts a child.
+        .target(
+            name: "TestChildProcess",
+            path: "Tests/TestChildProcess",
+            swiftSettings: strictSettings
+        ),
         // Test-only stand-in for the StoreKit API the client uses (Linux has no StoreKit). Not named
         // `StoreKit` so it can never shadow the SDK framework on Apple platforms. OfferSignerClient
         // must never depend on it.
@@ -177,6 +185,7 @@ let package = Package(
             name: "OfferSignerClientIntegrationTests",
             dependencies: [
                 "OfferSignerClient",
+                "TestChildProcess",
                 "OfferSignerServer",
                 "OfferSignerStorage",
                 "OfferSignerCore",

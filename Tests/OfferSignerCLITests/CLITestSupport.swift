@@ -4,6 +4,7 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+import TestChildProcess
 import Testing
 
 // Helpers shared by the CLI tests: find the real `offer-signer` executable that `swift test`
@@ -75,18 +76,8 @@ enum CLIExecutable {
     }
 }
 
-/// Collects the bytes a background reader produces.
-private final class DataBox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stored = Data()
-    var data: Data {
-        get { lock.withLock { stored } }
-        set { lock.withLock { stored = newValue } }
-    }
-}
-
 /// How long one CLI invocation may take before the test kills it.
-let cliTimeout: TimeInterval = 60
+let cliTimeout: Duration = .seconds(60)
 
 /// Runs the real `offer-signer` with `args`.
 ///
@@ -97,8 +88,7 @@ let cliTimeout: TimeInterval = 60
 /// - `status`: the exit status; when the process died from a signal (a crash), minus the
 ///   signal number, so `status > 0` means "a clean non-zero exit".
 ///
-/// Both pipes are drained (stderr on a second thread) before `waitUntilExit`, so a chatty
-/// child cannot deadlock on a full pipe.
+/// Children start through ``ChildProcess`` (posix_spawn), never Foundation's `Process`.
 @discardableResult
 func run(_ args: [String], stdin: Data? = nil, environment: [String: String] = [:], cwd: URL? = nil) throws
     -> (status: Int32, stdout: String, stderr: String)
@@ -106,57 +96,21 @@ func run(_ args: [String], stdin: Data? = nil, environment: [String: String] = [
     try runTool(CLIExecutable.url(), args, stdin: stdin, environment: environment, cwd: cwd)
 }
 
-
 /// Runs any executable the same way as ``run(_:stdin:environment:cwd:)``.
 func runTool(_ executable: URL, _ args: [String], stdin: Data? = nil, environment: [String: String] = [:], cwd: URL? = nil) throws
     -> (status: Int32, stdout: String, stderr: String)
 {
-    let process = Process()
-    process.executableURL = executable
-    process.arguments = args
-    var childEnvironment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("OFFER_SIGNER_") }
-    childEnvironment["SWIFT_BACKTRACE"] = "enable=no"  // a crash still shows as a signal; no slow symbolication
-    childEnvironment.merge(environment) { _, new in new }
-    process.environment = childEnvironment
-    if let cwd { process.currentDirectoryURL = cwd }
+    let result = try ChildProcess.run(
+        executable.path, args, environment: childEnvironment(environment), stdin: stdin, currentDirectory: cwd?.path, timeout: cliTimeout)
+    return (result.status, result.stdoutText, result.stderrText)
+}
 
-    var stdinFile: URL?
-    defer { if let stdinFile { try? FileManager.default.removeItem(at: stdinFile) } }
-    if let stdin {
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-stdin-\(UUID().uuidString)")
-        try stdin.write(to: file)
-        stdinFile = file
-        process.standardInput = try FileHandle(forReadingFrom: file)
-    } else {
-        process.standardInput = FileHandle.nullDevice
-    }
-    let outPipe = Pipe()
-    let errPipe = Pipe()
-    process.standardOutput = outPipe
-    process.standardError = errPipe
-
-    try withProcessLaunchLock { try process.run() }
-    // The child holds its own copies of the write ends; close ours so EOF arrives when it exits.
-    try? outPipe.fileHandleForWriting.close()
-    try? errPipe.fileHandleForWriting.close()
-
-    let watchdog = DispatchWorkItem { [process] in if process.isRunning { process.terminate() } }
-    DispatchQueue.global().asyncAfter(deadline: .now() + cliTimeout, execute: watchdog)
-    defer { watchdog.cancel() }
-
-    let errBox = DataBox()
-    let errDone = DispatchSemaphore(value: 0)
-    let errHandle = errPipe.fileHandleForReading
-    DispatchQueue.global().async {
-        errBox.data = errHandle.readDataToEndOfFile()
-        errDone.signal()
-    }
-    let outData = outPipe.fileHandleForReading.readDataToEndOfFile()
-    errDone.wait()
-    process.waitUntilExit()
-
-    let status = process.terminationReason == .uncaughtSignal ? -process.terminationStatus : process.terminationStatus
-    return (status, String(decoding: outData, as: UTF8.self), String(decoding: errBox.data, as: UTF8.self))
+/// The test process's environment without any `OFFER_SIGNER_*` variable, plus `extra`.
+func childEnvironment(_ extra: [String: String]) -> [String: String] {
+    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("OFFER_SIGNER_") }
+    environment["SWIFT_BACKTRACE"] = "enable=no"  // a crash still shows as a signal; no slow symbolication
+    environment.merge(extra) { _, new in new }
+    return environment
 }
 
 /// Runs a tool found on PATH (openssl, sqlite3).
@@ -330,17 +284,3 @@ func posixMode(_ url: URL) throws -> Int {
     return try #require((attributes[.posixPermissions] as? NSNumber)?.intValue) & 0o777
 }
 
-/// Foundation's `Process.run()` on Linux is not safe while another thread of this test process
-/// launches a child (a full run crashed inside it). Every test module launches through this
-/// process-wide lock: an `flock` on one file, opened close-on-exec so no child inherits it.
-func withProcessLaunchLock<Result>(_ body: () throws -> Result) rethrows -> Result {
-    let descriptor = open("/tmp/offer-signer-tests-process-launch.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
-    if descriptor >= 0 { flock(descriptor, LOCK_EX) }
-    defer {
-        if descriptor >= 0 {
-            flock(descriptor, LOCK_UN)
-            close(descriptor)
-        }
-    }
-    return try body()
-}

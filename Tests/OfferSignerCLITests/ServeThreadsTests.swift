@@ -1,4 +1,5 @@
 import Foundation
+import TestChildProcess
 import Testing
 
 /// `serve --event-loop-threads`: the running server has exactly that many NIO event loop
@@ -21,19 +22,16 @@ import Testing
             let fixture = try StoreFixture(in: directory)
             try expectSuccess(try run(fixture.importArguments("THREADS001", file: try fixture.key("THREADS001")) + ["--development"]), "keys import")
 
-            let process = Process()
-            process.executableURL = try CLIExecutable.url()
-            process.arguments = ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path, "--port", "0"] + extraArguments
-            var childEnvironment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("OFFER_SIGNER_") && !$0.key.hasPrefix("NIO_") }
-            childEnvironment.merge(environment) { _, new in new }
-            process.environment = childEnvironment
-            process.standardInput = FileHandle.nullDevice
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try withProcessLaunchLock { try process.run() }
+            // Without the developer's own NIO settings, plus the case's.
+            var serveEnvironment = childEnvironment([:]).filter { !$0.key.hasPrefix("NIO_") }
+            serveEnvironment.merge(environment) { _, new in new }
+            let process = try ChildProcess.spawn(
+                try CLIExecutable.url().path,
+                ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path, "--port", "0"] + extraArguments,
+                environment: serveEnvironment, captureOutput: false)
             defer {
-                if process.isRunning { process.terminate() }
-                process.waitUntilExit()
+                process.terminate()
+                _ = process.waitForExit()
             }
 
             // The group starts all its threads at once, before the server binds; give a loaded
@@ -41,14 +39,14 @@ import Testing
             let deadline = Date().addingTimeInterval(30)
             var loops: [String] = []
             while Date() < deadline, process.isRunning {
-                loops = threadNames(of: process.processIdentifier).filter { $0.hasPrefix("NIO-SGLTN") }
+                loops = threadNames(of: process.pid).filter { $0.hasPrefix("NIO-SGLTN") }
                 if !loops.isEmpty { break }
                 usleep(50_000)
             }
-            try #require(process.isRunning, "serve exited with status \(process.terminationStatus)")
-            try #require(!loops.isEmpty, "no NIO-SGLTN thread appeared within 30 s; threads: \(threadNames(of: process.processIdentifier))")
+            try #require(process.isRunning, "serve exited with status \(process.statusIfEnded() ?? 0)")
+            try #require(!loops.isEmpty, "no NIO-SGLTN thread appeared within 30 s; threads: \(threadNames(of: process.pid))")
             usleep(500_000)
-            return threadNames(of: process.processIdentifier).filter { $0.hasPrefix("NIO-SGLTN") }.count
+            return threadNames(of: process.pid).filter { $0.hasPrefix("NIO-SGLTN") }.count
         }
     }
 

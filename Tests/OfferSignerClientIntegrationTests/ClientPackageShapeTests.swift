@@ -2,6 +2,7 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+import TestChildProcess
 import Testing
 
 /// What apps ship depends on nothing but Foundation: checked on the package as SwiftPM sees it
@@ -26,23 +27,9 @@ struct ClientPackageShapeTests {
     /// directory costs nothing.
     static func describe() async throws -> [String: Any] {
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-describe-\(UUID().uuidString)")
-        let output = scratch.appendingPathExtension("json")
-        let errors = scratch.appendingPathExtension("err")
-        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
-        _ = FileManager.default.createFile(atPath: errors.path, contents: nil)
-        defer {
-            try? FileManager.default.removeItem(at: scratch)
-            try? FileManager.default.removeItem(at: output)
-            try? FileManager.default.removeItem(at: errors)
-        }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["swift", "package", "--scratch-path", scratch.path, "describe", "--type", "json"]
-        process.currentDirectoryURL = packageRoot
-        process.standardOutput = try FileHandle(forWritingTo: output)
-        process.standardError = try FileHandle(forWritingTo: errors)
-        process.standardInput = FileHandle.nullDevice
-        try withProcessLaunchLock { try process.run() }
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let process = try ChildProcess.spawn(
+            "/usr/bin/env", ["swift", "package", "--scratch-path", scratch.path, "describe", "--type", "json"], currentDirectory: packageRoot.path)
         // Never hang the test run: give up after two minutes.
         let deadline = Date().addingTimeInterval(120)
         while process.isRunning {
@@ -53,11 +40,10 @@ struct ClientPackageShapeTests {
             }
             try await Task.sleep(for: .milliseconds(50))
         }
-        process.waitUntilExit()
-        let stderr = String(decoding: (try? Data(contentsOf: errors)) ?? Data(), as: UTF8.self)
-        try #require(process.terminationStatus == 0, "swift package describe failed: \(stderr)")
-        let json = try JSONSerialization.jsonObject(with: Data(contentsOf: output))
-        return try #require(json as? [String: Any], "describe printed no JSON object: \(stderr)")
+        let result = process.waitForExit()
+        try #require(result.status == 0, "swift package describe failed: \(result.stderrText)")
+        let json = try JSONSerialization.jsonObject(with: result.stdout)
+        return try #require(json as? [String: Any], "describe printed no JSON object: \(result.stderrText)")
     }
 
     @Test(
@@ -101,19 +87,4 @@ struct ClientPackageShapeTests {
             }
         }
     }
-}
-
-/// Foundation's `Process.run()` on Linux is not safe while another thread of this test process
-/// launches a child (a full run crashed inside it). Every test module launches through this
-/// process-wide lock: an `flock` on one file, opened close-on-exec so no child inherits it.
-func withProcessLaunchLock<Result>(_ body: () throws -> Result) rethrows -> Result {
-    let descriptor = open("/tmp/offer-signer-tests-process-launch.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
-    if descriptor >= 0 { flock(descriptor, LOCK_EX) }
-    defer {
-        if descriptor >= 0 {
-            flock(descriptor, LOCK_UN)
-            close(descriptor)
-        }
-    }
-    return try body()
 }

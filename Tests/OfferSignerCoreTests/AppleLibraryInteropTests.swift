@@ -4,6 +4,7 @@ import Foundation
 import Glibc
 #endif
 import OfferSignerCore
+import TestChildProcess
 import Testing
 
 /// Interop with Apple's App Store Server Library for Python (app-store-server-library
@@ -16,24 +17,12 @@ struct AppleLibraryInteropTests {
 
     /// Runs the oracle on a batch of cases (one Python start-up for the whole batch).
     static func oracle(_ cases: [[String: Any]]) throws -> [[String: Any]] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", oracleScript.path]
-        let input = Pipe()
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = errors
-        try withProcessLaunchLock { try process.run() }
-        input.fileHandleForWriting.write(try JSONSerialization.data(withJSONObject: cases))
-        try input.fileHandleForWriting.close()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        let errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw OracleFailure(message: "apple_oracle.py exited \(process.terminationStatus) (is app-store-server-library==3.1.2 installed?): \(errorText)")
+        let result = try ChildProcess.run(
+            "/usr/bin/env", ["python3", oracleScript.path], stdin: try JSONSerialization.data(withJSONObject: cases), timeout: .seconds(300))
+        guard result.status == 0 else {
+            throw OracleFailure(message: "apple_oracle.py exited \(result.status) (is app-store-server-library==3.1.2 installed?): \(result.stderrText)")
         }
+        let data = result.stdout
         return try #require(try JSONSerialization.jsonObject(with: data) as? [[String: Any]])
     }
 
@@ -174,19 +163,4 @@ struct AppleLibraryInteropTests {
             #expect(theirClaims.nonce == theirClaims.nonce.lowercased())
         }
     }
-}
-
-/// Foundation's `Process.run()` on Linux is not safe while another thread of this test process
-/// launches a child (a full run crashed inside it). Every test module launches through this
-/// process-wide lock: an `flock` on one file, opened close-on-exec so no child inherits it.
-func withProcessLaunchLock<Result>(_ body: () throws -> Result) rethrows -> Result {
-    let descriptor = open("/tmp/offer-signer-tests-process-launch.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
-    if descriptor >= 0 { flock(descriptor, LOCK_EX) }
-    defer {
-        if descriptor >= 0 {
-            flock(descriptor, LOCK_UN)
-            close(descriptor)
-        }
-    }
-    return try body()
 }

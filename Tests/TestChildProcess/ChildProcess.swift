@@ -1,0 +1,236 @@
+import Dispatch
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Child processes for the tests, started with `posix_spawn` rather than Foundation's `Process`.
+///
+/// Why: on Linux, Swift 6.3.1's `Process.run()` lists `/proc/self/fd` with a read that can run
+/// past glibc's directory buffer and crash the whole test process now and then (fixed upstream in
+/// swift-corelibs-foundation #5472; seen here in a full CI run). `posix_spawn` needs no such
+/// listing: the child closes every descriptor from 3 up itself (`closefrom`), so no child
+/// inherits another's pipes, and launches need no lock.
+///
+/// Rules: the child starts with an empty signal mask and default handlers (threads of this
+/// process block signals; a child must still die on SIGTERM); its stdin is the given bytes or
+/// /dev/null; its output is captured or discarded, never shared with the test process.
+public final class ChildProcess: Sendable {
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// How a child ended: its exit status, or minus the signal that killed it.
+    public struct Result: Sendable {
+        public var status: Int32
+        public var stdout: Data
+        public var stderr: Data
+        public var stdoutText: String { String(decoding: stdout, as: UTF8.self) }
+        public var stderrText: String { String(decoding: stderr, as: UTF8.self) }
+    }
+
+    public let pid: pid_t
+    private let ended = Mutex<Int32?>(nil)
+    private let stdoutDrain: Drain?
+    private let stderrDrain: Drain?
+
+    private init(pid: pid_t, stdoutDrain: Drain?, stderrDrain: Drain?) {
+        self.pid = pid
+        self.stdoutDrain = stdoutDrain
+        self.stderrDrain = stderrDrain
+    }
+
+    /// Starts `executable` (an absolute path) with `arguments`.
+    ///
+    /// - Parameters:
+    ///   - environment: the child's whole environment; nil passes this process's.
+    ///   - stdin: bytes the child reads on standard input; nil gives it /dev/null.
+    ///   - currentDirectory: where the child starts; nil keeps this process's.
+    ///   - captureOutput: true collects stdout and stderr (see ``waitForExit()``); false sends
+    ///     both to /dev/null.
+    public static func spawn(
+        _ executable: String, _ arguments: [String], environment: [String: String]? = nil, stdin: Data? = nil,
+        currentDirectory: String? = nil, captureOutput: Bool = true
+    ) throws -> ChildProcess {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+
+        var noSignals = sigset_t()
+        sigemptyset(&noSignals)
+        posix_spawnattr_setsigmask(&attributes, &noSignals)
+        var allSignals = sigset_t()
+        sigfillset(&allSignals)
+        posix_spawnattr_setsigdefault(&attributes, &allSignals)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+        // Standard input: a private temporary file (no pipe to feed, so no deadlock however much
+        // the child writes before reading), removed once the child has opened it.
+        var stdinFile: String?
+        defer { if let stdinFile { unlink(stdinFile) } }
+        if let stdin {
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-child-stdin-\(UUID().uuidString)").path
+            guard FileManager.default.createFile(atPath: path, contents: stdin, attributes: [.posixPermissions: 0o600]) else {
+                throw Failure(description: "cannot write the child's standard input to \(path)")
+            }
+            stdinFile = path
+            posix_spawn_file_actions_addopen(&actions, 0, path, O_RDONLY, 0)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        }
+
+        var pipes: [(read: Int32, write: Int32)] = []
+        defer { for pipe in pipes { close(pipe.write) } }
+        if captureOutput {
+            for target in [Int32(1), 2] {
+                var ends: [Int32] = [-1, -1]
+                guard pipe(&ends) == 0 else { throw Failure(description: "pipe() failed: \(String(cString: strerror(errno)))") }
+                _ = fcntl(ends[0], F_SETFD, FD_CLOEXEC)
+                _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
+                pipes.append((ends[0], ends[1]))
+                posix_spawn_file_actions_adddup2(&actions, ends[1], target)
+            }
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+            posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        }
+        guard GlibcExtensions.addCloseFrom(&actions, 3) == 0 else { throw Failure(description: "posix_spawn_file_actions_addclosefrom_np failed") }
+        if let currentDirectory {
+            guard GlibcExtensions.addChdir(&actions, currentDirectory) == 0 else {
+                throw Failure(description: "posix_spawn_file_actions_addchdir_np failed")
+            }
+        }
+
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        defer { for pointer in argv { free(pointer) } }
+        let environmentPairs = (environment ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
+        let envp = environmentPairs.map { strdup($0) } + [nil]
+        defer { for pointer in envp { free(pointer) } }
+
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
+        guard spawned == 0 else {
+            for pipe in pipes { close(pipe.read) }
+            throw Failure(description: "cannot start \(executable): \(String(cString: strerror(spawned)))")
+        }
+        let drains = pipes.map { Drain(descriptor: $0.read) }
+        return ChildProcess(pid: pid, stdoutDrain: drains.first, stderrDrain: drains.last)
+    }
+
+    /// Runs a child to the end: stdout and stderr collected, and SIGTERM (then SIGKILL 5 s
+    /// later) if it is still running after `timeout`.
+    public static func run(
+        _ executable: String, _ arguments: [String], environment: [String: String]? = nil, stdin: Data? = nil,
+        currentDirectory: String? = nil, timeout: Duration
+    ) throws -> Result {
+        let child = try spawn(executable, arguments, environment: environment, stdin: stdin, currentDirectory: currentDirectory)
+        let watchdog = DispatchWorkItem { [child] in
+            child.terminate()
+            DispatchQueue.global().asyncAfter(deadline: .now() + 5) { child.signal(SIGKILL) }
+        }
+        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+        DispatchQueue.global().asyncAfter(deadline: .now() + seconds, execute: watchdog)
+        defer { watchdog.cancel() }
+        return child.waitForExit()
+    }
+
+    /// The child's status if it has ended (reaping it), nil while it runs.
+    public func statusIfEnded() -> Int32? {
+        ended.withLock { ended in
+            if let ended { return ended }
+            var status: Int32 = 0
+            let result = waitpid(pid, &status, WNOHANG)
+            guard result == pid else { return nil }
+            ended = Self.decode(status)
+            return ended
+        }
+    }
+
+    public var isRunning: Bool { statusIfEnded() == nil }
+
+    /// Waits until the child ends and its output is read to the end.
+    ///
+    /// Polls rather than blocking in `waitpid` under the lock, so ``terminate()`` (a timeout's
+    /// watchdog, say) can still reach the child while this waits.
+    public func waitForExit() -> Result {
+        var pause: UInt32 = 1_000
+        while true {
+            if let status = statusIfEnded() {
+                return Result(status: status, stdout: stdoutDrain?.finish() ?? Data(), stderr: stderrDrain?.finish() ?? Data())
+            }
+            usleep(pause)
+            pause = min(pause * 2, 20_000)
+        }
+    }
+
+    /// Sends SIGTERM unless the child has already been reaped.
+    public func terminate() { signal(SIGTERM) }
+
+    func signal(_ signal: Int32) {
+        ended.withLock { ended in
+            if ended == nil { _ = kill(pid, signal) }
+        }
+    }
+
+    /// Exit status, or minus the terminating signal (`WIFEXITED` and friends are macros Swift
+    /// does not import).
+    static func decode(_ status: Int32) -> Int32 {
+        let signal = status & 0x7F
+        return signal == 0 ? (status >> 8) & 0xFF : -signal
+    }
+}
+
+/// Reads one pipe to its end on a thread of its own, so a chatty child never blocks on a full
+/// pipe while the test waits for it.
+private final class Drain: @unchecked Sendable {
+    private var data = Data()
+    private let done = DispatchSemaphore(value: 0)
+
+    init(descriptor: Int32) {
+        let thread = Thread { [self] in
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+                if count > 0 {
+                    data.append(contentsOf: buffer[0..<count])
+                } else if count == -1 && errno == EINTR {
+                    continue
+                } else {
+                    break
+                }
+            }
+            close(descriptor)
+            done.signal()
+        }
+        thread.start()
+    }
+
+    /// The whole output, once the child has closed its end.
+    func finish() -> Data {
+        done.wait()
+        done.signal()  // later calls return at once
+        return data
+    }
+}
+
+/// glibc functions that Swift's Glibc module does not import (they need `_GNU_SOURCE`),
+/// looked up once at run time. Debian 12 has glibc 2.36; both exist since 2.34.
+private enum GlibcExtensions {
+    typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+    typealias AddChdir = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
+
+    nonisolated(unsafe) static let addCloseFrom: AddCloseFrom = unsafeBitCast(symbol("posix_spawn_file_actions_addclosefrom_np"), to: AddCloseFrom.self)
+    nonisolated(unsafe) static let addChdir: AddChdir = unsafeBitCast(symbol("posix_spawn_file_actions_addchdir_np"), to: AddChdir.self)
+
+    private static func symbol(_ name: String) -> UnsafeMutableRawPointer {
+        guard let pointer = dlsym(dlopen(nil, RTLD_NOW), name) else {
+            preconditionFailure("\(name) is missing from this C library (glibc 2.34 or later needed)")
+        }
+        return pointer
+    }
+}
