@@ -22,7 +22,8 @@ public final class ChildProcess: Sendable {
         public let description: String
     }
 
-    /// How a child ended: its exit status, or minus the signal that killed it.
+    /// How a child ended: its exit status, or minus the signal that killed it
+    /// (``unknownStatus`` if it could not be waited for).
     public struct Result: Sendable {
         public var status: Int32
         public var stdout: Data
@@ -145,6 +146,12 @@ public final class ChildProcess: Sendable {
             if let ended { return ended }
             var status: Int32 = 0
             let result = waitpid(pid, &status, WNOHANG)
+            if result == -1 && errno != EINTR {
+                // Not ours to wait for any more (someone else reaped it): report it as ended
+                // rather than let a caller poll forever.
+                ended = Self.unknownStatus
+                return ended
+            }
             guard result == pid else { return nil }
             ended = Self.decode(status)
             return ended
@@ -176,6 +183,9 @@ public final class ChildProcess: Sendable {
             if ended == nil { _ = kill(pid, signal) }
         }
     }
+
+    /// The status reported for a child this process could no longer wait for.
+    public static let unknownStatus = Int32.min
 
     /// Exit status, or minus the terminating signal (`WIFEXITED` and friends are macros Swift
     /// does not import).
