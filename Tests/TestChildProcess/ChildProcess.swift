@@ -85,8 +85,15 @@ public final class ChildProcess: Sendable {
             posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         }
 
+        // The parent keeps only the read ends, and only once the child is running.
         var pipes: [(read: Int32, write: Int32)] = []
-        defer { for pipe in pipes { close(pipe.write) } }
+        var started = false
+        defer {
+            for pipe in pipes {
+                close(pipe.write)
+                if !started { close(pipe.read) }
+            }
+        }
         if captureOutput {
             for target in [Int32(1), 2] {
                 var ends: [Int32] = [-1, -1]
@@ -116,9 +123,9 @@ public final class ChildProcess: Sendable {
         var pid: pid_t = 0
         let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
         guard spawned == 0 else {
-            for pipe in pipes { close(pipe.read) }
             throw Failure(description: "cannot start \(executable): \(String(cString: strerror(spawned)))")
         }
+        started = true
         let drains = pipes.map { Drain(descriptor: $0.read) }
         return ChildProcess(pid: pid, stdoutDrain: drains.first, stderrDrain: drains.last)
     }
