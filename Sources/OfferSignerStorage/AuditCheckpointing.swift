@@ -28,24 +28,16 @@ public enum AuditCheckpointing {
             }
             start = (latest.sequence, latest.headHash)
         }
-        var verifier = AuditVerification.Verifier(checkpoints: [], startingAfter: start.sequence, hash: start.hash)
-        var last = start.sequence
-        var headHash = start.hash
-        while last < head.count {
-            let records = try await store.auditRecords(after: last, limit: min(5000, Int(head.count - last)))
-            guard !records.isEmpty else { break }
-            for record in records where record.sequence <= head.count {
-                guard verifier.check(record) else {
-                    let report = verifier.finish()
-                    throw StoreError(.conflict, "refusing to sign a checkpoint: audit record \(report.firstBadRecord ?? record.sequence) is bad: \(report.reason ?? "")")
-                }
-                headHash = record.hash
-            }
-            last = records.last!.sequence
+        let verifier = try await store.continueAuditVerification(
+            AuditVerification.Verifier(checkpoints: [], startingAfter: start.sequence, hash: start.hash), through: head.count)
+        let report = verifier.finish()
+        if let bad = report.firstBadRecord {
+            throw StoreError(.conflict, "refusing to sign a checkpoint: audit record \(bad) is bad: \(report.reason ?? "")")
         }
-        guard verifier.count == head.count else {
-            throw StoreError(.conflict, "refusing to sign a checkpoint: the audit chain ends at record \(verifier.count), not \(head.count)")
+        guard report.recordsChecked == head.count else {
+            throw StoreError(.conflict, "refusing to sign a checkpoint: the audit chain ends at record \(report.recordsChecked), not \(head.count)")
         }
+        let headHash = report.headHash
         let checkpoint = key.checkpoint(sequence: head.count, headHash: headHash, at: now)
         return try await store.appendCheckpoint(checkpoint) ? checkpoint : nil
     }

@@ -60,6 +60,12 @@ public protocol OfferSignerStore: Sendable {
     /// Audit records with sequence greater than `sequence`, in order, at most `limit`.
     func auditRecords(after sequence: Int64, limit: Int) async throws -> [AuditRecord]
 
+    /// Feeds the audit records after `verifier.count` through `sequence` to `verifier`, in order,
+    /// stopping at the first bad one, and returns it. The walk streams inside the store (for
+    /// SQLite, one read transaction on the store's own reader thread), so a long segment never
+    /// holds a thread of the concurrency pool that requests are waiting for.
+    func continueAuditVerification(_ verifier: AuditVerification.Verifier, through sequence: Int64) async throws -> AuditVerification.Verifier
+
     /// Number of audit records and the head hash.
     func auditHead() async throws -> (count: Int64, hash: String)
 

@@ -89,28 +89,47 @@ extension SQLiteStore {
         sets.append(AuditCheckpointSet(origin: "the store", publicKey: storedKey, checkpoints: try await checkpoints()))
         let checkpointSets = sets
         var report = try await read { db in
-            var verifier = AuditVerification.Verifier(checkpoints: checkpointSets)
-            let cursor = try Row.fetchCursor(db, sql: "SELECT seq, recorded_at, kind, body, previous_hash, hash FROM audit_log ORDER BY seq")
-            var untilProgress = progressInterval
-            while let row = try cursor.next() {
-                // Optional reads: a NULL written behind the store's back is reported, never a trap.
-                let sequence: Int64? = row[0]
-                guard let sequence, let millis: Int64 = row[1], let kind: String = row[2], let body: String = row[3],
-                    let previousHash: String = row[4], let hash: String = row[5]
-                else {
-                    verifier.reject(sequence: sequence, reason: "a column is NULL (the row was edited)")
-                    break
-                }
-                guard verifier.check(sequence: sequence, recordedAtMillis: millis, kind: kind, body: body, previousHash: previousHash, hash: hash) else { break }
-                untilProgress -= 1
-                if untilProgress == 0 {
-                    untilProgress = progressInterval
-                    progress(verifier.count)
-                }
-            }
+            let verifier = try Self.walkAudit(
+                db, from: AuditVerification.Verifier(checkpoints: checkpointSets), through: nil,
+                progressInterval: progressInterval, progress: progress)
             return verifier.finish()
         }
         if let keyProblem { report.checkpointProblems.insert(keyProblem, at: 0) }
         return report
+    }
+
+    public func continueAuditVerification(_ verifier: AuditVerification.Verifier, through sequence: Int64) async throws -> AuditVerification.Verifier {
+        try await read { db in try Self.walkAudit(db, from: verifier, through: sequence, progressInterval: .max, progress: { _ in }) }
+    }
+
+    /// Feeds the records after `verifier.count` (through `last`, or to the end when nil) to
+    /// `verifier` with a streaming cursor in one read transaction, stopping at the first bad
+    /// one. Rows are read as plain columns (no `AuditRecord`, no `Date` round trip).
+    static func walkAudit(
+        _ db: Database, from verifier: AuditVerification.Verifier, through last: Int64?,
+        progressInterval: Int64, progress: @Sendable (Int64) -> Void
+    ) throws -> AuditVerification.Verifier {
+        var verifier = verifier
+        let cursor = try Row.fetchCursor(
+            db, sql: "SELECT seq, recorded_at, kind, body, previous_hash, hash FROM audit_log WHERE seq > ? AND seq <= ? ORDER BY seq",
+            arguments: [verifier.count, last ?? Int64.max])
+        var untilProgress = progressInterval
+        while let row = try cursor.next() {
+            // Optional reads: a NULL written behind the store's back is reported, never a trap.
+            let sequence: Int64? = row[0]
+            guard let sequence, let millis: Int64 = row[1], let kind: String = row[2], let body: String = row[3],
+                let previousHash: String = row[4], let hash: String = row[5]
+            else {
+                verifier.reject(sequence: sequence, reason: "a column is NULL (the row was edited)")
+                break
+            }
+            guard verifier.check(sequence: sequence, recordedAtMillis: millis, kind: kind, body: body, previousHash: previousHash, hash: hash) else { break }
+            untilProgress -= 1
+            if untilProgress == 0 {
+                untilProgress = progressInterval
+                progress(verifier.count)
+            }
+        }
+        return verifier
     }
 }

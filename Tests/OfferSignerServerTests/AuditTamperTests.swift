@@ -391,6 +391,60 @@ struct SQLiteAuditTamperTests {
         await #expect(throws: StoreError.self) { _ = try await AuditCheckpointing.create(in: server.store, masterKey: server.masterKey) }
     }
 
+    @Test("A new checkpoint covers exactly the records since the last one, and is refused over an edit, a NULL or a gap among them")
+    func checkpointChecksTheNewSegment() async throws {
+        // Records 301…400 follow the checkpoint of 300 that makeStore signed.
+        func grow(_ server: TestServer) async throws {
+            for first in stride(from: 301, to: 401, by: 50) {
+                _ = try await server.store.appendAudit(
+                    (first..<first + 50).map { AuditAppend(entry: AuditEntry(kind: "signature.issued", body: #"{"nonce":"\#($0)","offerID":"WINBACK50"}"#)) },
+                    at: Date())
+            }
+        }
+        do {
+            let (server, _) = try await Self.makeStore()
+            defer { server.cleanUp() }
+            try await grow(server)
+            // The walk stops where it is told: through 350 of 400.
+            let head = try await server.store.auditHead()
+            let anchor = try #require(try await server.store.auditRecords(after: 299, limit: 1).first)
+            let partial = try await server.store.continueAuditVerification(
+                AuditVerification.Verifier(checkpoints: [], startingAfter: 300, hash: anchor.hash), through: 350)
+            #expect(partial.count == 350)
+            #expect(partial.finish().headHash == (try await server.store.auditRecords(after: 349, limit: 1).first?.hash))
+            let checkpoint = try #require(try await AuditCheckpointing.create(in: server.store, masterKey: server.masterKey))
+            #expect(checkpoint.sequence == 400 && checkpoint.headHash == head.hash)
+            #expect(try await server.store.verifyAudit().isIntact)
+        }
+        for (tamper, bad) in [
+            ("UPDATE audit_log SET body = replace(body, 'WINBACK50', 'FREE100') WHERE seq = 345", "audit record 345 is bad"),
+            ("UPDATE audit_log SET kind = NULL WHERE seq = 360", "audit record 360 is bad: a column is NULL"),
+            ("DELETE FROM audit_log WHERE seq = 333", "audit record 333 is bad: missing"),
+        ] {
+            let (server, _) = try await Self.makeStore()
+            defer { server.cleanUp() }
+            try await grow(server)
+            if tamper.contains("NULL") {
+                // audit_log.kind is NOT NULL: put a copy of the table without the constraint in its place.
+                try server.execute("""
+                    PRAGMA foreign_keys = OFF;
+                    CREATE TABLE audit_log_loose (seq INTEGER PRIMARY KEY, recorded_at INTEGER, kind TEXT, body TEXT, previous_hash TEXT, hash TEXT);
+                    INSERT INTO audit_log_loose SELECT * FROM audit_log;
+                    DROP TABLE audit_log;
+                    ALTER TABLE audit_log_loose RENAME TO audit_log;
+                    """)
+            }
+            try server.execute(tamper)
+            do {
+                _ = try await AuditCheckpointing.create(in: server.store, masterKey: server.masterKey)
+                Issue.record("a checkpoint was signed over a tampered segment (\(tamper))")
+            } catch let error as StoreError {
+                #expect(error.code == .conflict && error.message.contains(bad), "\(tamper): \(error.message)")
+            }
+            #expect(try await server.store.latestCheckpoint()?.sequence == 300, "nothing newer than the untouched checkpoint")
+        }
+    }
+
     @Test("A replaced audit-signing key in the store is reported against the exported one")
     func replacedKey() async throws {
         let (server, exported) = try await Self.makeStore()
