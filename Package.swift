@@ -45,6 +45,7 @@ let package = Package(
             dependencies: [
                 "OfferSignerCore",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictSettings
@@ -86,6 +87,13 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
+            swiftSettings: strictSettings
+        ),
+        // `swift run -c release offer-signer-store-benchmark`: the audit commit path alone (see
+        // Scripts/benchmark.sh for the whole service). Not a product.
+        .executableTarget(
+            name: "offer-signer-store-benchmark",
+            dependencies: ["OfferSignerCore", "OfferSignerStorage"],
             swiftSettings: strictSettings
         ),
         // Win-back eligibility: offer catalog, rules and their pure evaluation over verified history.

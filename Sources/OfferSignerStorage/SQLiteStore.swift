@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import OfferSignerCore
 import Synchronization
 
@@ -196,7 +197,7 @@ public final class SQLiteStore: OfferSignerStore {
 
     /// Appends audit entries inside an open write transaction; returns the stored records.
     static func appendAudit(_ db: Database, _ batch: [AuditAppend], at time: Date) throws -> [AuditRecord] {
-        let head = try Row.fetchOne(db, sql: "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
+        let head = try Row.fetchOne(db.cachedStatement(sql: "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1"))
         var sequence: Int64 = head?["seq"] ?? 0
         var previousHash: String = head?["hash"] ?? AuditChain.genesisHash
         let recordedAt = Date(timeIntervalSince1970: Double(time.unixMilliseconds) / 1000)
@@ -210,13 +211,28 @@ public final class SQLiteStore: OfferSignerStore {
         for append in batch {
             sequence += 1
             let hash = AuditChain.hash(previousHash: previousHash, sequence: sequence, recordedAt: recordedAt, kind: append.entry.kind, body: append.entry.body)
-            try insertAudit.execute(arguments: [sequence, recordedAt.unixMilliseconds, append.entry.kind, append.entry.body, previousHash, hash])
+            var row = DirectInsert(insertAudit)
+            row.bind(sequence)
+            row.bind(recordedAt.unixMilliseconds)
+            row.bind(append.entry.kind)
+            row.bind(append.entry.body)
+            row.bind(previousHash)
+            row.bind(hash)
+            try row.run(db)
             for signature in append.signatures {
+                var row = DirectInsert(insertSignature)
+                row.bind(signature.nonce)
+                row.bind(sequence)
+                row.bind(signature.issuedAt.unixMilliseconds)
+                row.bind(signature.client)
+                row.bind(signature.bundleID)
+                row.bind(signature.productID)
+                row.bind(signature.offerID)
+                row.bind(signature.appAccountToken)
+                row.bind(signature.keyID)
+                row.bind(signature.format)
                 do {
-                    try insertSignature.execute(arguments: [
-                        signature.nonce, sequence, signature.issuedAt.unixMilliseconds, signature.client, signature.bundleID,
-                        signature.productID, signature.offerID, signature.appAccountToken, signature.keyID, signature.format,
-                    ])
+                    try row.run(db)
                 } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
                     throw StoreError(.duplicate, "nonce \(signature.nonce) was issued before; nonces are never reused")
                 }
@@ -225,6 +241,21 @@ public final class SQLiteStore: OfferSignerStore {
             previousHash = hash
         }
         return records
+    }
+
+    /// Runs `body` in an IMMEDIATE transaction whose BEGIN and COMMIT are cached statements:
+    /// the audit committer runs one per group commit, and GRDB's `write` prepares both anew each
+    /// time. Rolls back when `body` or the commit throws.
+    static func inAuditTransaction<T>(_ db: Database, _ body: () throws -> T) throws -> T {
+        try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+        do {
+            let result = try body()
+            try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+            return result
+        } catch {
+            if db.isInsideTransaction { try? db.rollback() }
+            throw error
+        }
     }
 
     // MARK: - OfferSignerStore
@@ -418,8 +449,10 @@ public final class SQLiteStore: OfferSignerStore {
 
     public func appendAuditBlocking(_ batch: [AuditAppend], at time: Date) throws -> [AuditRecord] {
         do {
-            pool.writeWithoutTransaction { db in restartLogIfRequested(db) }
-            return try pool.write { db in try Self.appendAudit(db, batch, at: time) }
+            return try pool.writeWithoutTransaction { db in
+                restartLogIfRequested(db)
+                return try Self.inAuditTransaction(db) { try Self.appendAudit(db, batch, at: time) }
+            }
         } catch let error as StoreError {
             throw error
         } catch {
@@ -500,4 +533,62 @@ extension Task where Success == Never, Failure == Never {
             }
         }
     }
+}
+
+/// One execution of a cached INSERT, bound and stepped through SQLite's C API: the audit
+/// committer inserts two rows per signature, and `Statement.execute(arguments:)` builds a
+/// `StatementArguments` of boxed values for each. Values are bound in parameter order, text
+/// copied by SQLite (`SQLITE_TRANSIENT`); `run` steps once, then resets the statement and
+/// clears its bindings whatever the outcome, and throws GRDB's `DatabaseError` on failure.
+struct DirectInsert {
+    private let statement: OpaquePointer
+    private var index: Int32 = 0
+    /// The first binding that failed (too big, out of memory), reported by `run`.
+    private var bindFailure: Int32 = SQLITE_OK
+
+    init(_ statement: Statement) {
+        self.statement = statement.sqliteStatement
+    }
+
+    mutating func bind(_ value: Int64) {
+        index += 1
+        record(sqlite3_bind_int64(statement, index, value))
+    }
+
+    mutating func bind(_ value: String?) {
+        index += 1
+        guard let value else {
+            record(sqlite3_bind_null(statement, index))
+            return
+        }
+        var text = value
+        let (statement, index) = (statement, index)
+        record(text.withUTF8 { bytes -> Int32 in
+            guard let base = bytes.baseAddress, bytes.count > 0 else { return sqlite3_bind_text(statement, index, "", 0, Self.transient) }
+            return base.withMemoryRebound(to: CChar.self, capacity: bytes.count) {
+                sqlite3_bind_text64(statement, index, $0, sqlite3_uint64(bytes.count), Self.transient, UInt8(SQLITE_UTF8))
+            }
+        })
+    }
+
+    private mutating func record(_ code: Int32) {
+        if code != SQLITE_OK && bindFailure == SQLITE_OK { bindFailure = code }
+    }
+
+    /// Steps the statement once; throws the connection's error when a binding failed or the
+    /// step did not finish.
+    func run(_ db: Database) throws {
+        defer {
+            sqlite3_reset(statement)
+            sqlite3_clear_bindings(statement)
+        }
+        let connection = db.sqliteConnection
+        let code = bindFailure == SQLITE_OK ? sqlite3_step(statement) : bindFailure
+        guard code == SQLITE_DONE else {
+            let extended = bindFailure == SQLITE_OK ? connection.map { sqlite3_extended_errcode($0) } ?? code : code
+            throw DatabaseError(resultCode: ResultCode(rawValue: extended), message: connection.map { String(cString: sqlite3_errmsg($0)) })
+        }
+    }
+
+    private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 }
