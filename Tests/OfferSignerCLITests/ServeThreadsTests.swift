@@ -18,6 +18,11 @@ import Testing
     /// Starts `serve` on a free loopback port, waits until its event loop group is up, and
     /// returns how many event loop threads it has.
     static func eventLoopThreads(_ extraArguments: [String], environment: [String: String] = [:]) throws -> Int {
+        try serveThreadNames(extraArguments, environment: environment).filter { $0.hasPrefix("NIO-SGLTN") }.count
+    }
+
+    /// The names of a running `serve`'s threads, once its event loops are up.
+    static func serveThreadNames(_ extraArguments: [String], environment: [String: String] = [:]) throws -> [String] {
         try withTemporaryDirectory { directory in
             let fixture = try StoreFixture(in: directory)
             try expectSuccess(try run(fixture.importArguments("THREADS001", file: try fixture.key("THREADS001")) + ["--development"]), "keys import")
@@ -46,7 +51,7 @@ import Testing
             try #require(process.isRunning, "serve exited with status \(process.statusIfEnded() ?? 0)")
             try #require(!loops.isEmpty, "no NIO-SGLTN thread appeared within 30 s; threads: \(threadNames(of: process.pid))")
             usleep(500_000)
-            return threadNames(of: process.pid).filter { $0.hasPrefix("NIO-SGLTN") }.count
+            return threadNames(of: process.pid)
         }
     }
 
@@ -54,6 +59,11 @@ import Testing
         #expect(try Self.eventLoopThreads(["--event-loop-threads", "1"]) == 1)
         #expect(try Self.eventLoopThreads(["--event-loop-threads", "3"]) == 3)
         #expect(try Self.eventLoopThreads([], environment: ["OFFER_SIGNER_EVENT_LOOP_THREADS": "2"]) == 2)
+    }
+
+    @Test func theAuditWriterThreadIsNamedForTheKernel() throws {
+        let names = try Self.serveThreadNames(["--event-loop-threads", "1"])
+        #expect(names.filter { $0 == "audit-committer" }.count == 1, "threads: \(names)")
     }
 
     @Test func withoutTheFlagNIOsDefaultAndItsOwnSettingHold() throws {
