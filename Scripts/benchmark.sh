@@ -121,10 +121,51 @@ wrk -t"$THREADS" -c"$CONNECTIONS" -d"${WARMUP}s" -s "$LUA" "$URL/v1/offers/signa
 # request varies less from run to run than requests/s when the VM's speed drifts.
 server_ticks() { awk '{print $14 + $15}' "/proc/$SERVER_PID/stat"; }
 TICKS_BEFORE=$(server_ticks)
+curl -fsS "$URL/metrics" > "$WORK/metrics-before.txt"
 echo "==> wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s --latency -s $LUA $URL/v1/offers/signatures (formats: $FORMATS, think time: $THINK_MS ms)"
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$LUA" "$URL/v1/offers/signatures" | tee "$WORK/wrk.txt"
 
 TICKS_AFTER=$(server_ticks)
+curl -fsS "$URL/metrics" > "$WORK/metrics-after.txt"
+# From the server's own /metrics, over the measured run only: time spent inside the server per
+# signing request (from the request head to the response; the rest of wrk's latency is socket
+# queues, event loops and wrk itself) and the audit's group commits.
+SERVER_SIDE=$(python3 - "$WORK/metrics-before.txt" "$WORK/metrics-after.txt" <<'PY'
+import re, sys
+
+def load(path):
+    values = {}
+    for line in open(path):
+        match = re.match(r'^([a-z_]+)(\{[^}]*\})? ([0-9.e+-]+)$', line.strip())
+        if match:
+            values[(match.group(1), match.group(2) or "")] = float(match.group(3))
+    return values
+
+before, after = load(sys.argv[1]), load(sys.argv[2])
+def delta(name, labels=""):
+    return after.get((name, labels), 0.0) - before.get((name, labels), 0.0)
+
+route = 'route="/v1/offers/signatures",method="POST",status="201"'
+count = delta("http_request_duration_seconds_count", "{" + route + "}")
+total = delta("http_request_duration_seconds_sum", "{" + route + "}")
+buckets = sorted(
+    (float(re.search(r'le="([^"]+)"', labels).group(1)), delta(name, labels))
+    for (name, labels) in after
+    if name == "http_request_duration_seconds_bucket" and route in labels and 'le="+Inf"' not in labels)
+def within(share):
+    for bound, seen in buckets:
+        if count and seen >= share * count:
+            return "%g ms" % (bound * 1000)
+    return "more than %g ms" % (buckets[-1][0] * 1000) if buckets else "n/a"
+commits = delta("audit_commit_duration_seconds_count")
+if count and commits:
+    print("mean %.2f ms, p50 within %s, p99 within %s (histogram bounds); audit: %.1f entries per group commit, mean commit %.2f ms" % (
+        total / count * 1000, within(0.5), within(0.99), delta("audit_commit_entries_total") / commits,
+        delta("audit_commit_duration_seconds_sum") / commits * 1000))
+else:
+    print("n/a")
+PY
+)
 RSS=$(awk '/^VmRSS:/ {print $2 " " $3}' "/proc/$SERVER_PID/status")
 size_mib() { if [ -f "$1" ]; then echo $(( $(stat -c %s "$1") / 1048576 )); else echo 0; fi; }
 STORE_FILES="$(size_mib "$STORE") MiB database, $(size_mib "$STORE-wal") MiB write-ahead log"
@@ -159,6 +200,7 @@ non-2xx:         $NON2XX
 socket errors:   $SOCKET_ERRORS
 server CPU:      $CPU
 server RSS:      $RSS after the run (peak $HWM)
+server time:     $SERVER_SIDE
 store files:     $STORE_FILES
 audit:           $AUDIT
 EOF
