@@ -27,7 +27,8 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     let metrics = ServerMetrics()
     let keyRing = KeyRingHolder(store: store, masterKey: configuration.masterKey, interval: configuration.registryPollInterval, logger: logger)
     try await keyRing.reload()
-    let committer = AuditCommitter(store: store, batchLimit: configuration.auditBatchLimit, metrics: metrics, logger: logger)
+    let committer = AuditCommitter(
+        store: store, batchLimit: configuration.auditBatchLimit, commitDelay: configuration.auditCommitDelay, metrics: metrics, logger: logger)
     let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
     let authenticator = RequestAuthenticator(developmentMode: configuration.developmentMode, userJWT: userJWT, limiter: RateLimiter(limit: configuration.clientRateLimit))
     let eligibility = configuration.eligibility.map { EligibilityService(configuration: $0, store: store) }

@@ -28,6 +28,12 @@ public struct ServerConfiguration: Sendable {
     public var registryPollInterval: Duration = .milliseconds(250)
     /// Most audit entries committed in one transaction (group commit).
     public var auditBatchLimit: Int = 512
+    /// While busy (the last group commit held at least 8 entries), the next group commit starts
+    /// no sooner than this after the previous one started, unless 24 entries are waiting before
+    /// then: busy periods commit fewer, larger groups, and each commit's fixed cost (a sync, the
+    /// log pages every group rewrites) is shared by more signatures. An idle or lightly loaded
+    /// service commits each request at once. Zero turns it off.
+    public var auditCommitDelay: Duration = .microseconds(1500)
     /// A signed audit checkpoint is written after this many new records…
     public var checkpointEveryRecords: Int = 10_000
     /// …or after this long, whichever comes first (only when the chain grew), and on shutdown.

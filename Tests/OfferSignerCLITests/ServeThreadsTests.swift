@@ -84,4 +84,18 @@ import Testing
             #expect(!FileManager.default.fileExists(atPath: fixture.store.path), "serve created the store before refusing")
         }
     }
+
+    @Test(arguments: ["-1", "1000.5", "nan", "soon"])
+    func badAuditCommitDelaysAreRefusedBeforeAnythingStarts(_ value: String) throws {
+        try withTemporaryDirectory { directory in
+            let fixture = try StoreFixture(in: directory)
+            let flag = try run(["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path, "--audit-commit-delay-ms=\(value)"])
+            expectCleanFailure(flag, mentions: ["audit-commit-delay-ms"])
+            let environment = try run(
+                ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path],
+                environment: ["OFFER_SIGNER_AUDIT_COMMIT_DELAY_MS": value])
+            expectCleanFailure(environment, mentions: value == "soon" ? ["OFFER_SIGNER_AUDIT_COMMIT_DELAY_MS"] : ["audit-commit-delay-ms"])
+            #expect(!FileManager.default.fileExists(atPath: fixture.store.path), "serve created the store before refusing")
+        }
+    }
 }
