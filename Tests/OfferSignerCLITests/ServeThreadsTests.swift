@@ -71,31 +71,27 @@ import Testing
         #expect(try Self.eventLoopThreads([], environment: ["NIO_SINGLETON_GROUP_LOOP_COUNT": "3"]) == 3)
     }
 
-    @Test(arguments: ["0", "-1", "513", "two"])
-    func badValuesAreRefusedBeforeAnythingStarts(_ value: String) throws {
+    /// `serve --FLAG=value`, and `serve` with `variable=value`, both exit cleanly with a message
+    /// naming the setting (the variable when the value is not a number), before creating a store.
+    static func expectRefusedBeforeAnythingStarts(flag: String, variable: String, value: String, isNumber: Bool) throws {
         try withTemporaryDirectory { directory in
             let fixture = try StoreFixture(in: directory)
-            let flag = try run(["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path, "--event-loop-threads=\(value)"])
-            expectCleanFailure(flag, mentions: ["event-loop-threads"])
-            let environment = try run(
-                ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path],
-                environment: ["OFFER_SIGNER_EVENT_LOOP_THREADS": value])
-            expectCleanFailure(environment, mentions: value == "two" ? ["OFFER_SIGNER_EVENT_LOOP_THREADS"] : ["event-loop-threads"])
+            let serve = ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path]
+            expectCleanFailure(try run(serve + ["--\(flag)=\(value)"]), mentions: [flag])
+            expectCleanFailure(try run(serve, environment: [variable: value]), mentions: [isNumber ? flag : variable])
             #expect(!FileManager.default.fileExists(atPath: fixture.store.path), "serve created the store before refusing")
         }
     }
 
+    @Test(arguments: ["0", "-1", "513", "two"])
+    func badValuesAreRefusedBeforeAnythingStarts(_ value: String) throws {
+        try Self.expectRefusedBeforeAnythingStarts(
+            flag: "event-loop-threads", variable: "OFFER_SIGNER_EVENT_LOOP_THREADS", value: value, isNumber: value != "two")
+    }
+
     @Test(arguments: ["-1", "1000.5", "nan", "soon"])
     func badAuditCommitDelaysAreRefusedBeforeAnythingStarts(_ value: String) throws {
-        try withTemporaryDirectory { directory in
-            let fixture = try StoreFixture(in: directory)
-            let flag = try run(["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path, "--audit-commit-delay-ms=\(value)"])
-            expectCleanFailure(flag, mentions: ["audit-commit-delay-ms"])
-            let environment = try run(
-                ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path],
-                environment: ["OFFER_SIGNER_AUDIT_COMMIT_DELAY_MS": value])
-            expectCleanFailure(environment, mentions: value == "soon" ? ["OFFER_SIGNER_AUDIT_COMMIT_DELAY_MS"] : ["audit-commit-delay-ms"])
-            #expect(!FileManager.default.fileExists(atPath: fixture.store.path), "serve created the store before refusing")
-        }
+        try Self.expectRefusedBeforeAnythingStarts(
+            flag: "audit-commit-delay-ms", variable: "OFFER_SIGNER_AUDIT_COMMIT_DELAY_MS", value: value, isNumber: value != "soon")
     }
 }
