@@ -34,7 +34,7 @@ final class AuditCommitter: Service, Sendable {
     }
 
     private enum NextStep {
-        case write([Pending])
+        case write([Pending], entries: Int)
         /// Park until woken; with a deadline, at most until then.
         case park(until: ContinuousClock.Instant?)
         case finish
@@ -117,7 +117,6 @@ final class AuditCommitter: Service, Sendable {
                         writeUntilStopped()
                         finished.resume()
                     }
-                    thread.name = Self.threadName
                     thread.start()
                 }
             } onCancel: {
@@ -172,7 +171,7 @@ final class AuditCommitter: Service, Sendable {
                 let batch = Array(state.pending.prefix(count))
                 state.pending.removeFirst(count)
                 state.pendingEntries -= entries
-                return .write(batch)
+                return .write(batch, entries: entries)
             }
             switch step {
             case .finish:
@@ -187,9 +186,9 @@ final class AuditCommitter: Service, Sendable {
                 // raced the timeout leaves the semaphore signalled; the next park then returns at
                 // once and the loop looks again, so nothing is lost.
                 state.withLock { $0.writerParked = false }
-            case .write(let batch):
+            case .write(let batch, let entries):
                 lastStart = ContinuousClock.now
-                lastGroupEntries = batch.reduce(0) { $0 + $1.appends.count }
+                lastGroupEntries = entries
                 write(batch)
             }
         }

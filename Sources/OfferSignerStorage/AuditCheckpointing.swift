@@ -37,8 +37,7 @@ public enum AuditCheckpointing {
         guard report.recordsChecked == head.count else {
             throw StoreError(.conflict, "refusing to sign a checkpoint: the audit chain ends at record \(report.recordsChecked), not \(head.count)")
         }
-        let headHash = report.headHash
-        let checkpoint = key.checkpoint(sequence: head.count, headHash: headHash, at: now)
+        let checkpoint = key.checkpoint(sequence: head.count, headHash: report.headHash, at: now)
         return try await store.appendCheckpoint(checkpoint) ? checkpoint : nil
     }
 }
