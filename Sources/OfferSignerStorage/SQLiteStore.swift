@@ -272,19 +272,59 @@ public final class SQLiteStore: OfferSignerStore {
     /// the log fully copied, so SQLite never starts the log over and the `-wal` file grows
     /// without bound (gigabytes within minutes). So once the log holds `walRestartPages` pages,
     /// the writer is asked to run a RESTART checkpoint before its next audit transaction: it
-    /// copies the little the passive one left and the next commit writes the log from its
-    /// start. The writer runs it itself because another connection waiting for the write lock
-    /// would be starved by back-to-back commits.
+    /// copies what the passive passes left and the next commit writes the log from its start.
+    /// The writer runs it itself because another connection waiting for the write lock would be
+    /// starved by back-to-back commits.
     public func performMaintenance() async throws {
+        _ = try await catchUpLog()
+    }
+
+    /// What one maintenance round did.
+    struct LogCatchUp: Sendable, Equatable {
+        /// Passive passes run (1 when no restart was due).
+        var passes: Int
+        /// Frames the last pass copied (for the first pass: the log's size).
+        var lastPassFrames: Int
+        /// Whether the writer was asked to start the log over.
+        var restartRequested: Bool
+    }
+
+    /// At most this many passive passes in a round that asks for a restart.
+    static let catchUpPasses = 8
+    /// A round that asks for a restart stops its passes once one copied fewer frames than this:
+    /// about two group commits' worth at full load.
+    static let catchUpFrames = 64
+
+    /// The maintenance round behind `performMaintenance`.
+    ///
+    /// Rule: before a restart is requested, passive passes repeat (at most `catchUpPasses`)
+    /// until one copies fewer than `catchUpFrames` frames. Every frame the writer's RESTART still
+    /// has to copy holds every commit waiting behind it, and on a loaded machine that copying
+    /// runs slowly (the writer shares the cores with the request work), so the writer must be
+    /// left as few as possible. Each pass copies what was committed during the previous one, so
+    /// the remainder shrinks from pass to pass.
+    func catchUpLog() async throws -> LogCatchUp {
         try await Task.detachedMaintenance { [self] in
             let queue = try DatabaseQueue(path: path)
-            try queue.writeWithoutTransaction { db in
-                let logPages: Int = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(PASSIVE)")?[1] ?? 0
-                guard logPages >= walRestartPages else { return }
-                // Once more, for what was committed while the first pass ran, so the writer's
-                // RESTART has next to nothing left to copy.
-                _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(PASSIVE)")
+            return try queue.writeWithoutTransaction { db -> LogCatchUp in
+                // Columns: busy, frames in the log, frames copied into the database so far.
+                func passiveCheckpoint() throws -> (log: Int, copied: Int) {
+                    let row = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(PASSIVE)")
+                    return (row?[1] ?? 0, row?[2] ?? 0)
+                }
+                var pass = try passiveCheckpoint()
+                var catchUp = LogCatchUp(passes: 1, lastPassFrames: pass.copied, restartRequested: false)
+                guard pass.log >= walRestartPages else { return catchUp }
+                while catchUp.passes < Self.catchUpPasses {
+                    let next = try passiveCheckpoint()
+                    catchUp.passes += 1
+                    catchUp.lastPassFrames = max(0, next.copied - pass.copied)
+                    pass = next
+                    if catchUp.lastPassFrames < Self.catchUpFrames { break }
+                }
                 walRestartRequested.store(true, ordering: .relaxed)
+                catchUp.restartRequested = true
+                return catchUp
             }
         }
     }
@@ -299,7 +339,9 @@ public final class SQLiteStore: OfferSignerStore {
     private func restartLogIfRequested(_ db: Database) {
         guard walRestartRequested.exchange(false, ordering: .relaxed) else { return }
         try? db.execute(sql: "PRAGMA busy_timeout = 20")
+        let t0 = ContinuousClock.now
         _ = try? Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(RESTART)")
+        StallLog.write("restart \(ContinuousClock.now - t0)")
         try? db.execute(sql: "PRAGMA busy_timeout = \(busyTimeoutMilliseconds)")
     }
 
@@ -521,12 +563,11 @@ extension Row {
 
 extension Task where Success == Never, Failure == Never {
     /// Runs blocking SQLite work off the cooperative thread pool.
-    static func detachedMaintenance(_ work: @escaping @Sendable () throws -> Void) async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+    static func detachedMaintenance<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
             DispatchQueue.global(qos: .utility).async {
                 do {
-                    try work()
-                    continuation.resume()
+                    continuation.resume(returning: try work())
                 } catch {
                     continuation.resume(throwing: error)
                 }
@@ -591,4 +632,11 @@ struct DirectInsert {
     }
 
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+}
+
+import Glibc
+public enum StallLog {
+    public static func write(_ s: String) {
+        if let f = fopen("/tmp/stall.log", "a") { fputs(s + "\n", f); fclose(f) }
+    }
 }

@@ -139,4 +139,46 @@ import Testing
         try await reader.writeWithoutTransaction { db in try db.execute(sql: "COMMIT") }
         #expect(try await store.verifyAudit().isIntact)
     }
+
+    /// A maintenance round that asks the writer to start the log over first repeats its passive
+    /// passes until one copies (almost) nothing: the writer's RESTART holds every commit while
+    /// it copies what the passes left. A round with no restart due makes one pass, asks nothing.
+    @Test func maintenanceCatchesUpBeforeAskingForARestart() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-wal-catch-up-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("store.sqlite").path
+        let store = try SQLiteStore(path: path, walRestartPages: 64)
+        try await store.prepareForServing()
+        let body = String(repeating: "x", count: 600)
+        func batch(_ count: Int) -> [AuditAppend] { (0..<count).map { _ in AuditAppend(entry: AuditEntry(kind: "test.load", body: body)) } }
+        func logFrames() throws -> Int {
+            let queue = try DatabaseQueue(path: path)
+            return try queue.writeWithoutTransaction { db in try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(PASSIVE)")?[1] ?? -1 }
+        }
+
+        _ = try await store.appendAudit(batch(1), at: Date())
+        let quiet = try await store.catchUpLog()
+        #expect(quiet.passes == 1)
+        #expect(!quiet.restartRequested)
+
+        // 400 records of 600 bytes: well over 64 pages of log.
+        for _ in 0..<4 { _ = try await store.appendAudit(batch(100), at: Date()) }
+        let framesBefore = try logFrames()
+        #expect(framesBefore >= 64)
+        let due = try await store.catchUpLog()
+        #expect(due.restartRequested)
+        #expect(due.passes >= 2, "asked for a restart after a single pass")
+        #expect(due.passes <= SQLiteStore.catchUpPasses)
+        #expect(due.lastPassFrames < SQLiteStore.catchUpFrames, "left \(due.lastPassFrames) frames for the writer")
+
+        // The next audit commit starts the log over: the log then holds that commit alone.
+        _ = try await store.appendAudit(batch(1), at: Date())
+        let framesAfter = try logFrames()
+        #expect(framesAfter < framesBefore && framesAfter < 64, "the log still holds \(framesAfter) frames (\(framesBefore) before)")
+        let after = try await store.catchUpLog()
+        #expect(after.passes == 1)
+        #expect(!after.restartRequested)
+        #expect(try await store.verifyAudit().isIntact)
+    }
 }
