@@ -130,12 +130,20 @@ final class AuditCommitter: Service, Sendable {
     /// The writer thread's name, as `top -H`, `perf` and /proc show it (at most 15 bytes on Linux).
     static let threadName = "audit-committer"
 
-    /// Names the calling thread for the kernel. Foundation's `Thread.name`, set before `start()`,
-    /// does not reach the kernel on Linux (only a name set by the running thread itself does):
-    /// the thread would show under its creator's name (a Dispatch worker's), hiding the audit
-    /// writer's share of the CPU from operators.
+    /// Names the calling thread for the kernel: on Linux by writing its `comm` in /proc.
+    /// Foundation's `Thread.name` does not do it reliably there: set before `start()` it never
+    /// reaches the kernel, and set from inside the thread it reaches it only once `start()` has
+    /// recorded the new thread's handle, which a thread that runs at once (on a loaded machine)
+    /// can beat. The thread then keeps its creator's name (a concurrency-pool worker's), hiding
+    /// the audit writer's share of the CPU from operators.
     private static func nameCurrentThread() {
+        #if os(Linux)
+        guard let comm = FileHandle(forWritingAtPath: "/proc/thread-self/comm") else { return }
+        try? comm.write(contentsOf: Data(threadName.utf8))
+        try? comm.close()
+        #else
         Thread.current.name = threadName
+        #endif
     }
 
     /// The writer thread: takes whatever is queued (up to the batch limit), commits it, answers
