@@ -339,9 +339,7 @@ public final class SQLiteStore: OfferSignerStore {
     private func restartLogIfRequested(_ db: Database) {
         guard walRestartRequested.exchange(false, ordering: .relaxed) else { return }
         try? db.execute(sql: "PRAGMA busy_timeout = 20")
-        let t0 = ContinuousClock.now
         _ = try? Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(RESTART)")
-        StallLog.write("restart \(ContinuousClock.now - t0)")
         try? db.execute(sql: "PRAGMA busy_timeout = \(busyTimeoutMilliseconds)")
     }
 
@@ -632,11 +630,4 @@ struct DirectInsert {
     }
 
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
-}
-
-import Glibc
-public enum StallLog {
-    public static func write(_ s: String) {
-        if let f = fopen("/tmp/stall.log", "a") { fputs(s + "\n", f); fclose(f) }
-    }
 }
