@@ -283,11 +283,21 @@ public final class SQLiteStore: OfferSignerStore {
     struct LogCatchUp: Sendable, Equatable {
         /// Passive passes run (1 when no restart was due).
         var passes: Int
-        /// Frames the last pass copied (for the first pass: the log's size).
+        /// Frames the last pass copied.
         var lastPassFrames: Int
+        /// Times the database file was synced after a pass that copied frames.
+        var databaseSyncs: Int
         /// Whether the writer was asked to start the log over.
         var restartRequested: Bool
     }
+
+    /// The log's size and how much of it was copied, as the last maintenance pass saw them.
+    private struct LogPosition: Sendable {
+        var frames: Int
+        var copied: Int
+    }
+
+    private let lastLogPosition = Mutex<LogPosition?>(nil)
 
     /// At most this many passive passes in a round that asks for a restart.
     static let catchUpPasses = 8
@@ -297,35 +307,60 @@ public final class SQLiteStore: OfferSignerStore {
 
     /// The maintenance round behind `performMaintenance`.
     ///
-    /// Rule: before a restart is requested, passive passes repeat (at most `catchUpPasses`)
-    /// until one copies fewer than `catchUpFrames` frames. Every frame the writer's RESTART still
-    /// has to copy holds every commit waiting behind it, and on a loaded machine that copying
-    /// runs slowly (the writer shares the cores with the request work), so the writer must be
-    /// left as few as possible. Each pass copies what was committed during the previous one, so
-    /// the remainder shrinks from pass to pass.
+    /// Rules:
+    /// - Every pass that copied frames is followed by a sync of the database file. Under load a
+    ///   passive pass never syncs it itself (SQLite syncs the database only when a checkpoint
+    ///   finds the whole log copied, and commits keep adding to it), so without this the pages of
+    ///   every pass since the last restart would wait, unwritten, for the RESTART's sync, and
+    ///   the writer would spend tens of milliseconds writing them out while every commit waits.
+    /// - Before a restart is requested, passive passes repeat (at most `catchUpPasses`) until
+    ///   one copies fewer than `catchUpFrames` frames, so the writer's RESTART, which holds every
+    ///   commit, has as little as possible left to copy. Each pass copies what was committed
+    ///   during the previous one, so the remainder shrinks from pass to pass.
     func catchUpLog() async throws -> LogCatchUp {
         try await Task.detachedMaintenance { [self] in
             let queue = try DatabaseQueue(path: path)
             return try queue.writeWithoutTransaction { db -> LogCatchUp in
-                // Columns: busy, frames in the log, frames copied into the database so far.
-                func passiveCheckpoint() throws -> (log: Int, copied: Int) {
+                var catchUp = LogCatchUp(passes: 0, lastPassFrames: 0, databaseSyncs: 0, restartRequested: false)
+                // Columns: busy, frames in the log, frames copied into the database so far. The
+                // counts start over with the log; what the previous pass (or round) saw tells
+                // what this one copied.
+                func passiveCheckpoint() throws -> Int {
                     let row = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(PASSIVE)")
-                    return (row?[1] ?? 0, row?[2] ?? 0)
-                }
-                var pass = try passiveCheckpoint()
-                var catchUp = LogCatchUp(passes: 1, lastPassFrames: pass.copied, restartRequested: false)
-                guard pass.log >= walRestartPages else { return catchUp }
-                while catchUp.passes < Self.catchUpPasses {
-                    let next = try passiveCheckpoint()
+                    let now = LogPosition(frames: row?[1] ?? 0, copied: row?[2] ?? 0)
+                    let before = lastLogPosition.withLock { previous in
+                        defer { previous = now }
+                        return previous
+                    }
                     catchUp.passes += 1
-                    catchUp.lastPassFrames = max(0, next.copied - pass.copied)
-                    pass = next
+                    catchUp.lastPassFrames = now.copied - (before.flatMap { $0.frames <= now.frames && $0.copied <= now.copied ? $0.copied : nil } ?? 0)
+                    if catchUp.lastPassFrames > 0 {
+                        try syncDatabaseFile()
+                        catchUp.databaseSyncs += 1
+                    }
+                    return now.frames
+                }
+                guard try passiveCheckpoint() >= walRestartPages else { return catchUp }
+                while catchUp.passes < Self.catchUpPasses {
+                    _ = try passiveCheckpoint()
                     if catchUp.lastPassFrames < Self.catchUpFrames { break }
                 }
                 walRestartRequested.store(true, ordering: .relaxed)
                 catchUp.restartRequested = true
                 return catchUp
             }
+        }
+    }
+
+    /// `fsync` of the database file, through a descriptor of its own (a sync covers the file's
+    /// data whoever wrote it).
+    private func syncDatabaseFile() throws {
+        do {
+            let file = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+            defer { try? file.close() }
+            try file.synchronize()
+        } catch {
+            throw StoreError(.unavailable, "cannot sync the database file '\(path)': \(error)")
         }
     }
 

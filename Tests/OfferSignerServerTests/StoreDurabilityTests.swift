@@ -143,6 +143,8 @@ import Testing
     /// A maintenance round that asks the writer to start the log over first repeats its passive
     /// passes until one copies (almost) nothing: the writer's RESTART holds every commit while
     /// it copies what the passes left. A round with no restart due makes one pass, asks nothing.
+    /// Every pass that copied frames is followed by a sync of the database file, so the RESTART's
+    /// own sync has next to nothing left to write either.
     @Test func maintenanceCatchesUpBeforeAskingForARestart() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-wal-catch-up-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -160,6 +162,8 @@ import Testing
         _ = try await store.appendAudit(batch(1), at: Date())
         let quiet = try await store.catchUpLog()
         #expect(quiet.passes == 1)
+        #expect(quiet.lastPassFrames > 0)
+        #expect(quiet.databaseSyncs == 1, "the pass copied frames and the database was not synced")
         #expect(!quiet.restartRequested)
 
         // 400 records of 600 bytes: well over 64 pages of log.
@@ -171,6 +175,9 @@ import Testing
         #expect(due.passes >= 2, "asked for a restart after a single pass")
         #expect(due.passes <= SQLiteStore.catchUpPasses)
         #expect(due.lastPassFrames < SQLiteStore.catchUpFrames, "left \(due.lastPassFrames) frames for the writer")
+        // Nothing was committed during the round: the first pass copied the log, synced, and the
+        // second found nothing to copy or sync.
+        #expect(due.databaseSyncs == 1)
 
         // The next audit commit starts the log over: the log then holds that commit alone.
         _ = try await store.appendAudit(batch(1), at: Date())
@@ -179,6 +186,8 @@ import Testing
         let after = try await store.catchUpLog()
         #expect(after.passes == 1)
         #expect(!after.restartRequested)
+        let idle = try await store.catchUpLog()
+        #expect(idle.lastPassFrames == 0 && idle.databaseSyncs == 0, "synced with nothing copied: \(idle)")
         #expect(try await store.verifyAudit().isIntact)
     }
 }
