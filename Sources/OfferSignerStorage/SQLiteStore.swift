@@ -280,7 +280,7 @@ public final class SQLiteStore: OfferSignerStore {
     }
 
     /// What one maintenance round did.
-    struct LogCatchUp: Sendable, Equatable {
+    struct LogCatchUp: Sendable {
         /// Passive passes run (1 when no restart was due).
         var passes: Int
         /// Frames the last pass copied.
@@ -295,6 +295,13 @@ public final class SQLiteStore: OfferSignerStore {
     private struct LogPosition: Sendable {
         var frames: Int
         var copied: Int
+
+        /// Frames copied since `earlier`: all of them when there is none or the log started
+        /// over in between (the counts start over with it).
+        func framesCopied(since earlier: LogPosition?) -> Int {
+            guard let earlier, earlier.frames <= frames, earlier.copied <= copied else { return copied }
+            return copied - earlier.copied
+        }
     }
 
     private let lastLogPosition = Mutex<LogPosition?>(nil)
@@ -322,18 +329,18 @@ public final class SQLiteStore: OfferSignerStore {
             let queue = try DatabaseQueue(path: path)
             return try queue.writeWithoutTransaction { db -> LogCatchUp in
                 var catchUp = LogCatchUp(passes: 0, lastPassFrames: 0, databaseSyncs: 0, restartRequested: false)
-                // Columns: busy, frames in the log, frames copied into the database so far. The
-                // counts start over with the log; what the previous pass (or round) saw tells
-                // what this one copied.
+                // Columns: busy, frames in the log, frames copied into the database so far. What
+                // the previous pass (or round) saw tells what this one copied.
                 func passiveCheckpoint() throws -> Int {
                     let row = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(PASSIVE)")
                     let now = LogPosition(frames: row?[1] ?? 0, copied: row?[2] ?? 0)
-                    let before = lastLogPosition.withLock { previous in
-                        defer { previous = now }
-                        return previous
+                    let before = lastLogPosition.withLock { position in
+                        let before = position
+                        position = now
+                        return before
                     }
                     catchUp.passes += 1
-                    catchUp.lastPassFrames = now.copied - (before.flatMap { $0.frames <= now.frames && $0.copied <= now.copied ? $0.copied : nil } ?? 0)
+                    catchUp.lastPassFrames = now.framesCopied(since: before)
                     if catchUp.lastPassFrames > 0 {
                         try syncDatabaseFile()
                         catchUp.databaseSyncs += 1
