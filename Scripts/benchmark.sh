@@ -12,6 +12,9 @@
 #          FORMATS=legacy (or jws, or legacy,jws)  WARMUP=3 (seconds)
 #          THINK_MS=0 (N > 0: each connection waits N ms after an answer before its next
 #          request, to measure latency below saturation; wrk's resolution is 1 ms)
+#          FLOOR_SECONDS=5 (then drives plain GET /healthz for this long with the same wrk
+#          settings and prints it as the floor: the stack's cost for a request that does no
+#          work; 0 skips it)
 #          SKIP_BUILD=1 (use the existing .build/release/offer-signer)
 #          OFFER_SIGNER_BIN=path (benchmark that binary instead; no build)
 # Needs:   wrk (`apt-get install -y wrk`), curl, openssl, python3.
@@ -28,8 +31,12 @@ PORT=${PORT:-18181}
 FORMATS=${FORMATS:-legacy}
 WARMUP=${WARMUP:-3}
 THINK_MS=${THINK_MS:-0}
+FLOOR_SECONDS=${FLOOR_SECONDS:-5}
 case "$THINK_MS" in
     '' | *[!0-9]*) echo "error: THINK_MS='$THINK_MS' is not a whole number of milliseconds" >&2; exit 2 ;;
+esac
+case "$FLOOR_SECONDS" in
+    '' | *[!0-9]*) echo "error: FLOOR_SECONDS='$FLOOR_SECONDS' is not a whole number of seconds" >&2; exit 2 ;;
 esac
 
 for tool in wrk curl openssl python3; do
@@ -181,6 +188,16 @@ REQUESTS=$(field requests)
 CPU=$(awk -v t=$((TICKS_AFTER - TICKS_BEFORE)) -v hz="$(getconf CLK_TCK)" -v n="$REQUESTS" -v d="$DURATION" \
     'BEGIN { if (n > 0) printf "%.0f us per request (%.2f cores)", t / hz * 1e6 / n, t / hz / d; else print "n/a" }')
 
+# --- Floor: the same wrk settings against GET /healthz, which does no work ------------
+# After the measured run and its CPU and RSS readings, so it changes none of them.
+FLOOR="skipped (FLOOR_SECONDS=0)"
+if [ "$FLOOR_SECONDS" -gt 0 ]; then
+    echo "==> floor: wrk -t$THREADS -c$CONNECTIONS -d${FLOOR_SECONDS}s --latency -s Scripts/benchmark-floor.lua $URL/healthz"
+    wrk -t"$THREADS" -c"$CONNECTIONS" -d"${FLOOR_SECONDS}s" --latency -s Scripts/benchmark-floor.lua "$URL/healthz" > "$WORK/floor.txt"
+    floor_field() { grep '^BENCH ' "$WORK/floor.txt" | grep -o "$1=[^ ]*" | head -n 1 | cut -d= -f2; }
+    FLOOR="$(floor_field rps) requests/s, p50 $(floor_field p50_ms) ms, p99 $(floor_field p99_ms) ms (GET /healthz, ${FLOOR_SECONDS}s, same wrk settings, no Lua per request)"
+fi
+
 # --- Audit chain (every 201 above committed its record before it was sent) ------------
 AUDIT_STATUS=0
 AUDIT=$("$BIN" audit verify --store "$STORE" 2>/dev/null) || AUDIT_STATUS=$?
@@ -201,6 +218,7 @@ socket errors:   $SOCKET_ERRORS
 server CPU:      $CPU
 server RSS:      $RSS after the run (peak $HWM)
 server time:     $SERVER_SIDE
+floor:           $FLOOR
 store files:     $STORE_FILES
 audit:           $AUDIT
 EOF
