@@ -307,7 +307,9 @@ public enum OpenAPIDocument {
             status: {type: integer}
             detail: {type: string}
             code: {type: string, description: Stable machine-readable code.}
-            field: {type: string}
+            field:
+              type: string
+              description: With field_empty, field_too_long, field_invalid_character and duplicate_field, the member's name or path (evidence.signedTransactions).
             requestID: {type: string}
             retryAfter: {type: integer}
             reasons:

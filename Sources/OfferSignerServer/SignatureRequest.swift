@@ -88,7 +88,14 @@ struct UnknownMember: Error {
 
 enum RequestDecoding {
     /// Decodes a JSON body, turning every failure into a 400 problem that names the member.
+    /// A member named twice in one object is refused (`duplicate_field`, with `field`), never
+    /// resolved by picking one of its values (see `JSONDuplicateMembers`).
     static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws(APIProblem) -> T {
+        if let duplicate = JSONDuplicateMembers.first(in: data) {
+            var problem = APIProblem.badRequest("duplicate_field", "member '\(duplicate)' appears more than once; send each member once")
+            problem.extensions["field"] = JSONObjectWriter.quoted(duplicate)
+            throw problem
+        }
         do {
             return try JSONDecoder().decode(type, from: data)
         } catch let unknown as UnknownMember {

@@ -133,6 +133,8 @@ struct SigningEndpointTests {
         BadRequest(name: "null field", body: #"{"productID": null, "offerID": "o"}"#, status: .badRequest, code: "wrong_type"),
         BadRequest(name: "missing field", body: #"{"productID": "p"}"#, status: .badRequest, code: "missing_field"),
         BadRequest(name: "unknown field", body: #"{"productID": "p", "offerID": "o", "appAcountToken": "x"}"#, status: .badRequest, code: "unknown_field"),
+        BadRequest(name: "member named twice", body: #"{"productID": "p", "offerID": "o", "productID": "q"}"#, status: .badRequest, code: "duplicate_field"),
+        BadRequest(name: "member named twice, once escaped", body: #"{"appAccountToken": "6b29fc40-ca47-1067-b31d-00dd010662da", "productID": "p", "offerID": "o", "\u0061ppAccountToken": "0ad246b5-54d1-4e1b-88d4-ab934587435f"}"#, status: .badRequest, code: "duplicate_field"),
         BadRequest(name: "invalid UUID", body: #"{"productID": "p", "offerID": "o", "appAccountToken": "not-a-uuid"}"#, status: .badRequest, code: "invalid_app_account_token"),
         BadRequest(name: "empty product", body: #"{"productID": "", "offerID": "o"}"#, status: .badRequest, code: "field_empty"),
         BadRequest(name: "separator in offer", body: "{\"productID\": \"p\", \"offerID\": \"o\u{2063}x\"}", status: .badRequest, code: "field_invalid_character"),
@@ -152,6 +154,30 @@ struct SigningEndpointTests {
         try await server.live { client in
             let response = try await client.postJSON("/v1/offers/signatures", bad.body, bearer: secret, contentType: bad.contentType)
             expectProblem(response, bad.status, bad.code)
+        }
+        #expect(try server.issuedCount() == 0)
+    }
+
+    @Test("A member named twice is refused with its path in `field`, on both endpoints that read JSON")
+    func duplicateMembers() async throws {
+        let server = try await TestServer()
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "backend")
+        try await server.live { client in
+            let signing = try await client.postJSON(
+                "/v1/offers/signatures", #"{"productID":"p","offerID":"o","formats":["legacy"],"offerID":"other"}"#, bearer: secret)
+            expectProblem(signing, .badRequest, "duplicate_field")
+            #expect(signing.json["field"] as? String == "offerID")
+            #expect((signing.json["detail"] as? String)?.contains("offerID") == true)
+            let nested = try await client.postJSON(
+                "/v1/offers/signatures", #"{"productID":"p","offerID":"o","evidence":{"signedTransactions":[],"signedTransactions":[]}}"#, bearer: secret)
+            expectProblem(nested, .badRequest, "duplicate_field")
+            #expect(nested.json["field"] as? String == "evidence.signedTransactions")
+            // The eligibility endpoint reads its body the same way (it refuses the duplicate
+            // before it would report that no offers are configured).
+            let eligibility = try await client.postJSON("/v1/offers/eligibility", #"{"evidence":{},"evidence":{}}"#, bearer: secret)
+            expectProblem(eligibility, .badRequest, "duplicate_field")
+            #expect(eligibility.json["field"] as? String == "evidence")
         }
         #expect(try server.issuedCount() == 0)
     }
