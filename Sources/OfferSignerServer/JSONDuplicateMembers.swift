@@ -38,7 +38,7 @@ enum JSONDuplicateMembers {
         }
     }
 
-    private struct Scanner {
+    private struct Scanner: JSONByteScanning {
         let bytes: UnsafeRawBufferPointer
         var index = 0
         var stack: [Container] = []
@@ -221,22 +221,6 @@ enum JSONDuplicateMembers {
                 }
             }
             return index > start
-        }
-
-        private mutating func take(_ byte: UInt8) -> Bool {
-            guard index < bytes.count, bytes[index] == byte else { return false }
-            index += 1
-            return true
-        }
-
-        /// RFC 8259 whitespace: space, tab, line feed, carriage return.
-        private mutating func skipWhitespace() {
-            while index < bytes.count {
-                switch bytes[index] {
-                case 0x20, 0x09, 0x0A, 0x0D: index += 1
-                default: return
-                }
-            }
         }
     }
 }

@@ -42,7 +42,7 @@ enum SignatureRequestPlainReader {
         }
     }
 
-    private struct Cursor {
+    private struct Cursor: JSONByteScanning {
         let bytes: UnsafeRawBufferPointer
         var index = 0
 
@@ -117,22 +117,6 @@ enum SignatureRequestPlainReader {
                 index += 1
             }
             return nil
-        }
-
-        mutating func take(_ byte: UInt8) -> Bool {
-            guard index < bytes.count, bytes[index] == byte else { return false }
-            index += 1
-            return true
-        }
-
-        /// RFC 8259 whitespace: space, tab, line feed, carriage return.
-        mutating func skipWhitespace() {
-            while index < bytes.count {
-                switch bytes[index] {
-                case 0x20, 0x09, 0x0A, 0x0D: index += 1
-                default: return
-                }
-            }
         }
     }
 }
