@@ -342,7 +342,7 @@ public final class SQLiteStore: OfferSignerStore {
                     catchUp.passes += 1
                     catchUp.lastPassFrames = now.framesCopied(since: before)
                     if catchUp.lastPassFrames > 0 {
-                        try syncDatabaseFile()
+                        try syncDatabaseFile(db)
                         catchUp.databaseSyncs += 1
                     }
                     return now.frames
@@ -359,15 +359,25 @@ public final class SQLiteStore: OfferSignerStore {
         }
     }
 
-    /// `fsync` of the database file, through a descriptor of its own (a sync covers the file's
-    /// data whoever wrote it).
-    private func syncDatabaseFile() throws {
-        do {
-            let file = try FileHandle(forUpdating: URL(fileURLWithPath: path))
-            defer { try? file.close() }
-            try file.synchronize()
-        } catch {
-            throw StoreError(.unavailable, "cannot sync the database file '\(path)': \(error)")
+    /// Syncs the database file through the SQLite file handle of `db`'s own connection (its VFS
+    /// `xSync`, as SQLite's checkpoints do; a sync covers the file's data whoever wrote it).
+    ///
+    /// Rule: never through a descriptor of our own. POSIX locks belong to the process, and
+    /// closing any descriptor of the file drops all of them, including the SHARED lock SQLite's
+    /// connections hold in WAL mode. Another process opening and closing the store (`audit
+    /// verify`, `keys list`, a backup) would then believe it was the last one, checkpoint and
+    /// delete the write-ahead log the service goes on committing into, and every later record
+    /// would be lost with the deleted file. SQLite's own handles are safe: it defers closing
+    /// descriptors of a file the process still has locks on.
+    private func syncDatabaseFile(_ db: Database) throws {
+        var file: UnsafeMutablePointer<sqlite3_file>?
+        let found = sqlite3_file_control(db.sqliteConnection, "main", SQLITE_FCNTL_FILE_POINTER, &file)
+        guard found == SQLITE_OK, let file, let sync = file.pointee.pMethods?.pointee.xSync else {
+            throw StoreError(.unavailable, "cannot sync the database file '\(path)': SQLite gave no handle for it (code \(found))")
+        }
+        let synced = sync(file, SQLITE_SYNC_NORMAL)
+        guard synced == SQLITE_OK else {
+            throw StoreError(.unavailable, "cannot sync the database file '\(path)': SQLite error \(synced)")
         }
     }
 

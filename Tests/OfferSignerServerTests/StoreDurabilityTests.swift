@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import GRDB
 import Synchronization
+import TestChildProcess
 import Testing
 
 @testable import OfferSignerStorage
@@ -188,6 +189,45 @@ import Testing
         #expect(!after.restartRequested)
         let idle = try await store.catchUpLog()
         #expect(idle.lastPassFrames == 0 && idle.databaseSyncs == 0, "synced with nothing copied: \(idle)")
+        #expect(try await store.verifyAudit().isIntact)
+    }
+
+    /// Another process that opens and closes the store while the service runs (`audit verify`,
+    /// `keys list`, a backup) must find it locked. POSIX locks belong to the process, and closing
+    /// any descriptor of the file drops all of them: a sync of the database file through a
+    /// descriptor of its own would silently give up the SHARED lock that SQLite's connections
+    /// hold in WAL mode. The other process, closing last as far as it can tell, would then
+    /// checkpoint and delete the write-ahead log that the service goes on committing into, and
+    /// every later audit record would be lost with the deleted file.
+    @Test func maintenanceKeepsTheStoreLockedForOtherProcesses() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-lock-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("store.sqlite").path
+        let store = try SQLiteStore(path: path)
+        try await store.prepareForServing()
+        let baseline = try await store.verifyAudit().recordsChecked
+        func batch(_ count: Int) -> [AuditAppend] { (0..<count).map { _ in AuditAppend(entry: AuditEntry(kind: "test.lock", body: "{}")) } }
+
+        _ = try await store.appendAudit(batch(10), at: Date())
+        let round = try await store.catchUpLog()
+        #expect(round.databaseSyncs == 1, "the round did not sync the database file: \(round)")
+
+        // Another process opens the store, reads it and closes it.
+        func countInAnotherProcess() throws -> String {
+            let result = try ChildProcess.run(
+                "/usr/bin/env",
+                ["python3", "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); print(c.execute('SELECT count(*) FROM audit_log').fetchone()[0]); c.close()", path],
+                timeout: .seconds(60))
+            try #require(result.status == 0, "python3 failed: \(result.stderrText)")
+            return result.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        #expect(try countInAnotherProcess() == "\(baseline + 10)")
+        #expect(FileManager.default.fileExists(atPath: path + "-wal"), "the other process deleted the write-ahead log the service is using")
+
+        // What the service commits afterwards is there for everyone.
+        _ = try await store.appendAudit(batch(5), at: Date())
+        #expect(try countInAnotherProcess() == "\(baseline + 15)", "records committed after the other process closed are lost")
         #expect(try await store.verifyAudit().isIntact)
     }
 }
