@@ -14,7 +14,9 @@ import Synchronization
 /// line behind the request work it is holding up. The thread lives exactly as long as `run()`.
 ///
 /// Rule: `commit` returns only after the entries and their ledger rows are committed; when the
-/// write fails it throws, and the caller must not hand out the signature.
+/// write fails it throws, and the caller must not hand out the signature. A request whose own
+/// entries are refused (a reused nonce) fails alone: the rest of its group is committed without
+/// it. A store-wide failure fails the whole group at once.
 final class AuditCommitter: Service, Sendable {
     private struct Pending: Sendable {
         var appends: [AuditAppend]
@@ -214,14 +216,23 @@ final class AuditCommitter: Service, Sendable {
                 offset += count
             }
         } catch {
-            if batch.count > 1 {
+            if batch.count > 1 && Self.isRequestsOwnFault(error) {
                 // One bad request must not sink the others: retry each on its own.
                 for pending in batch { write([pending]) }
                 return
             }
-            metrics.auditFailure()
-            logger.error("audit commit failed", metadata: ["error": "\(error)"])
-            batch[0].continuation.resume(throwing: error)
+            // A store-wide failure (busy past the timeout, I/O, read-only, full) fails the whole
+            // group at once: retrying each request would repeat the failure as many times, each
+            // up to the busy timeout, while every later request waits behind the writer.
+            for _ in batch { metrics.auditFailure() }
+            logger.error("audit commit failed", metadata: ["error": "\(error)", "requests": "\(batch.count)"])
+            for pending in batch { pending.continuation.resume(throwing: error) }
         }
+    }
+
+    /// Whether a failed group failed because of one of its requests rather than the store:
+    /// a reused nonce is the only such failure the store reports.
+    static func isRequestsOwnFault(_ error: any Error) -> Bool {
+        (error as? StoreError)?.code == .duplicate
     }
 }

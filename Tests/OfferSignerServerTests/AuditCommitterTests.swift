@@ -1,5 +1,7 @@
 import Foundation
+import GRDB
 import Logging
+import OfferSignerCore
 import OfferSignerStorage
 import Testing
 
@@ -106,5 +108,81 @@ struct AuditCommitterTests {
         #expect(Self.seconds(since: start) < Self.bound, "stop waited for the commit delay")
         #expect(records.map(\.sequence) == [Int64(AuditCommitter.busyGroupEntries + 1)])
         #expect(try await store.verifyAudit().isIntact)
+    }
+
+    /// Requests that land in one group: a busy group first, so the next commit is held until a
+    /// full group is waiting; `requests` must add up to exactly that.
+    static func inOneGroup(_ committer: AuditCommitter, _ requests: [[AuditAppend]]) async throws -> [Result<[AuditRecord], any Error>] {
+        #expect(requests.map(\.count).reduce(0, +) == AuditCommitter.fullGroupEntries)
+        _ = try await committer.commit(Self.entries(AuditCommitter.busyGroupEntries))
+        return await withTaskGroup(of: (Int, Result<[AuditRecord], any Error>).self) { group in
+            for (index, request) in requests.enumerated() {
+                group.addTask {
+                    do { return (index, .success(try await committer.commit(request))) } catch { return (index, .failure(error)) }
+                }
+            }
+            var results = [Result<[AuditRecord], any Error>?](repeating: nil, count: requests.count)
+            for await (index, result) in group { results[index] = result }
+            return results.map { $0! }
+        }
+    }
+
+    static func signature(nonce: String) -> IssuedSignature {
+        IssuedSignature(
+            nonce: nonce, issuedAt: Date(), client: "client:backend", bundleID: "com.example.app", productID: "pro.monthly",
+            offerID: "WINBACK50", appAccountToken: nil, keyID: "KEY0000001", format: "legacy")
+    }
+
+    @Test("A request with a reused nonce fails alone; the rest of its group is committed")
+    func aReusedNonceFailsOnlyItsRequest() async throws {
+        try await Self.withCommitter(commitDelay: Self.longDelay) { committer, store in
+            let reused = UUID.timeOrdered().lowercasedString
+            let first = Self.signature(nonce: reused)
+            _ = try await committer.commit([AuditAppend(entry: first.auditEntry, signatures: [first])])
+            let again = Self.signature(nonce: reused)
+            let requests = (0..<5).map { _ in Self.entries(4) } + [Self.entries(3) + [AuditAppend(entry: again.auditEntry, signatures: [again])]]
+            let results = try await Self.inOneGroup(committer, requests)
+            for result in results.prefix(5) {
+                #expect(throws: Never.self) { try result.get() }
+            }
+            #expect {
+                try results[5].get()
+            } throws: { error in
+                (error as? StoreError)?.code == .duplicate
+            }
+            // The reused nonce, the busy group and the five good requests; nothing of the bad one.
+            #expect(try await store.auditHead().count == Int64(1 + AuditCommitter.busyGroupEntries + 20))
+        }
+    }
+
+    @Test("A store-wide failure fails every request of the group, and the store goes on afterwards")
+    func aStoreWideFailureFailsTheGroup() async throws {
+        try await Self.withCommitter(commitDelay: Self.longDelay) { committer, store in
+            let path = store.path
+            _ = try await committer.commit(Self.entries(1))
+            // The store refuses records after the group's first request (the busy group before it
+            // and the first request fit). A retry of each request on its own would commit that
+            // first request; the group failing as one shows that nothing was retried.
+            let lastAccepted = 1 + AuditCommitter.busyGroupEntries + 4
+            try await DatabaseQueue(path: path).write { db in
+                try db.execute(sql: """
+                    CREATE TRIGGER refuse_group BEFORE INSERT ON audit_log WHEN NEW.seq > \(lastAccepted)
+                    BEGIN SELECT RAISE(ABORT, 'simulated disk failure'); END;
+                    """)
+            }
+            let results = try await Self.inOneGroup(committer, (0..<6).map { _ in Self.entries(4) })
+            for result in results {
+                #expect {
+                    try result.get()
+                } throws: { error in
+                    (error as? StoreError)?.code == .unavailable
+                }
+            }
+            #expect(try await store.auditHead().count == Int64(1 + AuditCommitter.busyGroupEntries))
+            try await DatabaseQueue(path: path).write { db in try db.execute(sql: "DROP TRIGGER refuse_group") }
+            // A full group, so the commit after the failed (busy) group is not held back.
+            let after = try await committer.commit(Self.entries(AuditCommitter.fullGroupEntries))
+            #expect(after.first?.sequence == Int64(2 + AuditCommitter.busyGroupEntries))
+        }
     }
 }
