@@ -12,7 +12,10 @@ import OfferSignerStorage
 /// Rules, in order: the caller is authenticated (except `--dev`) and within its rate limit;
 /// the body is a valid request; the bundle is a configured app the caller may sign for; with
 /// a user JWT the appAccountToken is the user's own (403 `token_binding_mismatch` otherwise);
-/// the appAccountToken is within its rate limit; then each format is signed with the bundle's
+/// the appAccountToken is within its rate limit; an offer with eligibility rules is decided
+/// (and the decision audited) one request at a time per customer, through its commit, so
+/// concurrent requests cannot all pass a rule that counts issued signatures; then each format is
+/// signed with the bundle's
 /// active key and every signature's audit record is durably committed before the 201 is
 /// sent. If the audit cannot be written, the answer is 503 and no signature leaves.
 struct SigningController: Sendable {
@@ -23,6 +26,8 @@ struct SigningController: Sendable {
     let metrics: ServerMetrics
     let maximumBodyBytes: Int
     let eligibility: EligibilityService?
+    /// Serialises eligibility-checked signing per customer (see `CustomerSigningLocks`).
+    let customerLocks = CustomerSigningLocks()
 
     func sign(_ request: Request, context: some RequestContext) async throws -> Response {
         let ring = keyRing.ring
@@ -67,13 +72,30 @@ struct SigningController: Sendable {
                 extensions: ["retryAfter": String(retryAfter)], headers: [.retryAfter: String(retryAfter)])
         }
 
-        // Eligibility, for offers whose catalog entry has rules.
+        // Eligibility, for offers whose catalog entry has rules: decided and committed one request
+        // at a time per customer, since the rules count the signatures already in the customer's
+        // ledger (a request without an appAccountToken has no ledger, so nothing to wait for).
         if let eligibility, let offer = eligibility.rules(offerID: signatureRequest.offerID, bundleID: bundleID) {
-            try await checkEligibility(
-                offer, request: signatureRequest, bundleID: bundleID, token: token, principal: principal,
-                eligibility: eligibility, context: context)
+            let decideAndIssue = {
+                try await checkEligibility(
+                    offer, request: signatureRequest, bundleID: bundleID, token: token, principal: principal,
+                    eligibility: eligibility, context: context)
+                return try await issue(
+                    signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context)
+            }
+            guard let token else { return try await decideAndIssue() }
+            return try await customerLocks.withLock(CustomerSigningLocks.key(bundleID: bundleID, appAccountToken: token.lowercasedString), decideAndIssue)
         }
+        return try await issue(
+            signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context)
+    }
 
+    /// Signs each format with the bundle's active key and commits every signature's audit record
+    /// before the response exists.
+    private func issue(
+        _ signatureRequest: SignatureRequest, formats: [SignatureFormat], bundleID: String, token: UUID?, principal: Principal,
+        ring: KeyRing, context: some RequestContext
+    ) async throws -> Response {
         guard let active = ring.activeKeys[bundleID] else {
             throw APIProblem(.serviceUnavailable, code: "no_active_key", detail: "'\(bundleID)' has no active signing key; activate one with `offer-signer keys activate`")
         }

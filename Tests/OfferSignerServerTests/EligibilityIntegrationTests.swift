@@ -131,6 +131,36 @@ struct EligibilityIntegrationTests {
         #expect(try server.issuedCount() == 0)
     }
 
+    @Test("Concurrent requests for one customer cannot all pass a rule that counts signatures: exactly one is signed")
+    func concurrentRequestsForOneCustomer() async throws {
+        let chain = try TestAppleChain()
+        let server = try await server(chain)
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "backend")
+        let evidence = Self.evidenceJSON(try Self.history(chain))
+        let body = #"{"productID":"pro.monthly","offerID":"wb1","appAccountToken":"\#(Self.token)","evidence":\#(evidence)}"#
+        let statuses = try await server.live { client -> [HTTPResponse.Status] in
+            let port = try #require(client.port)
+            return try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
+                for _ in 0..<12 {
+                    group.addTask {
+                        try await TestClient.withClient(host: "127.0.0.1", port: port) { connection in
+                            try await connection.post(
+                                "/v1/offers/signatures", headers: [.contentType: "application/json", .authorization: "Bearer \(secret)"],
+                                body: ByteBuffer(string: body)
+                            ).status
+                        }
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+        }
+        // waitBetweenOffersMonths 12: the ledger's first signature makes every later one too soon.
+        #expect(statuses.filter { $0 == .created }.count == 1, "\(statuses)")
+        #expect(statuses.filter { $0 == .forbidden }.count == 11, "\(statuses)")
+        #expect(try server.issuedCount() == 1)
+    }
+
     @Test("Offers with rules need evidence; offers without rules sign as before; a subscriber is refused")
     func rulesAndNoRules() async throws {
         let chain = try TestAppleChain()
