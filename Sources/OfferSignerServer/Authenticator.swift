@@ -66,34 +66,105 @@ struct UserJWTPayload: JWTPayload {
 
 /// Verifies end-user JWTs and derives the appAccountToken they are bound to.
 ///
-/// Rules: the header `alg` must be one the configured keys use (ES256 or RS256 from the JWKS,
-/// HS256 with the shared secret); `none` is always refused; `iss` must equal the configured
-/// issuer, `aud` must include the configured audience, `exp` is required and must be in the
-/// future, and `nbf`, if present, in the past (each with the configured leeway).
+/// Rules: the header `alg` must be the one of the key that checks the signature: HS256 only with
+/// the shared secret; ES256 or RS256 only with the JWKS key its `kid` names, whose own `alg` (or,
+/// without one, key type: EC P-256 or RSA) it must match (without a `kid`, the JWKS must hold
+/// exactly one key of that algorithm); `none` is always refused. A header or claims set that
+/// names a member twice is refused (parsers disagree on which value counts). `iss` must equal the
+/// configured issuer, `aud` must include the configured audience, `exp` is required and must be
+/// in the future, and `nbf`, if present, in the past (each with the configured leeway).
 struct UserJWTVerifier: Sendable {
-    let keys: JWTKeyCollection
+    /// A JWKS key with the one algorithm it verifies, alone in its collection so that no token
+    /// can be checked by another key (jwt-kit falls back to a default key for an unknown `kid`).
+    struct PublicKey: Sendable {
+        var algorithm: String
+        var keys: JWTKeyCollection
+    }
+
+    /// JWKS keys by `kid`.
+    let publicKeys: [String: PublicKey]
+    /// The shared HS256 secret, alone in its collection.
+    let sharedSecret: JWTKeyCollection?
     let configuration: UserJWTConfiguration
-    let allowedAlgorithms: Set<String>
 
     init(configuration: UserJWTConfiguration) async throws {
-        let keys = JWTKeyCollection()
-        var algorithms: Set<String> = []
-        if let jwks = configuration.jwksJSON {
-            try await keys.add(jwksJSON: jwks)
-            if jwks.contains("\"EC\"") { algorithms.insert("ES256") }
-            if jwks.contains("\"RSA\"") { algorithms.insert("RS256") }
+        var publicKeys: [String: PublicKey] = [:]
+        if let jwksJSON = configuration.jwksJSON {
+            let jwks: JWKS
+            do {
+                guard JSONDuplicateMembers.first(in: Data(jwksJSON.utf8)) == nil else { throw ServerConfigurationError("the JWKS names a member twice") }
+                jwks = try JSONDecoder().decode(JWKS.self, from: Data(jwksJSON.utf8))
+            } catch let error as ServerConfigurationError {
+                throw error
+            } catch {
+                throw ServerConfigurationError("the JWKS is not a JSON Web Key Set: \(error)")
+            }
+            for jwk in jwks.keys {
+                guard let kid = jwk.keyIdentifier?.string else { throw ServerConfigurationError("a JWKS key has no kid") }
+                guard publicKeys[kid] == nil else { throw ServerConfigurationError("the JWKS has two keys with kid '\(kid)'") }
+                let algorithm: String
+                if jwk.keyType == .ecdsa, jwk.curve?.rawValue == "P-256", jwk.algorithm == nil || jwk.algorithm == .es256 {
+                    algorithm = "ES256"
+                } else if jwk.keyType == .rsa, jwk.algorithm == nil || jwk.algorithm == .rs256 {
+                    algorithm = "RS256"
+                } else {
+                    throw ServerConfigurationError(
+                        "JWKS key '\(kid)' (kty \(jwk.keyType.rawValue), alg \(jwk.algorithm?.rawValue ?? "none")) is not an ES256 (EC P-256) or RS256 (RSA) key")
+                }
+                let keys = JWTKeyCollection()
+                do {
+                    try await keys.add(jwk: jwk)
+                } catch {
+                    throw ServerConfigurationError("JWKS key '\(kid)' cannot be used: \(error)")
+                }
+                publicKeys[kid] = PublicKey(algorithm: algorithm, keys: keys)
+            }
         }
+        var sharedSecret: JWTKeyCollection?
         if let secret = configuration.hs256Secret {
+            // jwt-kit checks the key's length only in debug builds (an assert).
+            guard secret.utf8.count >= UserJWTConfiguration.minimumHS256SecretBytes else {
+                throw ServerConfigurationError(
+                    "the HS256 JWT secret is \(secret.utf8.count) bytes; at least \(UserJWTConfiguration.minimumHS256SecretBytes) are required (e.g. `openssl rand -base64 48`)")
+            }
+            let keys = JWTKeyCollection()
             await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
-            algorithms.insert("HS256")
+            sharedSecret = keys
         }
-        self.keys = keys
+        guard !publicKeys.isEmpty || sharedSecret != nil else {
+            throw ServerConfigurationError("end-user JWTs need a JWKS with at least one key or an HS256 secret")
+        }
+        self.publicKeys = publicKeys
+        self.sharedSecret = sharedSecret
         self.configuration = configuration
-        self.allowedAlgorithms = algorithms
     }
 
     enum Failure: Error {
         case invalid(String)
+    }
+
+    /// The key collection that may check a token with this header, or why there is none.
+    func keys(algorithm: String, kid: String?) throws(Failure) -> JWTKeyCollection {
+        switch algorithm {
+        case _ where algorithm.lowercased() == "none":
+            throw .invalid("JWT alg 'none' is refused")
+        case "HS256":
+            guard let sharedSecret else { throw .invalid("JWT alg 'HS256' is not accepted here") }
+            return sharedSecret
+        case "ES256", "RS256":
+            if let kid {
+                guard let key = publicKeys[kid] else { throw .invalid("JWT kid '\(kid)' is not a key of the JWKS") }
+                guard key.algorithm == algorithm else { throw .invalid("JWT alg '\(algorithm)' does not match key '\(kid)' (\(key.algorithm))") }
+                return key.keys
+            }
+            let candidates = publicKeys.values.filter { $0.algorithm == algorithm }
+            guard candidates.count == 1, let only = candidates.first else {
+                throw .invalid("JWT has no kid, and the JWKS has \(candidates.count) \(algorithm) keys")
+            }
+            return only.keys
+        default:
+            throw .invalid("JWT alg '\(algorithm)' is not accepted here")
+        }
     }
 
     func verify(_ token: Substring, now: Date = Date()) async throws(Failure) -> Principal {
@@ -102,8 +173,17 @@ struct UserJWTVerifier: Sendable {
             let header = try? JSONSerialization.jsonObject(with: headerData) as? [String: Any],
             let algorithm = header["alg"] as? String
         else { throw .invalid("the bearer token is neither an API key nor a JWT") }
-        guard algorithm.lowercased() != "none" else { throw .invalid("JWT alg 'none' is refused") }
-        guard allowedAlgorithms.contains(algorithm) else { throw .invalid("JWT alg '\(algorithm)' is not accepted here") }
+        guard JSONDuplicateMembers.first(in: headerData) == nil else { throw .invalid("the JWT header names a member twice") }
+        if let claims = Encoding.decodeBase64URL(parts[1]), JSONDuplicateMembers.first(in: claims) != nil {
+            throw .invalid("the JWT claims name a member twice")
+        }
+        let kid: String?
+        switch header["kid"] {
+        case nil: kid = nil
+        case let value as String: kid = value
+        default: throw .invalid("JWT kid is not a string")
+        }
+        let keys = try keys(algorithm: algorithm, kid: kid)
         let payload: UserJWTPayload
         do {
             payload = try await keys.verify(String(token), as: UserJWTPayload.self)

@@ -29,6 +29,9 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     try await keyRing.reload()
     let committer = AuditCommitter(
         store: store, batchLimit: configuration.auditBatchLimit, commitDelay: configuration.auditCommitDelay, metrics: metrics, logger: logger)
+    for (name, limit) in [("client", configuration.clientRateLimit), ("appAccountToken", configuration.appAccountTokenRateLimit)] {
+        if let problem = limit.problem { throw ServerConfigurationError("the \(name) rate limit cannot be used: \(problem)") }
+    }
     let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
     let authenticator = RequestAuthenticator(developmentMode: configuration.developmentMode, userJWT: userJWT, limiter: RateLimiter(limit: configuration.clientRateLimit))
     let eligibility = configuration.eligibility.map { EligibilityService(configuration: $0, store: store) }

@@ -19,6 +19,8 @@ final class RateLimiter: Sendable {
     private let limit: RateLimit
     private let buckets = Mutex<[String: Bucket]>([:])
     private static let maximumKeys = 100_000
+    /// The longest `Retry-After` given, in seconds (a year).
+    private static let longestRetryAfter = 31_536_000.0
 
     init(limit: RateLimit) {
         self.limit = limit
@@ -38,7 +40,10 @@ final class RateLimiter: Sendable {
                 return .allowed
             }
             buckets[key] = bucket
-            return .limited(retryAfterSeconds: max(1, Int(((1 - bucket.tokens) / limit.perSecond).rounded(.up))))
+            // Bounded, so no rate can make the conversion to Int trap (`RateLimit.problem` refuses
+            // such rates at start-up anyway).
+            let wait = ((1 - bucket.tokens) / limit.perSecond).rounded(.up)
+            return .limited(retryAfterSeconds: wait.isFinite ? max(1, Int(min(wait, Self.longestRetryAfter))) : Int(Self.longestRetryAfter))
         }
     }
 

@@ -58,6 +58,30 @@ public struct RateLimit: Sendable, Equatable {
 
     public static let unlimited = RateLimit(perSecond: 0, burst: 0)
     public var isUnlimited: Bool { perSecond <= 0 }
+
+    /// The slowest refill accepted: one request about every 11.6 days.
+    public static let minimumPerSecond = 0.000_001
+
+    /// Why this limit cannot be used, or nil when it can.
+    ///
+    /// Rule: `perSecond` is 0 (no limit) or a finite rate of at least `minimumPerSecond`, and
+    /// then `burst` is finite and at least 1. Anything else would refuse every request forever
+    /// (a burst under 1), never limit (not a number), or overflow the `Retry-After` computation.
+    public var problem: String? {
+        if perSecond == 0 { return nil }  // (negative rates are refused below, though `isUnlimited` treats them as 0)
+        guard perSecond.isFinite, perSecond >= Self.minimumPerSecond else {
+            return "rate \(perSecond) is not 0 (no limit) or a number of requests per second of at least \(Self.minimumPerSecond)"
+        }
+        guard burst.isFinite, burst >= 1 else { return "burst \(burst) is not a number of requests of at least 1" }
+        return nil
+    }
+}
+
+/// A server configuration that cannot be used, with what is wrong with it.
+public struct ServerConfigurationError: Error, Sendable, CustomStringConvertible {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
 }
 
 /// How end-user JWTs from the app's own auth server are checked and bound to an
@@ -65,8 +89,11 @@ public struct RateLimit: Sendable, Equatable {
 public struct UserJWTConfiguration: Sendable {
     /// A JWKS document (JSON) with ES256/RS256 public keys.
     public var jwksJSON: String?
-    /// An HS256 shared secret.
+    /// An HS256 shared secret: at least `minimumHS256SecretBytes` bytes (RFC 7518 §3.2: a key
+    /// of at least the hash's size), or the server refuses to start.
     public var hs256Secret: String?
+    /// The shortest HS256 secret accepted, in bytes of UTF-8.
+    public static let minimumHS256SecretBytes = 32
     /// Required `iss`.
     public var issuer: String
     /// Required `aud` (one of the token's audiences).

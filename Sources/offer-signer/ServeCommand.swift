@@ -34,15 +34,15 @@ struct ServeCommand: AsyncParsableCommand {
     var maxBodyBytes: Int?
     @Option(help: "Requests per second per API client or user (0: no limit). Env: OFFER_SIGNER_CLIENT_RATE. Default 200.")
     var clientRate: Double?
-    @Option(help: "Burst per API client or user. Env: OFFER_SIGNER_CLIENT_BURST. Default 400.")
+    @Option(help: "Burst per API client or user (at least 1). Env: OFFER_SIGNER_CLIENT_BURST. Default 400.")
     var clientBurst: Double?
     @Option(help: "Signatures per second per appAccountToken (0: no limit). Env: OFFER_SIGNER_TOKEN_RATE. Default 1.")
     var tokenRate: Double?
-    @Option(help: "Burst per appAccountToken. Env: OFFER_SIGNER_TOKEN_BURST. Default 10.")
+    @Option(help: "Burst per appAccountToken (at least 1). Env: OFFER_SIGNER_TOKEN_BURST. Default 10.")
     var tokenBurst: Double?
     @Option(help: "JWKS file with the ES256/RS256 keys of your auth server, for end-user JWTs. Env: OFFER_SIGNER_JWT_JWKS.")
     var jwtJwks: String?
-    @Option(help: "File with an HS256 secret for end-user JWTs. Env: OFFER_SIGNER_JWT_HS256_SECRET_FILE.")
+    @Option(help: "File with an HS256 secret (at least 32 bytes) for end-user JWTs. Env: OFFER_SIGNER_JWT_HS256_SECRET_FILE.")
     var jwtHs256SecretFile: String?
     @Option(help: "Required JWT iss. Env: OFFER_SIGNER_JWT_ISSUER.")
     var jwtIssuer: String?

@@ -128,6 +128,98 @@ struct AuthenticationTests {
         #expect(try server.issuedCount() == 0)
     }
 
+    /// A compact JWS with exactly this header and these claims (as JSON text, so members can be
+    /// repeated), signed with `sign` over the signing input.
+    static func jws(header: String, claims: String, sign: (Data) throws -> Data) rethrows -> String {
+        let input = Encoding.base64URL(Data(header.utf8)) + "." + Encoding.base64URL(Data(claims.utf8))
+        return input + "." + Encoding.base64URL(try sign(Data(input.utf8)))
+    }
+
+    static func claimsJSON(sub: String = "user-42", extra: String = "") -> String {
+        let exp = Int(Date().addingTimeInterval(600).timeIntervalSince1970)
+        return #"{"iss":"https://auth.example.com","aud":"offer-signer","exp":\#(exp),"sub":"\#(sub)"\#(extra),"https://example.com/app_account_token":"6b29fc40-ca47-1067-b31d-00dd010662da"}"#
+    }
+
+    static func ecJWK(_ key: P256.Signing.PrivateKey, kid: String) -> String {
+        let raw = key.publicKey.x963Representation
+        return #"{"kty":"EC","crv":"P-256","x":"\#(Encoding.base64URL(raw[1...32]))","y":"\#(Encoding.base64URL(raw[33...64]))","kid":"\#(kid)","use":"sig"}"#
+    }
+
+    @Test("Each JWT alg is pinned to the key that checks it; headers and claims with a member named twice get 401")
+    func jwtKeysArePinned() async throws {
+        let first = P256.Signing.PrivateKey()
+        let second = P256.Signing.PrivateKey()
+        // Keys without "alg" (as some identity providers publish them), next to a shared secret.
+        let jwks = #"{"keys":[\#(Self.ecJWK(first, kid: "auth-1")),\#(Self.ecJWK(second, kid: "auth-2"))]}"#
+        let server = try await TestServer { configuration in
+            configuration.userJWT = UserJWTConfiguration(
+                jwksJSON: jwks, hs256Secret: Self.hsSecret, issuer: "https://auth.example.com", audience: "offer-signer",
+                binding: .claim("https://example.com/app_account_token"))
+        }
+        defer { server.cleanUp() }
+        let es256: @Sendable (P256.Signing.PrivateKey) -> @Sendable (Data) throws -> Data = { key in { input in try key.signature(for: input).rawRepresentation } }
+        let hs256: @Sendable (Data) -> Data = { input in Data(HMAC<SHA256>.authenticationCode(for: input, using: SymmetricKey(data: Data(Self.hsSecret.utf8)))) }
+        let claims = Self.claimsJSON()
+        let valid = try Self.jws(header: #"{"alg":"ES256","kid":"auth-1","typ":"JWT"}"#, claims: claims, sign: es256(first))
+        let refused = try [
+            // The shared secret behind a public-key header: an unknown kid, a key of the JWKS.
+            Self.jws(header: #"{"alg":"ES256","kid":"nope","typ":"JWT"}"#, claims: claims, sign: hs256),
+            Self.jws(header: #"{"alg":"RS256","kid":"auth-1","typ":"JWT"}"#, claims: claims, sign: hs256),
+            // Signed by the other key of the JWKS than its kid names.
+            Self.jws(header: #"{"alg":"ES256","kid":"auth-2","typ":"JWT"}"#, claims: claims, sign: es256(first)),
+            // No kid, and two ES256 keys to choose from.
+            Self.jws(header: #"{"alg":"ES256","typ":"JWT"}"#, claims: claims, sign: es256(first)),
+            // A header read one way by the alg check and another by the verifier.
+            Self.jws(header: #"{"alg":"ES384","kid":"auth-1","alg":"ES256"}"#, claims: claims, sign: es256(first)),
+            Self.jws(header: #"{"alg":"ES256","kid":"auth-1","kid":"auth-2"}"#, claims: claims, sign: es256(first)),
+            // Claims read one way here and another by other parsers.
+            Self.jws(header: #"{"alg":"HS256","typ":"JWT"}"#, claims: Self.claimsJSON(extra: #","sub":"someone-else""#), sign: hs256),
+            Self.jws(header: #"{"alg":"HS256","kid":7}"#, claims: claims, sign: hs256),
+        ]
+        try await server.live { client in
+            #expect(try await client.postJSON("/v1/offers/signatures", Self.body, bearer: valid).status == .created)
+            for token in refused {
+                expectProblem(try await client.postJSON("/v1/offers/signatures", Self.body, bearer: token), .unauthorized, "unauthorized")
+            }
+            // The refused tokens changed nothing: the valid ones still pass, with either key kind.
+            #expect(try await client.postJSON("/v1/offers/signatures", Self.body, bearer: valid).status == .created)
+            let shared = Self.jws(header: #"{"alg":"HS256","typ":"JWT"}"#, claims: claims, sign: hs256)
+            #expect(try await client.postJSON("/v1/offers/signatures", Self.body, bearer: shared).status == .created)
+            let other = try Self.jws(header: #"{"alg":"ES256","kid":"auth-2"}"#, claims: claims, sign: es256(second))
+            #expect(try await client.postJSON("/v1/offers/signatures", Self.body, bearer: other).status == .created)
+        }
+        #expect(try server.issuedCount() == 4)
+    }
+
+    @Test("The server refuses to start with a short HS256 secret or a JWKS key it cannot pin")
+    func unusableJWTConfigurations() async throws {
+        let key = Self.ecJWK(P256.Signing.PrivateKey(), kid: "auth-1")
+        let configurations: [(String?, String?, String)] = [
+            (nil, "", "0 bytes"),
+            (nil, String(repeating: "s", count: 31), "31 bytes"),
+            (#"{"keys":[\#(key),\#(key)]}"#, nil, "two keys with kid 'auth-1'"),
+            (#"{"keys":[{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo","kid":"ed"}]}"#, nil, "'ed'"),
+            (#"{"keys":[{"kty":"EC","crv":"P-384","x":"AA","y":"AA","kid":"p384"}]}"#, nil, "'p384'"),
+            (#"{"keys":[{"kty":"RSA","n":"AQAB","e":"AQAB","kid":"ps","alg":"PS256"}]}"#, nil, "'ps'"),
+            (#"{"keys":[]}"#, nil, "at least one key"),
+            (#"{"keys":[{"kty":"EC","crv":"P-256","kid":"a","kid":"b"}]}"#, nil, "twice"),
+        ]
+        for (jwks, secret, mentions) in configurations {
+            let server = try await TestServer { configuration in
+                configuration.userJWT = UserJWTConfiguration(
+                    jwksJSON: jwks, hs256Secret: secret, issuer: "https://auth.example.com", audience: "offer-signer",
+                    binding: .claim("https://example.com/app_account_token"))
+            }
+            defer { server.cleanUp() }
+            await #expect {
+                try await server.live { _ in }
+            } throws: { error in
+                guard let error = error as? ServerConfigurationError else { return false }
+                return error.message.contains(mentions)
+            }
+        }
+    }
+
     @Test("ES256 JWTs from a JWKS, bound by UUIDv5 of sub")
     func jwksAndUUIDv5() async throws {
         let cryptoKey = P256.Signing.PrivateKey()

@@ -17,6 +17,29 @@ struct RateLimiterTests {
         #expect(RateLimiter(limit: .unlimited).take("a") == .allowed)
     }
 
+    @Test("Limits that would refuse forever, never limit or overflow Retry-After are refused; the slowest allowed rate still answers")
+    func unusableLimits() {
+        #expect(RateLimit.unlimited.problem == nil)
+        #expect(RateLimit(perSecond: 200, burst: 400).problem == nil)
+        #expect(RateLimit(perSecond: RateLimit.minimumPerSecond, burst: 1).problem == nil)
+        for (limit, mentions) in [
+            (RateLimit(perSecond: 1, burst: 0.5), "burst"), (RateLimit(perSecond: 1, burst: .infinity), "burst"),
+            (RateLimit(perSecond: 1, burst: .nan), "burst"), (RateLimit(perSecond: .nan, burst: 10), "rate"),
+            (RateLimit(perSecond: .infinity, burst: 10), "rate"), (RateLimit(perSecond: -1, burst: 10), "rate"),
+            (RateLimit(perSecond: 1e-30, burst: 10), "rate"),
+        ] {
+            #expect(limit.problem?.contains(mentions) == true, "\(limit)")
+        }
+        // The slowest allowed rate: about 11.6 days until the next token.
+        let slow = RateLimiter(limit: RateLimit(perSecond: RateLimit.minimumPerSecond, burst: 1))
+        #expect(slow.take("a") == .allowed)
+        #expect(slow.take("a") == .limited(retryAfterSeconds: 1_000_000))
+        // Even a rate the server refuses to start with cannot make Retry-After trap.
+        let absurd = RateLimiter(limit: RateLimit(perSecond: 1e-30, burst: 1))
+        #expect(absurd.take("a") == .allowed)
+        #expect(absurd.take("a") == .limited(retryAfterSeconds: 31_536_000))
+    }
+
     @Test("A flood of distinct keys keeps working (the table is bounded and evicts)")
     func flood() {
         let limiter = RateLimiter(limit: RateLimit(perSecond: 0.001, burst: 1))
