@@ -63,6 +63,13 @@ public struct APIProblem: Error, HTTPResponseError, Sendable, Equatable {
         return problem
     }
 
+    /// 429 `rate_limited`, with `Retry-After` (header) and `retryAfter` (member) in seconds.
+    static func rateLimited(_ detail: String, retryAfter: Int) -> APIProblem {
+        APIProblem(
+            .tooManyRequests, code: "rate_limited", detail: "\(detail); retry in \(retryAfter) s",
+            extensions: ["retryAfter": String(retryAfter)], headers: [.retryAfter: String(retryAfter)])
+    }
+
     static let unauthorized = APIProblem(
         .unauthorized, code: "unauthorized", detail: "missing, unknown or revoked credentials: send 'Authorization: Bearer <API key or user JWT>'",
         headers: [.wwwAuthenticate: "Bearer"])

@@ -39,6 +39,9 @@ struct EligibilityController: Sendable {
     let authenticator: RequestAuthenticator
     let eligibility: EligibilityService?
     let maximumBodyBytes: Int
+    /// Per appAccountToken, with the signing limit's settings but a budget of its own, so asking
+    /// about eligibility does not spend the customer's signatures.
+    let tokenLimiter: RateLimiter
 
     func decide(_ request: Request, context: some RequestContext) async throws -> Response {
         let ring = keyRing.ring
@@ -62,6 +65,9 @@ struct EligibilityController: Sendable {
                 throw APIProblem(.forbidden, code: "token_binding_mismatch", detail: "the appAccountToken is not the one bound to the authenticated user")
             }
             token = bound
+        }
+        if let token, case .limited(let retryAfter) = tokenLimiter.take(token.lowercasedString) {
+            throw APIProblem.rateLimited("too many eligibility questions for this appAccountToken", retryAfter: retryAfter)
         }
         guard let eligibility else {
             throw APIProblem(.notFound, code: "eligibility_not_configured", detail: "this service has no offers catalog; start it with --offers FILE")

@@ -40,7 +40,8 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit), metrics: metrics,
         maximumBodyBytes: configuration.maximumBodyBytes, eligibility: eligibility)
     let eligibilityController = EligibilityController(
-        keyRing: keyRing, authenticator: authenticator, eligibility: eligibility, maximumBodyBytes: configuration.maximumBodyBytes)
+        keyRing: keyRing, authenticator: authenticator, eligibility: eligibility, maximumBodyBytes: configuration.maximumBodyBytes,
+        tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit))
 
     let router = Router()
     router.add(middleware: ProblemMiddleware(metrics: metrics))

@@ -17,9 +17,7 @@ struct RequestAuthenticator: Sendable {
     func authenticate(_ request: Request, ring: KeyRing) async throws -> Principal {
         let principal = try await identify(request, ring: ring)
         if case .limited(let retryAfter) = limiter.take(principal.identity) {
-            throw APIProblem(
-                .tooManyRequests, code: "rate_limited", detail: "rate limit exceeded for this caller; retry in \(retryAfter) s",
-                extensions: ["retryAfter": String(retryAfter)], headers: [.retryAfter: String(retryAfter)])
+            throw APIProblem.rateLimited("rate limit exceeded for this caller", retryAfter: retryAfter)
         }
         return principal
     }

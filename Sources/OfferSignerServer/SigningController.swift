@@ -67,9 +67,7 @@ struct SigningController: Sendable {
             token = bound
         }
         if let token, case .limited(let retryAfter) = tokenLimiter.take(token.lowercasedString) {
-            throw APIProblem(
-                .tooManyRequests, code: "rate_limited", detail: "too many signatures for this appAccountToken; retry in \(retryAfter) s",
-                extensions: ["retryAfter": String(retryAfter)], headers: [.retryAfter: String(retryAfter)])
+            throw APIProblem.rateLimited("too many signatures for this appAccountToken", retryAfter: retryAfter)
         }
 
         // Eligibility, for offers whose catalog entry has rules: decided and committed one request

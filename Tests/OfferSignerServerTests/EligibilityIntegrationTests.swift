@@ -161,6 +161,34 @@ struct EligibilityIntegrationTests {
         #expect(try server.issuedCount() == 1)
     }
 
+    @Test("Eligibility questions have a per-appAccountToken limit of their own: 429 with Retry-After, signing budget untouched")
+    func eligibilityRateLimit() async throws {
+        let chain = try TestAppleChain()
+        let server = try await TestServer { configuration in
+            configuration.eligibility = try! EligibilityConfiguration(
+                catalogJSON: Data(Self.catalog.utf8), trustedRootPEMs: [try! chain.root.serializeAsPEM().pemString])
+            configuration.appAccountTokenRateLimit = RateLimit(perSecond: 0.01, burst: 2)
+        }
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "backend")
+        let evidence = Self.evidenceJSON(try Self.history(chain))
+        try await server.live { client in
+            let question = #"{"appAccountToken":"\#(Self.token)","evidence":\#(evidence)}"#
+            #expect(try await client.postJSON("/v1/offers/eligibility", question, bearer: secret).status == .ok)
+            #expect(try await client.postJSON("/v1/offers/eligibility", question, bearer: secret).status == .ok)
+            let limited = try await client.postJSON("/v1/offers/eligibility", question, bearer: secret)
+            expectProblem(limited, .tooManyRequests, "rate_limited")
+            #expect(limited.headers[.retryAfter] == "100")
+            // Another customer is not affected, and this one can still get a signature.
+            let other = #"{"appAccountToken":"0ad246b5-54d1-4e1b-88d4-ab934587435f","evidence":{}}"#
+            #expect(try await client.postJSON("/v1/offers/eligibility", other, bearer: secret).status == .ok)
+            let signed = try await client.postJSON(
+                "/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"wb1","appAccountToken":"\#(Self.token)","evidence":\#(evidence)}"#,
+                bearer: secret)
+            #expect(signed.status == .created, "\(signed.text)")
+        }
+    }
+
     @Test("Offers with rules need evidence; offers without rules sign as before; a subscriber is refused")
     func rulesAndNoRules() async throws {
         let chain = try TestAppleChain()
