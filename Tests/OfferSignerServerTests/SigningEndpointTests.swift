@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import GRDB
 import HTTPTypes
 import HummingbirdTesting
 import NIOCore
@@ -115,6 +116,14 @@ struct SigningEndpointTests {
         let walker = try await server.store.verifyAuditChain()
         #expect(walker.firstBreak == nil)
         #expect(walker.count == 1500 + 2)  // + key import + client creation
+        // Every nonce handed out is in the ledger and in exactly one audit record, and nothing else is.
+        let audited = try await server.store.auditRecords(after: 0, limit: 2000)
+            .filter { $0.kind == "signature.issued" }
+            .compactMap { record in (try? JSONSerialization.jsonObject(with: Data(record.body.utf8)) as? [String: Any])?["nonce"] as? String }
+        #expect(audited.count == 1500)
+        #expect(Set(audited) == Set(nonces))
+        let ledger = try await DatabaseQueue(path: server.store.path).read { db in try String.fetchSet(db, sql: "SELECT nonce FROM issued_signatures") }
+        #expect(ledger == Set(nonces))
     }
 
     struct BadRequest: Sendable, CustomTestStringConvertible {
