@@ -90,12 +90,10 @@ struct UserJWTVerifier: Sendable {
     init(configuration: UserJWTConfiguration) async throws {
         var publicKeys: [String: PublicKey] = [:]
         if let jwksJSON = configuration.jwksJSON {
+            guard JSONDuplicateMembers.first(in: Data(jwksJSON.utf8)) == nil else { throw ServerConfigurationError("the JWKS names a member twice") }
             let jwks: JWKS
             do {
-                guard JSONDuplicateMembers.first(in: Data(jwksJSON.utf8)) == nil else { throw ServerConfigurationError("the JWKS names a member twice") }
                 jwks = try JSONDecoder().decode(JWKS.self, from: Data(jwksJSON.utf8))
-            } catch let error as ServerConfigurationError {
-                throw error
             } catch {
                 throw ServerConfigurationError("the JWKS is not a JSON Web Key Set: \(error)")
             }

@@ -21,11 +21,11 @@ public struct EligibilityConfiguration: Sendable {
     }
 
     /// Reads a catalog and optional root certificates (PEM text; none means Apple Root CA - G3).
-    public init(catalogJSON: Data, trustedRootPEMs: [String]) throws(EligibilityConfigurationError) {
+    public init(catalogJSON: Data, trustedRootPEMs: [String]) throws(ServerConfigurationError) {
         do {
             catalog = try OfferCatalog(jsonData: catalogJSON)
         } catch {
-            throw EligibilityConfigurationError(message: error.description)
+            throw ServerConfigurationError(error.description)
         }
         if trustedRootPEMs.isEmpty {
             trustedRoots = [.appleRootCAG3]
@@ -35,18 +35,12 @@ public struct EligibilityConfiguration: Sendable {
                 do {
                     roots.append(try Certificate(pemEncoded: pem))
                 } catch {
-                    throw EligibilityConfigurationError(message: "trusted root #\(index + 1) is not a PEM certificate: \(error)")
+                    throw ServerConfigurationError("trusted root #\(index + 1) is not a PEM certificate: \(error)")
                 }
             }
             trustedRoots = roots
         }
     }
-}
-
-/// A catalog or root certificate that cannot be used.
-public struct EligibilityConfigurationError: Error, Sendable, CustomStringConvertible {
-    public var message: String
-    public var description: String { message }
 }
 
 /// Decides whether a customer may get an offer, from Apple-signed history and our ledger.

@@ -58,7 +58,7 @@ enum JSONDuplicateMembers {
                     skipWhitespace()
                     if !take(UInt8(ascii: "}")) {
                         stack.append(.object(names: [], current: ""))
-                        guard member() else { return stack.isEmpty ? nil : path() }
+                        if let end = member() { return end.duplicate }
                         continue document
                     }
                 case UInt8(ascii: "["):
@@ -86,7 +86,7 @@ enum JSONDuplicateMembers {
                     guard take(UInt8(ascii: ",")) else { return nil }
                     skipWhitespace()
                     if isObject {
-                        guard member() else { return stack.isEmpty ? nil : path() }
+                        if let end = member() { return end.duplicate }
                     } else if case .array(let position) = stack[stack.count - 1] {
                         stack[stack.count - 1] = .array(index: position + 1)
                     }
@@ -95,28 +95,24 @@ enum JSONDuplicateMembers {
             }
         }
 
-        /// Reads `"name" :` inside the object on top of the stack and records the name there.
-        /// `false` when the name repeats one of that object's (the stack then ends at the
-        /// duplicate) or the member is malformed (the stack is then emptied).
-        private mutating func member() -> Bool {
-            guard let name = string() else {
-                stack.removeAll()
-                return false
-            }
+        /// Where a scan ended early: at a duplicate (its path), or at a malformed member (nil).
+        private struct End {
+            var duplicate: String?
+        }
+
+        /// Reads `"name" :` inside the object on top of the stack and records the name there;
+        /// the scan's end when the name repeats one of that object's or the member is malformed,
+        /// nil to go on.
+        private mutating func member() -> End? {
+            guard let name = string() else { return End(duplicate: nil) }
             skipWhitespace()
-            guard take(UInt8(ascii: ":")) else {
-                stack.removeAll()
-                return false
-            }
+            guard take(UInt8(ascii: ":")) else { return End(duplicate: nil) }
             skipWhitespace()
             // Taken off the stack while it changes, so the set is not copied for every member.
-            guard case .object(var names, _) = stack.removeLast() else {
-                stack.removeAll()
-                return false
-            }
+            guard case .object(var names, _) = stack.removeLast() else { return End(duplicate: nil) }
             let isNew = names.insert(name).inserted
             stack.append(.object(names: names, current: name))
-            return isNew
+            return isNew ? nil : End(duplicate: path())
         }
 
         /// Where the scan is: member names joined by dots, array positions in brackets

@@ -23,16 +23,17 @@ public enum OfferSignerRoutes {
 /// poller, audit group committer). `offer-signer serve` runs it; tests run it on loopback.
 public func buildApplication(configuration: ServerConfiguration, store: any OfferSignerStore) async throws -> some ApplicationProtocol {
     let logger = configuration.logger
+    // Configuration first: a server that will not start must not have touched the store.
+    for (name, limit) in [("client", configuration.clientRateLimit), ("appAccountToken", configuration.appAccountTokenRateLimit)] {
+        if let problem = limit.problem { throw ServerConfigurationError("the \(name) rate limit cannot be used: \(problem)") }
+    }
+    let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
     try await store.bindMasterKey(configuration.masterKey)
     let metrics = ServerMetrics()
     let keyRing = KeyRingHolder(store: store, masterKey: configuration.masterKey, interval: configuration.registryPollInterval, logger: logger)
     try await keyRing.reload()
     let committer = AuditCommitter(
         store: store, batchLimit: configuration.auditBatchLimit, commitDelay: configuration.auditCommitDelay, metrics: metrics, logger: logger)
-    for (name, limit) in [("client", configuration.clientRateLimit), ("appAccountToken", configuration.appAccountTokenRateLimit)] {
-        if let problem = limit.problem { throw ServerConfigurationError("the \(name) rate limit cannot be used: \(problem)") }
-    }
-    let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
     let authenticator = RequestAuthenticator(developmentMode: configuration.developmentMode, userJWT: userJWT, limiter: RateLimiter(limit: configuration.clientRateLimit))
     let eligibility = configuration.eligibility.map { EligibilityService(configuration: $0, store: store) }
     let signing = SigningController(

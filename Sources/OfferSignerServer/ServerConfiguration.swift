@@ -77,7 +77,8 @@ public struct RateLimit: Sendable, Equatable {
     }
 }
 
-/// A server configuration that cannot be used, with what is wrong with it.
+/// A server configuration that cannot be used (a rate limit, the JWT keys, the offers catalog or
+/// its root certificates), with what is wrong with it.
 public struct ServerConfigurationError: Error, Sendable, CustomStringConvertible {
     public var message: String
     public init(_ message: String) { self.message = message }

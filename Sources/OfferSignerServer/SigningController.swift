@@ -15,9 +15,9 @@ import OfferSignerStorage
 /// the appAccountToken is within its rate limit; an offer with eligibility rules is decided
 /// (and the decision audited) one request at a time per customer, through its commit, so
 /// concurrent requests cannot all pass a rule that counts issued signatures; then each format is
-/// signed with the bundle's
-/// active key and every signature's audit record is durably committed before the 201 is
-/// sent. If the audit cannot be written, the answer is 503 and no signature leaves.
+/// signed with the bundle's active key and every signature's audit record is durably committed
+/// before the 201 is sent. If the audit cannot be written, the answer is 503 and no signature
+/// leaves.
 struct SigningController: Sendable {
     let keyRing: KeyRingHolder
     let committer: AuditCommitter
