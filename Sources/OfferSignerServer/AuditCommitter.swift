@@ -17,6 +17,11 @@ import Synchronization
 /// write fails it throws, and the caller must not hand out the signature. A request whose own
 /// entries are refused (a reused nonce) fails alone: the rest of its group is committed without
 /// it. A store-wide failure fails the whole group at once.
+///
+/// Rule: a store-wide failure marks `health` failing (so `/readyz` answers 503), and the next
+/// successful commit clears it. While failing with nothing queued, the writer runs the store's
+/// write test every `probeInterval`, so the service notices recovery by itself: a load balancer
+/// sends no signing traffic to an instance that is not ready.
 final class AuditCommitter: Service, Sendable {
     private struct Pending: Sendable {
         var appends: [AuditAppend]
@@ -39,6 +44,8 @@ final class AuditCommitter: Service, Sendable {
         case write([Pending], entries: Int)
         /// Park until woken; with a deadline, at most until then.
         case park(until: ContinuousClock.Instant?)
+        /// Nothing queued while commits are failing: run the store's write test.
+        case probe
         case finish
     }
 
@@ -49,6 +56,9 @@ final class AuditCommitter: Service, Sendable {
     private let commitDelay: Duration
     private let metrics: ServerMetrics
     private let logger: Logger
+    /// Whether commits are getting through (read by `/readyz`).
+    let health: AuditCommitHealth
+    private let probeInterval: Duration
 
     /// A group of at least this many entries means the service is busy: the next group commit
     /// may be held back (see `commitDelay`).
@@ -63,7 +73,14 @@ final class AuditCommitter: Service, Sendable {
     ///   periods then commit fewer, larger groups: each commit has a fixed cost (a sync, the log
     ///   pages every group rewrites), so larger groups cost less CPU per signature. A request on
     ///   an idle or lightly loaded service is committed at once. Zero turns it off.
-    init(store: any OfferSignerStore, batchLimit: Int, commitDelay: Duration = .zero, metrics: ServerMetrics, logger: Logger) {
+    /// - Parameter probeInterval: while commits are failing and nothing is queued, how often the
+    ///   writer runs the store's write test to find out whether the store has recovered.
+    init(
+        store: any OfferSignerStore, batchLimit: Int, commitDelay: Duration = .zero, metrics: ServerMetrics, logger: Logger,
+        health: AuditCommitHealth = AuditCommitHealth(), probeInterval: Duration = .seconds(1)
+    ) {
+        self.health = health
+        self.probeInterval = max(.milliseconds(10), probeInterval)
         self.store = store
         self.batchLimit = max(1, batchLimit)
         self.commitDelay = max(.zero, commitDelay)
@@ -155,12 +172,25 @@ final class AuditCommitter: Service, Sendable {
         let fullGroup = min(Self.fullGroupEntries, batchLimit)
         var lastStart = ContinuousClock.now
         var lastGroupEntries = 0
+        // While commits are failing: when the next write test is due.
+        var nextProbe: ContinuousClock.Instant?
         while true {
+            if !health.isFailing {
+                nextProbe = nil
+            } else if nextProbe == nil {
+                nextProbe = ContinuousClock.now + probeInterval
+            }
             let holdUntil: ContinuousClock.Instant? =
                 commitDelay > .zero && lastGroupEntries >= Self.busyGroupEntries ? lastStart + commitDelay : nil
-            let step = state.withLock { state -> NextStep in
+            let step = state.withLock { [nextProbe] state -> NextStep in
                 if state.pending.isEmpty {
                     if state.stopped { return .finish }
+                    if let nextProbe {
+                        if ContinuousClock.now >= nextProbe { return .probe }
+                        state.writerParked = true
+                        state.wakeAtEntries = 1
+                        return .park(until: nextProbe)
+                    }
                     state.writerParked = true
                     state.wakeAtEntries = 1
                     return .park(until: nil)
@@ -196,6 +226,9 @@ final class AuditCommitter: Service, Sendable {
                 // raced the timeout leaves the semaphore signalled; the next park then returns at
                 // once and the loop looks again, so nothing is lost.
                 state.withLock { $0.writerParked = false }
+            case .probe:
+                probe()
+                nextProbe = ContinuousClock.now + probeInterval
             case .write(let batch, let entries):
                 lastStart = ContinuousClock.now
                 lastGroupEntries = entries
@@ -204,11 +237,30 @@ final class AuditCommitter: Service, Sendable {
         }
     }
 
+    /// Runs the store's write test while commits are failing and nothing is queued.
+    private func probe() {
+        do {
+            try store.checkAuditWritable()
+            recordRecovery(by: "a write test")
+        } catch {
+            if health.recordFailure(error) {
+                logger.error("audit write test failed: commits are still failing", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    private func recordRecovery(by what: String) {
+        guard let ended = health.recordSuccess() else { return }
+        let seconds = Int(Date().timeIntervalSince(ended.since).rounded())
+        logger.notice("audit commits recovered", metadata: ["by": "\(what)", "failingSeconds": "\(seconds)"])
+    }
+
     private func write(_ batch: [Pending]) {
         let start = ContinuousClock.now
         do {
             let records = try store.appendAuditBlocking(batch.flatMap(\.appends), at: Date())
             metrics.auditCommit(duration: ContinuousClock.now - start, entries: records.count)
+            recordRecovery(by: "an audit commit")
             var offset = 0
             for pending in batch {
                 let count = pending.appends.count
@@ -225,6 +277,7 @@ final class AuditCommitter: Service, Sendable {
             // group at once: retrying each request would repeat the failure as many times, each
             // up to the busy timeout, while every later request waits behind the writer.
             for _ in batch { metrics.auditFailure() }
+            health.recordFailure(error)
             logger.error("audit commit failed", metadata: ["error": "\(error)", "requests": "\(batch.count)"])
             for pending in batch { pending.continuation.resume(throwing: error) }
         }

@@ -56,7 +56,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         Response.json(#"{"status":"ok"}"#)
     }
     router.get("/readyz") { _, _ in
-        try await readiness(store: store, ring: keyRing.ring)
+        try await readiness(store: store, ring: keyRing.ring, auditHealth: committer.health)
     }
     router.get("/metrics") { _, _ in
         Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.exposition())))
@@ -75,12 +75,18 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         logger: logger)
 }
 
-private func readiness(store: any OfferSignerStore, ring: KeyRing) async throws -> Response {
+/// Ready means: the store answers, every configured app has a usable active key, and audit
+/// commits are getting through (after a failed one, until a commit or the committer's write
+/// test succeeds again), so a load balancer takes an instance that cannot sign out of rotation.
+private func readiness(store: any OfferSignerStore, ring: KeyRing, auditHealth: AuditCommitHealth) async throws -> Response {
     var problems: [String] = []
     do {
         try await store.ping()
     } catch {
         problems.append("store unreachable: \(error)")
+    }
+    if let failure = auditHealth.failure {
+        problems.append("audit commits are failing: \(failure.summary)")
     }
     if ring.configuredBundles.isEmpty { problems.append("no signing key configured") }
     for bundle in ring.configuredBundles.sorted() where ring.activeKeys[bundle] == nil {

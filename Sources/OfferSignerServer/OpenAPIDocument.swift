@@ -105,7 +105,7 @@ public enum OpenAPIDocument {
       /readyz:
         get:
           operationId: readiness
-          summary: Readiness (store reachable, a usable key for each app)
+          summary: Readiness (store reachable, a usable key for each app, audit commits getting through)
           security: []
           responses:
             '200':

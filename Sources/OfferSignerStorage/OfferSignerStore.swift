@@ -57,6 +57,15 @@ public protocol OfferSignerStore: Sendable {
     /// concurrency pool. Never call it from async code.
     func appendAuditBlocking(_ batch: [AuditAppend], at time: Date) throws -> [AuditRecord]
 
+    /// A durable write test on the audit commit path, blocking like ``appendAuditBlocking(_:at:)``
+    /// (the service's audit committer runs it on its own thread while commits are failing, so it
+    /// notices by itself, without signing traffic, when the store takes writes again).
+    ///
+    /// Rule: it succeeds only when a transaction that writes, and is synced, as an audit group
+    /// commit is, commits; and it leaves nothing behind (no audit record, no ledger row). It must
+    /// fail whenever an audit commit would fail for a store-wide reason (full, read-only, gone).
+    func checkAuditWritable() throws
+
     /// Audit records with sequence greater than `sequence`, in order, at most `limit`.
     func auditRecords(after sequence: Int64, limit: Int) async throws -> [AuditRecord]
 
@@ -90,4 +99,13 @@ public protocol OfferSignerStore: Sendable {
 
     /// The checkpoint with the highest sequence.
     func latestCheckpoint() async throws -> AuditCheckpoint?
+}
+
+extension OfferSignerStore {
+    /// The fallback for backends without a write test of their own: an empty audit group
+    /// commit. It reaches the store and takes the write lock, but may write nothing, so it can
+    /// miss a full disk; backends should implement a write test that really writes.
+    public func checkAuditWritable() throws {
+        _ = try appendAuditBlocking([], at: Date())
+    }
 }

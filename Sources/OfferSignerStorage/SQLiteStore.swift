@@ -4,6 +4,12 @@ import GRDBSQLite
 import OfferSignerCore
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The embedded default store: one SQLite file in WAL mode with `synchronous = FULL`, so a
 /// committed transaction survives a crash or power loss.
 public final class SQLiteStore: OfferSignerStore {
@@ -15,6 +21,9 @@ public final class SQLiteStore: OfferSignerStore {
     let walRestartPages: Int
     private let busyTimeoutMilliseconds: Int
     private let walRestartRequested = Atomic<Bool>(false)
+    /// The database file and write-ahead log the writer has open, as `prepareForServing` found
+    /// them at `path`; nil before (see `checkServingFilesInPlace`).
+    private let servingFiles = Mutex<ServingFiles?>(nil)
 
     /// Opens (creating if needed) the store at `path` and applies schema migrations.
     /// `walRestartPages`: while serving, the write-ahead log is started over once it holds this
@@ -265,6 +274,77 @@ public final class SQLiteStore: OfferSignerStore {
     /// `performMaintenance` runs them passively from a separate connection instead.
     public func prepareForServing() async throws {
         try await write { db in try db.execute(sql: "PRAGMA wal_autocheckpoint = 0") }
+        // The writer connection is open, so the log exists (WAL mode) and stays the same file
+        // for as long as the service runs: SQLite deletes it only when the last connection closes.
+        if let database = FileIdentity(path: path) {
+            servingFiles.withLock { $0 = ServingFiles(database: database, log: FileIdentity(path: path + "-wal")) }
+        }
+    }
+
+    /// A file as the kernel knows it: a removed and recreated file, or a copy moved in its
+    /// place, has another identity under the same path.
+    struct FileIdentity: Equatable, Sendable {
+        var device: UInt64
+        var inode: UInt64
+
+        init?(path: String) {
+            var status = stat()
+            guard stat(path, &status) == 0 else { return nil }
+            device = UInt64(status.st_dev)
+            inode = UInt64(status.st_ino)
+        }
+    }
+
+    struct ServingFiles: Sendable {
+        var database: FileIdentity
+        var log: FileIdentity?
+    }
+
+    /// Rule: while serving, an audit transaction commits only if the database file and its
+    /// write-ahead log at `path` are still the files the writer has open. A removed file (its
+    /// directory deleted, say) stays writable through the open descriptor, so without this check
+    /// commits would go on succeeding into files nobody can open any more, and every record,
+    /// with the signatures it vouches for, would be lost when the process exits. Two `stat`
+    /// calls per group commit, against a sync that costs a thousand times more.
+    func checkServingFilesInPlace() throws(StoreError) {
+        guard let expected = servingFiles.withLock({ $0 }) else { return }
+        let databaseInPlace = FileIdentity(path: path) == expected.database
+        let logInPlace = expected.log.map { FileIdentity(path: path + "-wal") == $0 } ?? true
+        guard databaseInPlace && logInPlace else {
+            throw StoreError(
+                .unavailable,
+                "the store's \(databaseInPlace ? "write-ahead log" : "database file") at '\(path)' was removed or replaced while the service had it open; "
+                    + "records written now would be lost: restore the store and restart the service")
+        }
+    }
+
+    /// What the write test commits and deletes again: as many pages as a group of a few signatures.
+    private static let writeProbeValue = String(repeating: "0", count: 8 * 1024)
+
+    /// The write test: on the writer connection, in an audit-style transaction (IMMEDIATE, synced
+    /// on commit), a value of a few pages is written to `meta` and deleted again. Pages are
+    /// written to the log at commit even though the row is gone, so a full or read-only disk fails
+    /// it as it fails an audit commit; nothing is left in the store.
+    public func checkAuditWritable() throws {
+        do {
+            try pool.writeWithoutTransaction { db in
+                try Self.inAuditTransaction(db) {
+                    try checkServingFilesInPlace()
+                    try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('audit_write_probe', ?)", arguments: [Self.writeProbeValue])
+                    try db.execute(sql: "DELETE FROM meta WHERE name = 'audit_write_probe'")
+                }
+            }
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw StoreError(.unavailable, "store write failed: \(Self.describe(error))")
+        }
+    }
+
+    /// Test support: runs `body` on the writer connection, the one audit commits use (to give it
+    /// a fault, such as `PRAGMA max_page_count` for a full store, that another connection cannot).
+    func onWriterConnection<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        try await pool.writeWithoutTransaction(body)
     }
 
     /// A passive WAL checkpoint on a connection of its own: it copies the log into the
@@ -326,6 +406,8 @@ public final class SQLiteStore: OfferSignerStore {
     ///   during the previous one, so the remainder shrinks from pass to pass.
     func catchUpLog() async throws -> LogCatchUp {
         try await Task.detachedMaintenance { [self] in
+            // Opening the path would create an empty database where the store was.
+            try checkServingFilesInPlace()
             let queue = try DatabaseQueue(path: path)
             return try queue.writeWithoutTransaction { db -> LogCatchUp in
                 var catchUp = LogCatchUp(passes: 0, lastPassFrames: 0, databaseSyncs: 0, restartRequested: false)
@@ -543,7 +625,10 @@ public final class SQLiteStore: OfferSignerStore {
         do {
             return try pool.writeWithoutTransaction { db in
                 restartLogIfRequested(db)
-                return try Self.inAuditTransaction(db) { try Self.appendAudit(db, batch, at: time) }
+                return try Self.inAuditTransaction(db) {
+                    try checkServingFilesInPlace()
+                    return try Self.appendAudit(db, batch, at: time)
+                }
             }
         } catch let error as StoreError {
             throw error
