@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import HummingbirdCore
 import Logging
 import NIOCore
 import OfferSignerCore
@@ -26,6 +27,9 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     // Configuration first: a server that will not start must not have touched the store.
     for (name, limit) in [("client", configuration.clientRateLimit), ("appAccountToken", configuration.appAccountTokenRateLimit)] {
         if let problem = limit.problem { throw ServerConfigurationError("the \(name) rate limit cannot be used: \(problem)") }
+    }
+    guard configuration.idleTimeout > .zero, configuration.idleTimeout <= ServerConfiguration.longestIdleTimeout else {
+        throw ServerConfigurationError("the idle timeout must be more than zero and at most \(ServerConfiguration.longestIdleTimeout) (it is \(configuration.idleTimeout))")
     }
     let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
     try await store.bindMasterKey(configuration.masterKey)
@@ -67,8 +71,13 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
 
     var applicationConfiguration = ApplicationConfiguration(address: .hostname(configuration.host, port: configuration.port), serverName: "offer-signer")
     applicationConfiguration.serverName = "offer-signer"
+    let idleTimeout = TimeAmount.nanoseconds(configuration.idleTimeout.nanoseconds)
+    let server = HTTPServerBuilder.http1(
+        configuration: HTTP1Channel.Configuration(
+            additionalChannelHandlers: [RequestDeadlineHandler(timeout: idleTimeout, onTimeout: { metrics.connectionTimedOut() })],
+            idleTimeout: idleTimeout))
     return Application(
-        router: router, configuration: applicationConfiguration, services: [AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, logger: logger), keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger)],
+        router: router, server: server, configuration: applicationConfiguration, services: [AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, logger: logger), keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger)],
         onServerRunning: { channel in
             logger.notice("offer-signer listening", metadata: ["address": "\(channel.localAddress?.description ?? "?")", "dev": "\(configuration.developmentMode)"])
         },

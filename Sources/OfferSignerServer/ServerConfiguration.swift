@@ -38,6 +38,13 @@ public struct ServerConfiguration: Sendable {
     public var checkpointEveryRecords: Int = 10_000
     /// …or after this long, whichever comes first (only when the chain grew), and on shutdown.
     public var checkpointEvery: Duration = .seconds(300)
+    /// A connection must deliver a complete request (head and body) within this long of the
+    /// server starting to wait for one (the connection opening, or the previous response
+    /// written), or it is closed; so idle keep-alive connections and clients that send a request
+    /// slowly, or only part of it, cannot hold connections open. Must be more than zero.
+    public var idleTimeout: Duration = .seconds(30)
+    /// The longest idle timeout accepted: a day.
+    public static let longestIdleTimeout: Duration = .seconds(86_400)
     public var logger: Logger
 
     public init(masterKey: MasterKey, logger: Logger = Logger(label: "offer-signer")) {

@@ -8,7 +8,7 @@ import Synchronization
 /// Exposed: `http_requests_total` and `http_request_duration_seconds` by route, method and
 /// status; `offer_signatures_issued_total` by format and key; `audit_commit_duration_seconds`,
 /// `audit_commit_entries_total` and `audit_commit_failures_total`;
-/// `offer_signer_rejections_total` by reason code.
+/// `offer_signer_rejections_total` by reason code; `offer_signer_connections_timed_out_total`.
 final class ServerMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
     private static let latencyBuckets: [Duration] = [
@@ -27,6 +27,7 @@ final class ServerMetrics: Sendable {
     private let auditLatency: DurationHistogram
     private let auditEntries: Counter
     private let auditFailures: Counter
+    private let connectionsTimedOut: Counter
 
     private static func name(_ name: String, unit: String, help: String) -> MetricNameDescriptor {
         MetricNameDescriptor(metricName: name, unitName: unit, helpText: help)
@@ -36,6 +37,8 @@ final class ServerMetrics: Sendable {
         auditLatency = registry.makeDurationHistogram(descriptor: Self.name("audit_commit_duration", unit: "seconds", help: "Time to durably commit one group of audit records"), labels: [], buckets: Self.latencyBuckets)
         auditEntries = registry.makeCounter(descriptor: Self.name("audit_commit_entries", unit: "total", help: "Audit records committed"), labels: [])
         auditFailures = registry.makeCounter(descriptor: Self.name("audit_commit_failures", unit: "total", help: "Audit records that could not be committed (their signatures were withheld)"), labels: [])
+        connectionsTimedOut = registry.makeCounter(
+            descriptor: Self.name("offer_signer_connections_timed_out", unit: "total", help: "Connections closed because a complete request did not arrive within the idle timeout"), labels: [])
     }
 
     func request(route: String, method: String, status: Int, duration: Duration) {
@@ -78,6 +81,8 @@ final class ServerMetrics: Sendable {
     }
 
     func auditFailure() { auditFailures.increment() }
+
+    func connectionTimedOut() { connectionsTimedOut.increment() }
 
     func exposition() -> [UInt8] { registry.emitToBuffer() }
 }

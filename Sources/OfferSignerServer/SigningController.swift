@@ -245,6 +245,11 @@ enum RequestBodyReader {
             return Data(buffer.readableBytesView)
         } catch is NIOTooManyBytesError {
             throw APIProblem(.contentTooLarge, code: "body_too_large", detail: "the body is larger than \(limit) bytes")
+        } catch {
+            // The body stopped before its end: the client closed the connection, or the server
+            // did because the request was not complete within the idle timeout. The client's
+            // failure, not the service's (no 500, no error log); usually no one is left to read it.
+            throw APIProblem(.badRequest, code: "body_incomplete", detail: "the request body did not arrive completely: the connection closed before its end")
         }
     }
 

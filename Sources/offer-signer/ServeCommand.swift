@@ -62,6 +62,8 @@ struct ServeCommand: AsyncParsableCommand {
     var checkpointEverySeconds: Double?
     @Option(help: "While busy (the last audit group commit held 8 or more signatures), hold the next one back up to this many milliseconds after the previous one started, or until 24 are waiting, so busy periods commit fewer, larger groups (less CPU per signature). 0 turns it off. Env: OFFER_SIGNER_AUDIT_COMMIT_DELAY_MS. Default 1.5.")
     var auditCommitDelayMs: Double?
+    @Option(help: "Close a connection that has not delivered a complete request (headers and body) this many seconds after it opened or its previous response was sent: idle keep-alive connections, and clients that send a request slowly or only in part. More than 0, at most 86400. Env: OFFER_SIGNER_IDLE_TIMEOUT_SECONDS. Default 30.")
+    var idleTimeoutSeconds: Double?
     @Option(help: "NIO event loop threads (socket I/O and HTTP parsing; request handling runs on Swift's concurrency pool and the audit writer on its own thread). Env: OFFER_SIGNER_EVENT_LOOP_THREADS. Default: NIO's, one per core.")
     var eventLoopThreads: Int?
     @Option(help: "Bundle ID of the development key (--dev). Default com.example.app.")
@@ -78,6 +80,7 @@ struct ServeCommand: AsyncParsableCommand {
 
         try configureEventLoopThreads()
         let auditCommitDelay = try requestedAuditCommitDelay()
+        let idleTimeout = try requestedIdleTimeout()
         let host = host ?? Environment.value("OFFER_SIGNER_HOST") ?? "127.0.0.1"
         let port = try port ?? Self.number("OFFER_SIGNER_PORT", Int.self) ?? 8080
         let storePath: String
@@ -122,6 +125,7 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.checkpointEvery = .milliseconds(Int64(value * 1000))
         }
         if let auditCommitDelay { configuration.auditCommitDelay = auditCommitDelay }
+        if let idleTimeout { configuration.idleTimeout = idleTimeout }
         configuration.eligibility = try EligibilityFiles.load(
             offers: offers ?? Environment.value("OFFER_SIGNER_OFFERS"),
             appleRoots: appleRoots.isEmpty ? (Environment.value("OFFER_SIGNER_APPLE_ROOTS")?.split(separator: ":").map(String.init) ?? []) : appleRoots)
@@ -154,6 +158,18 @@ struct ServeCommand: AsyncParsableCommand {
         guard let value = try auditCommitDelayMs ?? Self.number("OFFER_SIGNER_AUDIT_COMMIT_DELAY_MS", Double.self) else { return nil }
         guard value >= 0, value <= 1000 else { throw ValidationError("--audit-commit-delay-ms must be between 0 and 1000 (milliseconds)") }
         return .microseconds(Int64((value * 1000).rounded()))
+    }
+
+    /// The idle timeout asked for, checked before anything is opened: more than 0 and at most a
+    /// day (not a number, infinity, zero or less are refused; a timeout of zero would close
+    /// every connection before its request could arrive).
+    private func requestedIdleTimeout() throws -> Duration? {
+        guard let value = try idleTimeoutSeconds ?? Self.number("OFFER_SIGNER_IDLE_TIMEOUT_SECONDS", Double.self) else { return nil }
+        let longest = Double(ServerConfiguration.longestIdleTimeout.components.seconds)
+        guard value.isFinite, value > 0, value <= longest else {
+            throw ValidationError("--idle-timeout-seconds must be more than 0 and at most \(Int(longest)) (seconds); got \(value)")
+        }
+        return .microseconds(Int64((value * 1_000_000).rounded(.up)))
     }
 
     private static func number<T: LosslessStringConvertible>(_ name: String, _ type: T.Type) throws -> T? {

@@ -1,0 +1,232 @@
+import Foundation
+import HummingbirdTesting
+import OfferSignerCore
+import OfferSignerServer
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs blocking socket work on a thread of its own, never on the concurrency pool (which the
+/// server under test needs for its requests).
+func onOwnThread<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try work() }) }.start()
+    }
+}
+
+/// A connection a test opened and watches until the server closes it.
+struct WatchedConnection: Sendable {
+    enum Kind: String, Sendable, CaseIterable {
+        /// Connected, sent nothing.
+        case idle
+        /// One complete request answered, then nothing (an idle keep-alive connection).
+        case idleAfterResponse
+        /// Half a request head, then nothing.
+        case halfHeader
+        /// A request head that never ends, one byte at a time.
+        case headerTrickle
+        /// A complete head announcing a large body, then the body one byte at a time.
+        case bodyTrickle
+    }
+
+    let socket: Int32
+    let kind: Kind
+    /// When the server started waiting for this client (the connection was opened).
+    let since: ContinuousClock.Instant
+    /// The byte sent on every trickle round, for the trickling kinds.
+    var trickleByte: UInt8?
+    var bytesTrickled = 0
+    /// How long after `since` the server closed the connection; nil while open.
+    var closedAfter: Duration?
+
+    /// Polls every open connection until the server has closed all of them or `giveUpAfter`
+    /// has passed, sending each trickler one byte every `trickleEvery`. Blocking.
+    static func watchUntilClosed(_ connections: [WatchedConnection], trickleEvery: Duration, giveUpAfter: Duration) -> [WatchedConnection] {
+        var connections = connections
+        let start = ContinuousClock.now
+        var nextTrickle = start
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while ContinuousClock.now - start < giveUpAfter {
+            let open = connections.indices.filter { connections[$0].closedAfter == nil }
+            if open.isEmpty { break }
+            var polls = open.map { pollfd(fd: connections[$0].socket, events: Int16(POLLIN), revents: 0) }
+            _ = poll(&polls, nfds_t(polls.count), 50)
+            let now = ContinuousClock.now
+            for (slot, index) in open.enumerated() where polls[slot].revents != 0 {
+                let count = buffer.withUnsafeMutableBytes { recv(connections[index].socket, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+                // 0: the server closed it; an error other than "nothing yet": reset. Bytes (a
+                // response the server sent before closing) are read and the watch goes on.
+                if count == 0 || (count < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                    connections[index].closedAfter = now - connections[index].since
+                }
+            }
+            if now >= nextTrickle {
+                for index in open where connections[index].closedAfter == nil {
+                    guard let byte = connections[index].trickleByte else { continue }
+                    var one = byte
+                    if Glibc.send(connections[index].socket, &one, 1, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) == 1 {
+                        connections[index].bytesTrickled += 1
+                    }
+                }
+                nextTrickle = now + trickleEvery
+            }
+        }
+        return connections
+    }
+}
+
+/// Slow and idle clients cannot hold connections: with the idle timeout set through the
+/// configuration, the real server closes every connection that has not delivered a complete
+/// request in time, whether it sent nothing, half a head, or trickles its head or body, while
+/// signing goes on answering 201.
+@Suite("Idle and slow clients are closed after the idle timeout", .serialized)
+struct SlowClientTests {
+    static let timeout = Duration.seconds(1)
+
+    @Test("275 idle, half-sent and trickling connections are all closed by the server after the timeout; signing answers 201 meanwhile")
+    func slowClientsAreClosed() async throws {
+        let server = try await TestServer { $0.idleTimeout = Self.timeout }
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "backend")
+        let key = try #require(server.keys["com.example.app"])
+        try await server.live { client in
+            let port = try #require(client.port)
+            let connections = try await onOwnThread { try Self.openSlowConnections(port: port, secret: secret) }
+            defer { for connection in connections { close(connection.socket) } }
+
+            let watchEnded = DoneFlag()
+            let watching = Task {
+                defer { watchEnded.set() }
+                return try await onOwnThread { WatchedConnection.watchUntilClosed(connections, trickleEvery: .milliseconds(200), giveUpAfter: .seconds(30)) }
+            }
+            // Signing on fresh connections while the slow ones are held, until they are all gone.
+            var statuses: [Int] = []
+            var verified = 0
+            var problems: [String] = []
+            repeat {
+                let token = UUID().uuidString.lowercased()
+                let response = try await onOwnThread {
+                    try RawSocket.request(
+                        port: port, method: "POST", path: "/v1/offers/signatures",
+                        headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"],
+                        body: #"{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"\#(token)","formats":["legacy"]}"#)
+                }
+                statuses.append(response.status)
+                if let legacy = response.json["legacy"] as? [String: Any], let nonce = legacy["nonce"] as? String,
+                    let timestamp = legacy["timestamp"] as? Int64, let signature = legacy["signature"] as? String
+                {
+                    let document = LegacySignatureDocument(
+                        bundleID: "com.example.app", productID: "pro.monthly", offerID: "WINBACK50", appAccountToken: token,
+                        keyID: key.keyID, nonce: nonce, timestamp: timestamp, signature: signature)
+                    if SignatureDocument.legacy(document).verify(with: key.publicKey) == .valid { verified += 1 } else { problems.append("bad signature") }
+                } else {
+                    problems.append("\(response.status): \(response.body.prefix(300))")
+                }
+                try await Task.sleep(for: .milliseconds(100))
+            } while !watchEnded.isSet && statuses.count < 400
+            let watched = try await watching.value
+
+            // Every connection was closed by the server, none before the timeout.
+            var lines: [String] = []
+            for kind in WatchedConnection.Kind.allCases {
+                let ofKind = watched.filter { $0.kind == kind }
+                let closed = ofKind.compactMap(\.closedAfter)
+                #expect(closed.count == ofKind.count, "\(ofKind.count - closed.count) \(kind) connections still open 30 s after opening")
+                if let first = closed.min(), let last = closed.max() {
+                    #expect(first >= .milliseconds(950), "a \(kind) connection was closed after \(first), before the 1 s timeout")
+                    lines.append(String(format: "%@: %d/%d closed after %.2f–%.2f s", kind.rawValue, closed.count, ofKind.count, first.seconds, last.seconds))
+                }
+                if kind == .headerTrickle || kind == .bodyTrickle {
+                    // They kept sending until closed: each byte within the timeout of the last.
+                    #expect(ofKind.allSatisfy { $0.bytesTrickled >= 3 }, "\(kind): bytes sent \(ofKind.map(\.bytesTrickled))")
+                }
+            }
+            print("slow clients (idle timeout 1 s): " + lines.joined(separator: "; ") + "; signing meanwhile: \(statuses.count) requests, \(verified) verified 201")
+            #expect(statuses.count >= 5 && statuses.allSatisfy { $0 == 201 }, "signing statuses while slow clients were held: \(statuses)")
+            #expect(verified == statuses.count, "\(problems)")
+
+            let metrics = try await onOwnThread { try RawSocket.request(port: port, method: "GET", path: "/metrics") }
+            let timedOut = metrics.body.split(separator: "\n").first { $0.hasPrefix("offer_signer_connections_timed_out_total") }
+            let count = timedOut.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
+            #expect(count >= Double(watched.count), "metrics: \(timedOut ?? "no offer_signer_connections_timed_out_total")")
+        }
+    }
+
+    /// Opens 200 half-sent heads, 50 idle connections, 5 idle keep-alive connections (after one
+    /// answered request), 10 head tricklers and 10 body tricklers.
+    static func openSlowConnections(port: Int, secret: String) throws -> [WatchedConnection] {
+        var connections: [WatchedConnection] = []
+        do {
+            for _ in 0..<200 {
+                let socket = try RawSocket.connect(port: port)
+                let since = ContinuousClock.now
+                RawSocket.send(socket, "POST /v1/offers/signatures HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
+                connections.append(WatchedConnection(socket: socket, kind: .halfHeader, since: since))
+            }
+            for _ in 0..<50 {
+                let socket = try RawSocket.connect(port: port)
+                connections.append(WatchedConnection(socket: socket, kind: .idle, since: .now))
+            }
+            for _ in 0..<5 {
+                let socket = try RawSocket.connect(port: port, receiveTimeout: .seconds(10))
+                RawSocket.send(socket, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                try readOneResponse(socket)
+                // The server waits for the next request from the moment it sent this response.
+                connections.append(WatchedConnection(socket: socket, kind: .idleAfterResponse, since: .now))
+            }
+            for _ in 0..<10 {
+                let socket = try RawSocket.connect(port: port)
+                let since = ContinuousClock.now
+                RawSocket.send(socket, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                connections.append(WatchedConnection(socket: socket, kind: .headerTrickle, since: since, trickleByte: UInt8(ascii: "a")))
+            }
+            for _ in 0..<10 {
+                let socket = try RawSocket.connect(port: port)
+                let since = ContinuousClock.now
+                RawSocket.send(
+                    socket,
+                    "POST /v1/offers/signatures HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(secret)\r\n"
+                        + "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+                connections.append(WatchedConnection(socket: socket, kind: .bodyTrickle, since: since, trickleByte: UInt8(ascii: " ")))
+            }
+        } catch {
+            for connection in connections { close(connection.socket) }
+            throw error
+        }
+        return connections
+    }
+
+    /// Reads exactly one response with a `Content-Length` body, leaving the connection open.
+    static func readOneResponse(_ socket: Int32) throws {
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            if let response = try? RawSocket.parse(received), let length = Int(response.headers["content-length"] ?? ""), response.body.utf8.count >= length {
+                return
+            }
+            let count = buffer.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
+            guard count > 0 else { throw RawSocket.Failure(description: "the connection ended before a whole response arrived") }
+            received.append(contentsOf: buffer[0..<count])
+        }
+    }
+
+    @Test("An idle timeout of zero or less is refused before the server starts", arguments: [Duration.zero, .seconds(-1), .seconds(86_401)])
+    func unusableTimeoutsAreRefused(_ timeout: Duration) async throws {
+        let server = try await TestServer { $0.idleTimeout = timeout }
+        defer { server.cleanUp() }
+        await #expect(throws: ServerConfigurationError.self) {
+            _ = try await buildApplication(configuration: server.configuration, store: server.store)
+        }
+        #expect(ServerConfiguration(masterKey: server.masterKey).idleTimeout == .seconds(30))
+    }
+}
+
+/// A flag one task sets and another polls.
+final class DoneFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    func set() { value.store(true, ordering: .releasing) }
+    var isSet: Bool { value.load(ordering: .acquiring) }
+}
