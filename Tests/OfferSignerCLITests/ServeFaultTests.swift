@@ -1,0 +1,128 @@
+import Foundation
+import TestChildProcess
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `serve` at start: an unreadable master key file stops it with a clear message and a
+/// non-zero exit; `--idle-timeout-seconds` (or `OFFER_SIGNER_IDLE_TIMEOUT_SECONDS`) is checked
+/// before anything starts and closes idle connections on the running server.
+@Suite struct ServeFaultTests {
+    /// A store with one key, and the `serve` arguments for it.
+    static func fixture(in directory: URL) throws -> (fixture: StoreFixture, serve: [String]) {
+        let fixture = try StoreFixture(in: directory)
+        try expectSuccess(try run(fixture.importArguments("SERVEKEY01", file: try fixture.key("SERVEKEY01")) + ["--development"]), "keys import")
+        return (fixture, ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path])
+    }
+
+    @Test("An unreadable master key file: serve refuses to start, says which file and why, exits non-zero")
+    func unreadableMasterKeyFile() throws {
+        try withTemporaryDirectory { directory in
+            let (fixture, serve) = try Self.fixture(in: directory)
+            let result: (status: Int32, stdout: String, stderr: String)
+            if getuid() == 0 {
+                // Root reads a file whatever its mode, so the server runs as nobody, for whom the
+                // key file (root's, mode 0600) cannot be read: the failure an operator meets.
+                result = try runTool(
+                    URL(fileURLWithPath: "/usr/bin/setpriv"),
+                    ["--reuid=65534", "--regid=65534", "--clear-groups", "--", try CLIExecutable.url().path] + serve + ["--port", "0"])
+            } else {
+                try FileManager.default.setAttributes([.posixPermissions: 0], ofItemAtPath: fixture.masterKey.path)
+                result = try run(serve + ["--port", "0"])
+            }
+            expectCleanFailure(result, mentions: ["master key file", fixture.masterKey.path, "cannot be read"])
+            #expect(!result.stderr.contains(fixture.masterKeyText), "the message shows the key")
+        }
+    }
+
+    @Test("A master key path that is a directory: serve refuses to start with a clear message")
+    func masterKeyPathIsADirectory() throws {
+        try withTemporaryDirectory { directory in
+            let (fixture, _) = try Self.fixture(in: directory)
+            let keyDirectory = directory.appendingPathComponent("key-directory")
+            try FileManager.default.createDirectory(at: keyDirectory, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+            let result = try run(["serve", "--store", fixture.store.path, "--master-key-file", keyDirectory.path, "--port", "0"])
+            expectCleanFailure(result, mentions: ["master key file", keyDirectory.path])
+        }
+    }
+
+    @Test(arguments: ["0", "-1", "nan", "inf", "86401", "soon"])
+    func badIdleTimeoutsAreRefusedBeforeAnythingStarts(_ value: String) throws {
+        try ServeThreadsTests.expectRefusedBeforeAnythingStarts(
+            flag: "idle-timeout-seconds", variable: "OFFER_SIGNER_IDLE_TIMEOUT_SECONDS", value: value, isNumber: value != "soon")
+    }
+
+    @Test("--idle-timeout-seconds and OFFER_SIGNER_IDLE_TIMEOUT_SECONDS close an idle connection to the running server", arguments: [true, false])
+    func idleTimeoutClosesIdleConnections(_ byFlag: Bool) throws {
+        try withTemporaryDirectory { directory in
+            let (_, serve) = try Self.fixture(in: directory)
+            let port = try Self.freePort()
+            let process = try ChildProcess.spawn(
+                try CLIExecutable.url().path, serve + ["--port", "\(port)"] + (byFlag ? ["--idle-timeout-seconds", "1"] : []),
+                environment: childEnvironment(byFlag ? [:] : ["OFFER_SIGNER_IDLE_TIMEOUT_SECONDS": "1"]), captureOutput: false)
+            defer {
+                process.terminate()
+                _ = process.waitForExit()
+            }
+            // Until the server accepts connections (a loaded machine can take a while to start it).
+            let deadline = ContinuousClock.now + .seconds(60)
+            var socket: Int32 = -1
+            while socket < 0 && ContinuousClock.now < deadline && process.isRunning {
+                socket = Self.connect(port: port)
+                if socket < 0 { usleep(100_000) }
+            }
+            try #require(socket >= 0, "serve did not accept connections within 60 s (running: \(process.isRunning))")
+            defer { close(socket) }
+            let opened = ContinuousClock.now
+            // The server must close it: wait for end-of-stream, at most 20 s.
+            var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+            var closedAfter: Duration?
+            while closedAfter == nil && ContinuousClock.now - opened < .seconds(20) {
+                guard poll(&descriptor, 1, 100) > 0 else { continue }
+                var byte: UInt8 = 0
+                let count = recv(socket, &byte, 1, Int32(MSG_DONTWAIT))
+                if count == 0 || (count < 0 && errno != EAGAIN && errno != EINTR) { closedAfter = ContinuousClock.now - opened }
+            }
+            let after = try #require(closedAfter, "the idle connection was still open 20 s after it was opened")
+            #expect(after >= .milliseconds(950), "closed after \(after), before the 1 s timeout")
+        }
+    }
+
+    /// A loopback port nothing listens on right now.
+    static func freePort() throws -> Int {
+        let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(socketFD) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr = in_addr(s_addr: inet_addr("127.0.0.1"))
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(socketFD, pointer, length) == 0 && getsockname(socketFD, pointer, &length) == 0
+            }
+        }
+        try #require(bound, "could not find a free port: errno \(errno)")
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// A connection to 127.0.0.1:`port`, or -1.
+    static func connect(port: Int) -> Int32 {
+        let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socketFD >= 0 else { return -1 }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr = in_addr(s_addr: inet_addr("127.0.0.1"))
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(socketFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else {
+            close(socketFD)
+            return -1
+        }
+        return socketFD
+    }
+}
