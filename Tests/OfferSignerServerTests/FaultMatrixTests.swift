@@ -240,25 +240,44 @@ struct FaultMatrixTests {
             var nonces = try await fixture.signExpectingSuccess(client, count: 3)
             #expect(try await Readiness.check(client).isReady)
 
+            // A reader holds the log at its snapshot (as `offer-signer audit verify` on a live
+            // store would), so SQLite cannot start the log over in the space it already has: once
+            // that is used up, every commit needs new space. Without it, how many commits a full
+            // disk still takes depends on when a checkpoint last let the log start over.
+            var pinConfiguration = Configuration()
+            pinConfiguration.allowsUnsafeTransactions = true
+            let pin = try DatabaseQueue(path: fixture.storePath, configuration: pinConfiguration)
+            try pin.inDatabase { db in
+                try db.execute(sql: "BEGIN DEFERRED TRANSACTION")
+                _ = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM audit_log")
+            }
             if mountRefusal == nil {
                 let filled = fillFilesystem(with: filler)
                 print("disk full: filled the 2 MiB tmpfs with \(filled) bytes")
-                try await fixture.signExpectingRefusal(client, count: 3)
             } else {
-                // Capped at its current size, the store fails as soon as a commit needs a new page;
-                // until then commits may still fit in pages that have room.
+                // Capped at its current size, the store fails as soon as a commit needs a new page.
                 try await fixture.store.onWriterConnection { db in
                     let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0
                     _ = try Int.fetchOne(db, sql: "PRAGMA max_page_count = \(pages)")
                 }
-                var refused = false
-                for _ in 0..<100 where !refused {
-                    let outcome = try await fixture.sign(client)
-                    if let nonce = outcome.nonce { nonces.append(nonce) } else { refused = outcome.status == .serviceUnavailable && outcome.code == "audit_unavailable" }
-                }
-                try #require(refused, "a store capped at its size still took 100 signatures")
-                try await fixture.signExpectingRefusal(client, count: 3)
             }
+            // Commits go on (durably: each of these signatures is checked in the store below)
+            // while they fit in space the store already has; the first that needs more fails.
+            var refused = false
+            var issuedOnFullDisk = 0
+            for _ in 0..<200 where !refused {
+                let outcome = try await fixture.sign(client)
+                if let nonce = outcome.nonce {
+                    nonces.append(nonce)
+                    issuedOnFullDisk += 1
+                } else {
+                    #expect(outcome.status == .serviceUnavailable && outcome.code == "audit_unavailable", "\(outcome.status) \(outcome.code ?? "")")
+                    refused = true
+                }
+            }
+            try #require(refused, "a full store still took 200 signatures")
+            print("disk full: \(issuedOnFullDisk) signatures still fitted in the store's space before the first 503")
+            try await fixture.signExpectingRefusal(client, count: 3)
             try await Readiness.expectNotReady(client, for: .seconds(2), mentions: ["audit commits are failing", "full"])
 
             // Space freed: ready again through the committer's write test alone, then signing.
@@ -270,6 +289,7 @@ struct FaultMatrixTests {
             let (readiness, after) = try await Readiness.wait(client, untilReady: true, within: .seconds(10))
             #expect(readiness.isReady, "still not ready 10 s after space was freed: \(readiness.detail)")
             print(String(format: "disk full: ready again %.2f s after space was freed, without signing traffic", after.seconds))
+            try pin.inDatabase { db in try db.execute(sql: "ROLLBACK") }
             nonces += try await fixture.signExpectingSuccess(client, count: 3)
             return nonces
         }
