@@ -149,8 +149,10 @@ struct SlowClientTests {
                     lines.append(String(format: "%@: %d/%d closed after %.2f–%.2f s", kind.rawValue, closed.count, ofKind.count, first.seconds, last.seconds))
                 }
                 if kind == .headerTrickle || kind == .bodyTrickle {
-                    // They kept sending until closed: each byte within the timeout of the last.
-                    #expect(ofKind.allSatisfy { $0.bytesTrickled >= 3 }, "\(kind): bytes sent \(ofKind.map(\.bytesTrickled))")
+                    // They kept sending while open (every 200 ms: about 5 bytes before the timeout on
+                    // an idle machine; a starved test thread may manage fewer).
+                    #expect(ofKind.allSatisfy { $0.bytesTrickled >= 1 }, "\(kind): bytes sent \(ofKind.map(\.bytesTrickled))")
+                    lines.append("\(kind.rawValue) bytes sent \(ofKind.map(\.bytesTrickled).min() ?? 0)–\(ofKind.map(\.bytesTrickled).max() ?? 0)")
                 }
             }
             print("slow clients (idle timeout 1 s): " + lines.joined(separator: "; ") + "; signing: \(statuses.count) requests (\(signed.duringHold) while they were held), \(verified) verified 201")
@@ -182,10 +184,12 @@ struct SlowClientTests {
             }
             for _ in 0..<5 {
                 let socket = try RawSocket.connect(port: port, receiveTimeout: .seconds(10))
+                // The server waits for the next request from the moment it sent the response, which
+                // is after the request went out: timed from there, the close is never early.
+                let since = ContinuousClock.now
                 RawSocket.send(socket, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
                 try readOneResponse(socket)
-                // The server waits for the next request from the moment it sent this response.
-                connections.append(WatchedConnection(socket: socket, kind: .idleAfterResponse, since: .now))
+                connections.append(WatchedConnection(socket: socket, kind: .idleAfterResponse, since: since))
             }
             for _ in 0..<10 {
                 let socket = try RawSocket.connect(port: port)
