@@ -9,18 +9,22 @@ import Testing
 
 /// Interop with Apple's App Store Server Library for Python (app-store-server-library
 /// 3.1.2), used as an independent oracle through `Tests/Interop/apple_oracle.py`.
-/// `.ci/run` installs the library; these tests fail (they do not skip) when it is missing.
+/// The library comes from the tests' own Python environment (``PythonTestEnvironment``, pinned
+/// in `Tests/Interop/requirements.txt`); these tests fail (they do not skip) when it cannot be made.
 @Suite("Interop with Apple's App Store Server Library (Python)")
 struct AppleLibraryInteropTests {
     static let oracleScript = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Interop/apple_oracle.py")
 
     /// Runs the oracle on a batch of cases (one Python start-up for the whole batch).
-    static func oracle(_ cases: [[String: Any]]) throws -> [[String: Any]] {
-        let result = try ChildProcess.run(
-            "/usr/bin/env", ["python3", oracleScript.path], stdin: try JSONSerialization.data(withJSONObject: cases), timeout: .seconds(300))
+    static func oracle(_ cases: [[String: Any]]) async throws -> [[String: Any]] {
+        let python = try await PythonTestEnvironment.shared().python
+        let input = try JSONSerialization.data(withJSONObject: cases)
+        let result = try await PythonTestEnvironment.onOwnThread {
+            try ChildProcess.run(python, [oracleScript.path], stdin: input, timeout: .seconds(300))
+        }
         guard result.status == 0 else {
-            throw OracleFailure(message: "apple_oracle.py exited \(result.status) (is app-store-server-library==3.1.2 installed?): \(result.stderrText)")
+            throw OracleFailure(message: "apple_oracle.py exited \(result.status): \(result.stderrText)")
         }
         let data = result.stdout
         return try #require(try JSONSerialization.jsonObject(with: data) as? [[String: Any]])
@@ -34,7 +38,7 @@ struct AppleLibraryInteropTests {
     let key = try! InAppPurchaseKey.generateForDevelopment(keyID: "INTEROP001")
 
     @Test("Our legacy signatures verify over the exact bytes Apple's library signs, for random inputs")
-    func legacyOursVerifyWithApple() throws {
+    func legacyOursVerifyWithApple() async throws {
         var random = SeededGenerator()
         var payloads: [PromotionalOfferPayload] = []
         var cases: [[String: Any]] = []
@@ -54,7 +58,7 @@ struct AppleLibraryInteropTests {
                 "signature": try signer.legacySignature(for: payload),
             ])
         }
-        let results = try Self.oracle(cases)
+        let results = try await Self.oracle(cases)
         #expect(results.count == payloads.count)
         for (payload, result) in zip(payloads, results) {
             #expect(result["payloadHex"] as? String == Encoding.hex(payload.signedBytes), "seed \(random.seed): payload bytes differ from Apple's")
@@ -63,7 +67,7 @@ struct AppleLibraryInteropTests {
     }
 
     @Test("Signatures made by Apple's library verify with our verifier")
-    func legacyTheirsVerifyWithUs() throws {
+    func legacyTheirsVerifyWithUs() async throws {
         var random = SeededGenerator()
         var cases: [[String: Any]] = []
         var payloads: [PromotionalOfferPayload] = []
@@ -81,7 +85,7 @@ struct AppleLibraryInteropTests {
             ])
         }
         let verifier = PromotionalOfferVerifier(publicKey: key.publicKey)
-        for (payload, result) in zip(payloads, try Self.oracle(cases)) {
+        for (payload, result) in zip(payloads, try await Self.oracle(cases)) {
             let signature = try #require(result["signature"] as? String)
             #expect(verifier.verifyLegacy(payload: payload, signature: signature) == .valid, "seed \(random.seed)")
             let document = SignatureDocument.legacy(LegacySignatureDocument(payload: payload, signature: signature))
@@ -90,7 +94,7 @@ struct AppleLibraryInteropTests {
     }
 
     @Test("JWS: headers and claims equal Apple's (but nonce and iat); each side verifies the other's")
-    func jwsBothWays() throws {
+    func jwsBothWays() async throws {
         var random = SeededGenerator()
         let issuerID = UUID().uuidString.lowercased()
         let publicPEM = key.publicKey.pemRepresentation
@@ -136,7 +140,7 @@ struct AppleLibraryInteropTests {
             requests.append(sign)
             requests.append(["op": "jws-verify", "publicKeyPEM": publicPEM, "audience": item.audience.rawValue, "compactJWS": signer.compactJWS(for: item.claims)])
         }
-        let results = try Self.oracle(requests)
+        let results = try await Self.oracle(requests)
         let verifier = PromotionalOfferVerifier(publicKey: key.publicKey)
         for (index, item) in cases.enumerated() {
             // Theirs, verified by us.
