@@ -3,8 +3,9 @@ import TestChildProcess
 import Testing
 
 /// The tests' own Python environment: several provisionings at once make one environment, and a
-/// half-made one is never used. Requirements are empty here (no download), so these check the
-/// locking and the completion marker, not pip.
+/// half-made one is never used. Requirements are empty here (no download, and no pip: creation
+/// takes a fraction of a second), so these check the locking and the completion marker; one
+/// test checks how a failing pip is reported.
 @Suite struct PythonTestEnvironmentTests {
     /// A fresh base folder, removed afterwards.
     static func withBase<T>(_ body: (String) async throws -> T) async throws -> T {

@@ -16,18 +16,24 @@ struct AppleLibraryInteropTests {
     static let oracleScript = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Interop/apple_oracle.py")
 
-    /// Runs the oracle on a batch of cases (one Python start-up for the whole batch).
-    static func oracle(_ cases: [[String: Any]]) async throws -> [[String: Any]] {
-        let python = try await PythonTestEnvironment.shared().python
-        let input = try JSONSerialization.data(withJSONObject: cases)
-        let result = try await PythonTestEnvironment.onOwnThread {
-            try ChildProcess.run(python, [oracleScript.path], stdin: input, timeout: .seconds(300))
-        }
+    /// Runs the oracle on a batch of cases (one Python start-up for the whole batch), with the
+    /// interpreter of the tests' Python environment (``python()``).
+    ///
+    /// Synchronous on purpose: the JWS test compares `iat` of claims made just before with
+    /// Apple's, made in the oracle, so no suspension (which a busy concurrency pool can stretch
+    /// to minutes) may come between them.
+    static func oracle(_ cases: [[String: Any]], python: String) throws -> [[String: Any]] {
+        let result = try ChildProcess.run(python, [oracleScript.path], stdin: try JSONSerialization.data(withJSONObject: cases), timeout: .seconds(300))
         guard result.status == 0 else {
             throw OracleFailure(message: "apple_oracle.py exited \(result.status): \(result.stderrText)")
         }
         let data = result.stdout
         return try #require(try JSONSerialization.jsonObject(with: data) as? [[String: Any]])
+    }
+
+    /// The interpreter with app-store-server-library installed, the environment made if needed.
+    static func python() async throws -> String {
+        try await PythonTestEnvironment.shared().python
     }
 
     struct OracleFailure: Error, CustomStringConvertible {
@@ -39,6 +45,7 @@ struct AppleLibraryInteropTests {
 
     @Test("Our legacy signatures verify over the exact bytes Apple's library signs, for random inputs")
     func legacyOursVerifyWithApple() async throws {
+        let python = try await Self.python()
         var random = SeededGenerator()
         var payloads: [PromotionalOfferPayload] = []
         var cases: [[String: Any]] = []
@@ -58,7 +65,7 @@ struct AppleLibraryInteropTests {
                 "signature": try signer.legacySignature(for: payload),
             ])
         }
-        let results = try await Self.oracle(cases)
+        let results = try Self.oracle(cases, python: python)
         #expect(results.count == payloads.count)
         for (payload, result) in zip(payloads, results) {
             #expect(result["payloadHex"] as? String == Encoding.hex(payload.signedBytes), "seed \(random.seed): payload bytes differ from Apple's")
@@ -68,6 +75,7 @@ struct AppleLibraryInteropTests {
 
     @Test("Signatures made by Apple's library verify with our verifier")
     func legacyTheirsVerifyWithUs() async throws {
+        let python = try await Self.python()
         var random = SeededGenerator()
         var cases: [[String: Any]] = []
         var payloads: [PromotionalOfferPayload] = []
@@ -85,7 +93,7 @@ struct AppleLibraryInteropTests {
             ])
         }
         let verifier = PromotionalOfferVerifier(publicKey: key.publicKey)
-        for (payload, result) in zip(payloads, try await Self.oracle(cases)) {
+        for (payload, result) in zip(payloads, try Self.oracle(cases, python: python)) {
             let signature = try #require(result["signature"] as? String)
             #expect(verifier.verifyLegacy(payload: payload, signature: signature) == .valid, "seed \(random.seed)")
             let document = SignatureDocument.legacy(LegacySignatureDocument(payload: payload, signature: signature))
@@ -95,6 +103,7 @@ struct AppleLibraryInteropTests {
 
     @Test("JWS: headers and claims equal Apple's (but nonce and iat); each side verifies the other's")
     func jwsBothWays() async throws {
+        let python = try await Self.python()
         var random = SeededGenerator()
         let issuerID = UUID().uuidString.lowercased()
         let publicPEM = key.publicKey.pemRepresentation
@@ -140,7 +149,7 @@ struct AppleLibraryInteropTests {
             requests.append(sign)
             requests.append(["op": "jws-verify", "publicKeyPEM": publicPEM, "audience": item.audience.rawValue, "compactJWS": signer.compactJWS(for: item.claims)])
         }
-        let results = try await Self.oracle(requests)
+        let results = try Self.oracle(requests, python: python)
         let verifier = PromotionalOfferVerifier(publicKey: key.publicKey)
         for (index, item) in cases.enumerated() {
             // Theirs, verified by us.

@@ -73,8 +73,8 @@ public struct PythonTestEnvironment: Sendable {
         }
     }
 
-    /// Creates (or reuses) the environment for `requirements` (pip requirements text; empty
-    /// installs nothing) under `baseDirectory`. Blocks: call it off the concurrency pool.
+    /// Creates (or reuses) the environment for `requirements` (pip requirements text; with no
+    /// requirement the environment gets no pip either) under `baseDirectory`. Blocks: call it off the concurrency pool.
     public static func provision(requirements: String, baseDirectory: String) throws -> PythonTestEnvironment {
         let python3 = try findPython3()
         let version = try checkInterpreter(python3)
@@ -97,12 +97,14 @@ public struct PythonTestEnvironment: Sendable {
         // Not complete: a creation that stopped half-way. Start over.
         if FileManager.default.fileExists(atPath: directory) { try FileManager.default.removeItem(atPath: directory) }
 
-        let created = try ChildProcess.run(python3, ["-m", "venv", directory], timeout: .seconds(300))
-        guard created.status == 0 else {
-            throw Failure(description: "`\(python3) -m venv \(directory)` exited \(created.status) (on Debian: apt-get install python3-venv):\n\(created.stdoutText)\(created.stderrText)")
-        }
         let requirementLines = requirements.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
             .filter { !$0.isEmpty && !$0.hasPrefix("#") }
+        // Nothing to install, no pip (ensurepip is most of a creation's time).
+        let venvArguments = ["-m", "venv"] + (requirementLines.isEmpty ? ["--without-pip"] : []) + [directory]
+        let created = try ChildProcess.run(python3, venvArguments, timeout: .seconds(300))
+        guard created.status == 0 else {
+            throw Failure(description: "`\(python3) \(venvArguments.joined(separator: " "))` exited \(created.status) (on Debian: apt-get install python3-venv):\n\(created.stdoutText)\(created.stderrText)")
+        }
         if !requirementLines.isEmpty {
             var environment = ProcessInfo.processInfo.environment
             environment["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
