@@ -101,7 +101,7 @@ public struct PythonTestEnvironment: Sendable {
             .filter { !$0.isEmpty && !$0.hasPrefix("#") }
         // Nothing to install, no pip (ensurepip is most of a creation's time).
         let venvArguments = ["-m", "venv"] + (requirementLines.isEmpty ? ["--without-pip"] : []) + [directory]
-        let created = try ChildProcess.run(python3, venvArguments, timeout: .seconds(300))
+        let created = try runAtLowPriority(python3, venvArguments, environment: nil, timeout: .seconds(300))
         guard created.status == 0 else {
             throw Failure(description: "`\(python3) \(venvArguments.joined(separator: " "))` exited \(created.status) (on Debian: apt-get install python3-venv):\n\(created.stdoutText)\(created.stderrText)")
         }
@@ -110,7 +110,7 @@ public struct PythonTestEnvironment: Sendable {
             environment["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
             environment["PIP_NO_INPUT"] = "1"
             environment["PYTHONNOUSERSITE"] = "1"
-            let installed = try ChildProcess.run(
+            let installed = try runAtLowPriority(
                 "\(directory)/bin/python", ["-m", "pip", "install"] + requirementLines, environment: environment, timeout: .seconds(1200))
             guard installed.status == 0 else {
                 throw Failure(description: "pip install \(requirementLines.joined(separator: " ")) exited \(installed.status); pip said:\n\(installed.stdoutText)\(installed.stderrText)")
@@ -120,6 +120,17 @@ public struct PythonTestEnvironment: Sendable {
             throw Failure(description: "cannot write \(marker)")
         }
         return PythonTestEnvironment(directory: directory, created: true)
+    }
+
+    /// Runs a child under `nice -n 10` when `/usr/bin/nice` exists: creating the environment
+    /// (ensurepip, pip compiling what it installs) happens while the other tests run, and must
+    /// not take the cores from their servers and timers.
+    static func runAtLowPriority(_ executable: String, _ arguments: [String], environment: [String: String]?, timeout: Duration) throws -> ChildProcess.Result {
+        let nice = "/usr/bin/nice"
+        guard access(nice, X_OK) == 0 else {
+            return try ChildProcess.run(executable, arguments, environment: environment, timeout: timeout)
+        }
+        return try ChildProcess.run(nice, ["-n", "10", executable] + arguments, environment: environment, timeout: timeout)
     }
 
     /// `python3` from `searchPath` (this process's `PATH` by default), as an absolute path
