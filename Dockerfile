@@ -13,7 +13,7 @@
 #     -v /etc/offer-signer:/etc/offer-signer:ro \
 #     offer-signer
 #
-# Keys are imported with the same image (see keys.example and README.md), e.g.:
+# Keys are imported with the same image (see keys.example and Docs/Operations.md), e.g.:
 #   docker run --rm -v offer-signer-data:/var/lib/offer-signer -v /etc/offer-signer:/etc/offer-signer:ro \
 #     offer-signer keys import --key-id ABCDE12345 --bundle-id com.example.app \
 #       --issuer-id <issuer-id> --file /etc/offer-signer/keys/AuthKey_ABCDE12345.p8

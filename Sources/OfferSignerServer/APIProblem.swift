@@ -7,7 +7,8 @@ import OfferSignerCore
 /// An RFC 9457 problem document (`application/problem+json`) with a stable machine `code`.
 ///
 /// Rule: every 4xx and 5xx the service sends is one of these — never HTML, a stack trace or an
-/// empty body. `detail` never contains key material or secrets.
+/// empty body. `detail` never contains key material or secrets. Every `code` is an entry of
+/// ``ProblemCatalog``, which gives the document its `type` (`/problems/<code>`) and `title`.
 public struct APIProblem: Error, HTTPResponseError, Sendable, Equatable {
     public var status: HTTPResponse.Status
     /// Stable, machine-readable code (`snake_case`).
@@ -26,13 +27,17 @@ public struct APIProblem: Error, HTTPResponseError, Sendable, Equatable {
         self.headers = headers
     }
 
-    /// The problem type URI: a stable, documented identifier per code.
-    public var type: String { "https://offer-signer.dev/problems/\(code.replacingOccurrences(of: "_", with: "-"))" }
+    /// The problem type URI: `/problems/<code>`, relative to the service, which serves its
+    /// description (RFC 9457 §3.1.1 allows a relative reference).
+    public var type: String { "/problems/\(code)" }
+
+    /// The catalog's summary of the code (the status' reason phrase for a code not in it).
+    public var title: String { ProblemCatalog.type(for: code)?.title ?? status.reasonPhrase }
 
     public var json: String {
         var writer = JSONObjectWriter()
         writer.field("type", type)
-        writer.field("title", status.reasonPhrase)
+        writer.field("title", title)
         writer.field("status", Int64(status.code))
         writer.field("detail", detail)
         writer.field("code", code)
@@ -57,7 +62,15 @@ public struct APIProblem: Error, HTTPResponseError, Sendable, Equatable {
 
     static func badRequest(_ code: String, _ detail: String) -> APIProblem { APIProblem(.badRequest, code: code, detail: detail) }
 
+    /// The codes of ``OfferSignerError`` that describe a member of the request.
+    static let requestFieldCodes: Set<OfferSignerError.Code> = [.fieldEmpty, .fieldTooLong, .fieldInvalidCharacter, .invalidAppAccountToken]
+
+    /// 400 naming the request member at fault; any other core failure (a value the service made
+    /// itself) is this service's fault, so 500 `internal_error`.
     static func field(_ error: OfferSignerError) -> APIProblem {
+        guard requestFieldCodes.contains(error.code) else {
+            return APIProblem(.internalServerError, code: "internal_error", detail: "signing failed on a value the service made: \(error.message)")
+        }
         var problem = APIProblem(.badRequest, code: error.code.rawValue, detail: error.message)
         if let field = error.field { problem.extensions["field"] = JSONObjectWriter.quoted(field) }
         return problem

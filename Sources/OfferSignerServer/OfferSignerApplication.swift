@@ -17,7 +17,20 @@ public enum OfferSignerRoutes {
         (.get, "/readyz"),
         (.get, "/metrics"),
         (.get, "/openapi.yaml"),
+        (.get, "/problems/{code}"),
     ]
+
+    /// The methods the routes take on `path` (`{name}` in a route matches one path segment).
+    static func methods(allowedOn path: String) -> [String] {
+        let segments = path.split(separator: "/", omittingEmptySubsequences: false)
+        return all.filter { route in
+            let pattern = route.path.split(separator: "/", omittingEmptySubsequences: false)
+            return pattern.count == segments.count
+                && zip(pattern, segments).allSatisfy { expected, actual in
+                    expected.hasPrefix("{") && expected.hasSuffix("}") ? !actual.isEmpty : expected == actual
+                }
+        }.map(\.method.rawValue)
+    }
 }
 
 /// Builds the signing service: routes, middleware and its background services (registry
@@ -67,6 +80,13 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     }
     router.get("/openapi.yaml") { _, _ in
         Response(status: .ok, headers: [.contentType: "application/yaml"], body: .init(byteBuffer: ByteBuffer(string: OpenAPIDocument.yaml)))
+    }
+    router.get("/problems/{code}") { _, context in
+        let code = context.parameters.get("code") ?? ""
+        guard let type = ProblemCatalog.type(for: code) else {
+            throw APIProblem(.notFound, code: "not_found", detail: "'\(code)' is not a problem code of this service")
+        }
+        return Response.json(type.json)
     }
 
     var applicationConfiguration = ApplicationConfiguration(address: .hostname(configuration.host, port: configuration.port), serverName: "offer-signer")
@@ -162,7 +182,7 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         switch error.status {
         case .notFound:
             let path = request.uri.path
-            let allowed = OfferSignerRoutes.all.filter { $0.path == path }.map(\.method.rawValue)
+            let allowed = OfferSignerRoutes.methods(allowedOn: path)
             if !allowed.isEmpty {
                 return APIProblem(
                     .methodNotAllowed, code: "method_not_allowed", detail: "\(request.method.rawValue) is not allowed on \(path); use \(allowed.joined(separator: ", "))",
@@ -172,7 +192,12 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         case .contentTooLarge:
             return APIProblem(.contentTooLarge, code: "body_too_large", detail: "the body is too large")
         default:
-            return APIProblem(error.status, code: error.status.reasonPhrase.lowercased().replacingOccurrences(of: " ", with: "_"), detail: error.body ?? error.status.reasonPhrase)
+            // Hummingbird's own refusals of a request it cannot read (400s). Anything else from
+            // the HTTP layer would be this service's fault.
+            if (400..<500).contains(error.status.code) {
+                return APIProblem(.badRequest, code: "bad_request", detail: error.body ?? error.status.reasonPhrase)
+            }
+            return APIProblem(.internalServerError, code: "internal_error", detail: "an unexpected error occurred")
         }
     }
 }

@@ -142,6 +142,28 @@ public enum OpenAPIDocument {
               content:
                 application/yaml:
                   schema: {type: string}
+      /problems/{code}:
+        get:
+          operationId: problemType
+          summary: What a problem code means
+          description: |
+            A problem document's `type` is `/problems/<code>`, relative to this service; this answers what the code
+            means, the HTTP status it comes with and what the caller should do. 404 `not_found` for a code the
+            service never sends.
+          security: []
+          parameters:
+            - name: code
+              in: path
+              required: true
+              schema: {type: string}
+          responses:
+            '200':
+              description: The problem type.
+              content:
+                application/json:
+                  schema:
+                    $ref: '#/components/schemas/ProblemType'
+            '404': {$ref: '#/components/responses/Problem'}
     components:
       securitySchemes:
         bearer:
@@ -298,12 +320,26 @@ public enum OpenAPIDocument {
               type: string
               format: date-time
               description: When StoreKit stops accepting the signature (24 hours after it was made).
+        ProblemType:
+          type: object
+          additionalProperties: false
+          required: [type, code, title, status, meaning, action]
+          properties:
+            type: {type: string, format: uri-reference}
+            code: {type: string}
+            title: {type: string}
+            status: {type: integer}
+            meaning: {type: string, description: What happened.}
+            action: {type: string, description: What the caller should do.}
         Problem:
           type: object
           required: [type, title, status, detail, code]
           properties:
-            type: {type: string}
-            title: {type: string}
+            type:
+              type: string
+              format: uri-reference
+              description: '`/problems/<code>`, relative to this service: GET it for what the code means.'
+            title: {type: string, description: The problem type's summary.}
             status: {type: integer}
             detail: {type: string}
             code: {type: string, description: Stable machine-readable code.}

@@ -6,7 +6,7 @@ import Testing
 struct ErrorMappingTests {
     static func problem(_ status: Int, code: String, extra: [String: Any] = [:]) -> Data {
         var object: [String: Any] = [
-            "type": "https://offer-signer.dev/problems/\(code)",
+            "type": "/problems/\(code)",
             "title": "Title \(code)",
             "status": status,
             "detail": "Detail \(code)",
@@ -54,7 +54,7 @@ struct ErrorMappingTests {
         #expect(problem.code == code)
         #expect(problem.status == 403)
         #expect(problem.detail == "Detail \(code)")
-        #expect(problem.type == "https://offer-signer.dev/problems/\(code)")
+        #expect(problem.type == "/problems/\(code)")
     }
 
     @Test func rateLimitedWithRetryAfterSeconds() {

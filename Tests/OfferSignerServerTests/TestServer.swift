@@ -92,8 +92,9 @@ func expectProblem(_ response: TestResponse, _ status: HTTPResponse.Status, _ co
     let json = response.json
     #expect(json["code"] as? String == code, "body: \(response.text)", sourceLocation: sourceLocation)
     #expect(json["status"] as? Int == Int(status.code), sourceLocation: sourceLocation)
-    #expect((json["type"] as? String)?.isEmpty == false, sourceLocation: sourceLocation)
-    #expect((json["title"] as? String)?.isEmpty == false, sourceLocation: sourceLocation)
+    #expect(json["type"] as? String == "/problems/\(code)", sourceLocation: sourceLocation)
+    #expect(ProblemCatalog.type(for: code)?.status == status, "'\(code)' is not in ProblemCatalog with status \(status.code)", sourceLocation: sourceLocation)
+    #expect((json["title"] as? String).map { !$0.isEmpty && $0 == ProblemCatalog.type(for: code)?.title } == true, sourceLocation: sourceLocation)
     #expect((json["detail"] as? String)?.isEmpty == false, sourceLocation: sourceLocation)
     #expect(json["legacy"] == nil && json["jws"] == nil, "a problem never carries a signature", sourceLocation: sourceLocation)
 }
