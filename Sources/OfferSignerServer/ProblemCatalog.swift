@@ -66,6 +66,10 @@ public enum ProblemCatalog {
             meaning: "one object names a member twice (even through an escape); refused rather than resolved by picking one value. `field` names it",
             action: "send each member once"),
         ProblemType(
+            code: "body_incomplete", status: .badRequest, title: "Body cut off",
+            meaning: "the connection closed before the request body's end (a client that stopped sending, or one closed by `--idle-timeout-seconds`)",
+            action: "send the whole body within the idle timeout; retry on a new connection"),
+        ProblemType(
             code: "unknown_format", status: .badRequest, title: "Unknown signature format",
             meaning: "`formats` is empty or names something other than `legacy` and `jws`",
             action: "ask for `[\"legacy\"]`, `[\"jws\"]` or both"),
