@@ -16,6 +16,8 @@ let package = Package(
         .library(name: "OfferSignerCore", targets: ["OfferSignerCore"]),
         .library(name: "OfferSignerClient", targets: ["OfferSignerClient"]),
         .library(name: "OfferSignerServer", targets: ["OfferSignerServer"]),
+        // For the fuzz targets in Fuzz/ (a package of their own), which can only use products.
+        .library(name: "OfferSignerEvidence", targets: ["OfferSignerEvidence"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),

@@ -5,7 +5,10 @@
 --              OFFER_SIGNER_BENCH_FORMATS ("legacy" (default), "jws" or "legacy,jws"),
 --              OFFER_SIGNER_BENCH_THINK_MS (default 0: each connection sends its next request as
 --              soon as the answer is in, i.e. saturation; N > 0: it waits N ms first, like a
---              client with think time, so latency is measured below saturation).
+--              client with think time, so latency is measured below saturation),
+--              OFFER_SIGNER_BENCH_RATE (default 0; N > 0: a fixed offered load of N requests/s in
+--              all, paced as described at delay() below; excludes THINK_MS),
+--              OFFER_SIGNER_BENCH_THREADS (wrk's -t, to split RATE between the threads).
 
 local secret = os.getenv("OFFER_SIGNER_BENCH_SECRET")
 if secret == nil or secret == "" then
@@ -61,8 +64,49 @@ end
 -- wrk calls delay() before each request when the script defines it; saturation runs leave it
 -- undefined so wrk does not pay for a Lua call per request.
 local thinkMilliseconds = tonumber(os.getenv("OFFER_SIGNER_BENCH_THINK_MS") or "0") or 0
+local rate = tonumber(os.getenv("OFFER_SIGNER_BENCH_RATE") or "0") or 0
+if thinkMilliseconds > 0 and rate > 0 then
+    error("OFFER_SIGNER_BENCH_THINK_MS and OFFER_SIGNER_BENCH_RATE exclude each other")
+end
 if thinkMilliseconds > 0 then
     delay = function() return thinkMilliseconds end
+elseif rate > 0 then
+    -- Fixed offered load. delay() is called per wrk thread (it is not told which connection
+    -- asks), so each thread keeps one schedule for all its connections: slots exactly
+    -- 1000 * threads / rate ms apart, on a monotonic clock (LuaJIT's ffi; os.clock() is CPU
+    -- time). A connection whose answer is in takes the next free slot and waits until it
+    -- comes, so the time its last request took is already accounted for. Slots more than one
+    -- interval in the past (every connection was busy) are skipped, not made up for with a
+    -- burst; the achieved rate, printed beside the offered one, then shows the shortfall. wrk
+    -- waits whole milliseconds: rounding shifts single requests by up to 0.5 ms, never the
+    -- schedule.
+    local ffi = require("ffi")
+    ffi.cdef[[
+        typedef struct { long tv_sec; long tv_nsec; } offer_signer_timespec;
+        int clock_gettime(int clock, offer_signer_timespec *now);
+    ]]
+    local CLOCK_MONOTONIC = 1
+    local clockValue = ffi.new("offer_signer_timespec")
+    local function nowMilliseconds()
+        ffi.C.clock_gettime(CLOCK_MONOTONIC, clockValue)
+        return tonumber(clockValue.tv_sec) * 1000 + tonumber(clockValue.tv_nsec) / 1000000
+    end
+    local threads = tonumber(os.getenv("OFFER_SIGNER_BENCH_THREADS") or "1") or 1
+    local intervalMilliseconds = 1000 * threads / rate
+    local nextSlot = nil
+    delay = function()
+        local now = nowMilliseconds()
+        if nextSlot == nil then
+            -- Threads start at random points of their first interval, not all at once.
+            nextSlot = now + math.random() * intervalMilliseconds
+        elseif nextSlot < now - intervalMilliseconds then
+            -- More than a slot behind: the passed slots are skipped.
+            nextSlot = now
+        end
+        local wait = math.max(0, nextSlot - now)
+        nextSlot = nextSlot + intervalMilliseconds
+        return math.floor(wait + 0.5)
+    end
 end
 
 request = function()

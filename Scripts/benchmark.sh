@@ -12,6 +12,13 @@
 #          FORMATS=legacy (or jws, or legacy,jws)  WARMUP=3 (seconds)
 #          THINK_MS=0 (N > 0: each connection waits N ms after an answer before its next
 #          request, to measure latency below saturation; wrk's resolution is 1 ms)
+#          RATE=0 (N > 0: a fixed offered load of N requests/s, paced by the Lua script from a
+#          monotonic clock; prints the offered and the achieved rate. CONNECTIONS then defaults
+#          to max(16, N/250); excludes THINK_MS)
+#          GOALS=1 (three runs on one server: saturation (CONNECTIONS, default 64), then
+#          RATE=1000, then RATE=half the measured saturation, each DURATION seconds; prints a
+#          table of the goals with PASS or MISS: >= 15,000 signatures/s at saturation, p99 <= 2 ms
+#          at 1,000 requests/s offered, p99 <= 5 ms at half the saturation rate. Skips the floor)
 #          FLOOR_SECONDS=5 (then drives plain GET /healthz for this long with the same wrk
 #          settings and prints it as the floor: the stack's cost for a request that does no
 #          work; 0 skips it)
@@ -25,6 +32,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH=/opt/swift/usr/bin:$PATH
 
 DURATION=${DURATION:-30}
+RATE=${RATE:-0}
+GOALS=${GOALS:-0}
+case "$RATE" in
+    '' | *[!0-9]*) echo "error: RATE='$RATE' is not a whole number of requests per second" >&2; exit 2 ;;
+esac
+# Fixed-load runs need fewer connections than saturation: enough for the rate at a few ms each.
+rate_connections() { local n=$(( ($1 + 249) / 250 )); echo $(( n > 16 ? n : 16 )); }
+CONNECTIONS_GIVEN=${CONNECTIONS:-}
+if [ "$RATE" -gt 0 ] && [ -z "$CONNECTIONS_GIVEN" ]; then CONNECTIONS=$(rate_connections "$RATE"); fi
 CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-2}
 PORT=${PORT:-18181}
@@ -38,6 +54,12 @@ esac
 case "$FLOOR_SECONDS" in
     '' | *[!0-9]*) echo "error: FLOOR_SECONDS='$FLOOR_SECONDS' is not a whole number of seconds" >&2; exit 2 ;;
 esac
+if [ "$RATE" -gt 0 ] && [ "$THINK_MS" -gt 0 ]; then
+    echo "error: RATE and THINK_MS exclude each other (a fixed rate already sets the pauses)" >&2; exit 2
+fi
+if [ "$GOALS" = 1 ] && { [ "$RATE" -gt 0 ] || [ "$THINK_MS" -gt 0 ]; }; then
+    echo "error: GOALS=1 chooses its own rates; unset RATE and THINK_MS" >&2; exit 2
+fi
 
 for tool in wrk curl openssl python3; do
     if ! command -v "$tool" >/dev/null 2>&1; then
@@ -93,6 +115,8 @@ SECRET=$(printf '%s' "$CLIENT_JSON" | python3 -c 'import json, sys; print(json.l
 export OFFER_SIGNER_BENCH_SECRET="$SECRET"
 export OFFER_SIGNER_BENCH_FORMATS="$FORMATS"
 export OFFER_SIGNER_BENCH_THINK_MS="$THINK_MS"
+export OFFER_SIGNER_BENCH_RATE="$RATE"
+export OFFER_SIGNER_BENCH_THREADS="$THREADS"
 
 # --- Server ---------------------------------------------------------------------------
 "$BIN" serve --store "$STORE" --master-key-file "$MASTER" --port "$PORT" \
@@ -124,12 +148,95 @@ LUA="Scripts/benchmark-signatures.lua"
 echo "==> warm-up: wrk -t$THREADS -c$CONNECTIONS -d${WARMUP}s"
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"${WARMUP}s" -s "$LUA" "$URL/v1/offers/signatures" >/dev/null
 
+# The Lua script's done() prints "BENCH name=value" lines: field NAME FILE.
+field_of() { grep '^BENCH ' "$2" | grep -o "$1=[^ ]*" | head -n 1 | cut -d= -f2; }
+
+# --- GOALS=1: saturation, 1,000 requests/s, half the saturation rate ------------------
+if [ "$GOALS" = 1 ]; then
+    # run NAME RATE CONNECTIONS: one measured wrk run (RATE 0 = saturation).
+    run() {
+        local label
+        if [ "$2" -gt 0 ]; then label="fixed load, $2 requests/s offered"; else label="saturation"; fi
+        echo "==> $1: OFFER_SIGNER_BENCH_RATE=$2 wrk -t$THREADS -c$3 -d${DURATION}s --latency -s $LUA $URL/v1/offers/signatures ($label, formats: $FORMATS)"
+        OFFER_SIGNER_BENCH_RATE=$2 wrk -t"$THREADS" -c"$3" -d"${DURATION}s" --latency -s "$LUA" "$URL/v1/offers/signatures" > "$WORK/wrk-$1.txt"
+        grep -E '^(BENCH|  Latency|Requests/sec)' "$WORK/wrk-$1.txt"
+    }
+    run saturation 0 "$CONNECTIONS"
+    SATURATION=$(field_of rps "$WORK/wrk-saturation.txt")
+    HALF=$(awk -v r="$SATURATION" 'BEGIN { printf "%d", r / 2 }')
+    run rate1000 1000 "$(rate_connections 1000)"
+    run half "$HALF" "$(rate_connections "$HALF")"
+
+    AUDIT_STATUS=0
+    AUDIT=$("$BIN" audit verify --store "$STORE" 2>/dev/null) || AUDIT_STATUS=$?
+    kill "$SERVER_PID"
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+
+    echo
+    echo "==> goals (${DURATION}s per run, $THREADS wrk threads, formats $FORMATS, loopback, $(nproc) cores shared by wrk and the server)"
+    python3 - "$WORK" "$SATURATION" "$HALF" <<'PY'
+import re, sys
+work, saturation, half = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+
+def fields(name):
+    values = {}
+    for line in open(f"{work}/wrk-{name}.txt"):
+        if line.startswith("BENCH "):
+            values.update(dict(pair.split("=", 1) for pair in line.split()[1:]))
+    return values
+
+def connections(name):
+    for line in open(f"{work}/wrk-{name}.txt"):
+        match = re.search(r"(\d+) connections", line)
+        if match:
+            return match.group(1)
+    return "?"
+
+runs = [("saturation", "saturation", None), ("rate1000", "1,000/s", 1000), ("half", f"{half:,}/s (half)", half)]
+print(f"{'run':<20} {'conns':>5} {'offered/s':>10} {'achieved/s':>10} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'non-2xx':>8}")
+for name, label, offered in runs:
+    f = fields(name)
+    print(f"{label:<20} {connections(name):>5} {offered or '-':>10} {float(f['rps']):>10.0f} {float(f['p50_ms']):>8.3f} "
+          f"{float(f['p90_ms']):>8.3f} {float(f['p99_ms']):>8.3f} {float(f['max_ms']):>8.3f} {f['non2xx']:>8}")
+
+def verdict(passed):
+    return "PASS" if passed else "MISS"
+
+def paced(name, offered):
+    # A fixed-load run counts only when it achieved (nearly) the offered rate.
+    achieved = float(fields(name)["rps"])
+    return achieved >= 0.95 * offered, achieved
+
+print()
+print(f"{'goal':<48} {'measured':<34} verdict")
+print(f"{'throughput at saturation >= 15,000/s':<48} {f'{saturation:,.0f}/s':<34} {verdict(saturation >= 15000)}")
+for name, offered, limit, text in [("rate1000", 1000, 2.0, "p99 <= 2 ms at 1,000 requests/s offered"),
+                                   ("half", half, 5.0, f"p99 <= 5 ms at half saturation ({half:,}/s)")]:
+    p99 = float(fields(name)["p99_ms"])
+    reached, achieved = paced(name, offered)
+    measured = f"p99 {p99:.3f} ms at {achieved:,.0f}/s achieved"
+    note = "" if reached else " (achieved < 95% of offered)"
+    print(f"{text:<48} {measured:<34} {verdict(p99 <= limit and reached)}{note}")
+PY
+    echo "audit: $AUDIT"
+    FAILED=0
+    for name in saturation rate1000 half; do
+        NON2XX=$(field_of non2xx "$WORK/wrk-$name.txt")
+        if [ "${NON2XX:-1}" != 0 ]; then echo "FAIL: $NON2XX responses of the $name run were not 2xx" >&2; FAILED=1; fi
+    done
+    if [ "$AUDIT_STATUS" != 0 ]; then echo "FAIL: the audit chain is not intact (audit verify exited $AUDIT_STATUS)" >&2; FAILED=1; fi
+    # A MISS is a figure, not a failure of the script: the exit status speaks for the run's health.
+    exit "$FAILED"
+fi
+
 # The server's CPU time (user + system, in clock ticks) around the measured run: CPU per
 # request varies less from run to run than requests/s when the VM's speed drifts.
 server_ticks() { awk '{print $14 + $15}' "/proc/$SERVER_PID/stat"; }
 TICKS_BEFORE=$(server_ticks)
 curl -fsS "$URL/metrics" > "$WORK/metrics-before.txt"
-echo "==> wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s --latency -s $LUA $URL/v1/offers/signatures (formats: $FORMATS, think time: $THINK_MS ms)"
+if [ "$RATE" -gt 0 ]; then LOAD="fixed load: $RATE requests/s offered"; else LOAD="think time: $THINK_MS ms"; fi
+echo "==> wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s --latency -s $LUA $URL/v1/offers/signatures (formats: $FORMATS, $LOAD)"
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$LUA" "$URL/v1/offers/signatures" | tee "$WORK/wrk.txt"
 
 TICKS_AFTER=$(server_ticks)
@@ -177,11 +284,12 @@ RSS=$(awk '/^VmRSS:/ {print $2 " " $3}' "/proc/$SERVER_PID/status")
 size_mib() { if [ -f "$1" ]; then echo $(( $(stat -c %s "$1") / 1048576 )); else echo 0; fi; }
 STORE_FILES="$(size_mib "$STORE") MiB database, $(size_mib "$STORE-wal") MiB write-ahead log"
 HWM=$(awk '/^VmHWM:/ {print $2 " " $3}' "/proc/$SERVER_PID/status")
-# The Lua script's done() prints "BENCH name=value" lines.
-field() { grep '^BENCH ' "$WORK/wrk.txt" | grep -o "$1=[^ ]*" | head -n 1 | cut -d= -f2; }
+field() { field_of "$1" "$WORK/wrk.txt"; }
 RPS=$(field rps)
 P50=$(field p50_ms)
+P90=$(field p90_ms)
 P99=$(field p99_ms)
+MAX=$(field max_ms)
 NON2XX=$(field non2xx)
 SOCKET_ERRORS=$(field socket_errors)
 REQUESTS=$(field requests)
@@ -208,11 +316,14 @@ SERVER_PID=
 
 cat <<EOF
 
-==> results (${DURATION}s, $CONNECTIONS connections, $THREADS wrk threads, formats $FORMATS, think time $THINK_MS ms, loopback, $(nproc) cores)
+==> results (${DURATION}s, $CONNECTIONS connections, $THREADS wrk threads, formats $FORMATS, $LOAD, loopback, $(nproc) cores)
 requests:        $REQUESTS
-requests/s:      $RPS
+offered rate:    $(if [ "$RATE" -gt 0 ]; then echo "$RATE requests/s (fixed load)"; else echo "none (each connection sends when its answer is in)"; fi)
+requests/s:      $RPS (achieved)
 latency p50:     $P50 ms
+latency p90:     $P90 ms
 latency p99:     $P99 ms
+latency max:     $MAX ms
 non-2xx:         $NON2XX
 socket errors:   $SOCKET_ERRORS
 server CPU:      $CPU

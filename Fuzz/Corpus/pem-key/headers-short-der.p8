@@ -1,0 +1,4 @@
+-----BEGIN PRIVATE KEY-----
+Proc-Type: 4,ENCRYPTED
+MAA=
+-----END PRIVATE KEY-----

@@ -1,0 +1,1 @@
+-----BEGIN PRIVATE KEY----------END PRIVATE KEY-----
