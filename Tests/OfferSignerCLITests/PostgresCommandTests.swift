@@ -1,4 +1,11 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
+import TestChildProcess
 import TestPostgres
 import Testing
 
@@ -103,6 +110,83 @@ extension StoreCommandTests {
                     expectCleanFailure(try run(["store", "copy", "--from", database.url, "--to", back]), mentions: ["exists"])
                 }
             }
+        }
+
+        @Test("serve on a PostgreSQL URL: ready, signs with the audit record in the database, and leaves a final checkpoint on SIGTERM")
+        func serveOnPostgres() async throws {
+            try await withStoreFixture(.postgres) { fixture in
+                try expectSuccess(try run(fixture.importArguments("SERVEPG001", file: try fixture.key("SERVEPG001")) + ["--development"]), "keys import")
+                let created = try run(["clients", "create", "--store", fixture.storeArgument, "--name", "backend", "--json"])
+                try expectSuccess(created)
+                let secret = try #require(try jsonObject(created.stdout.trimmingCharacters(in: .newlines))["secret"] as? String)
+                let port = try Self.freePort()
+                let server = try ChildProcess.spawn(
+                    try CLIExecutable.url().path,
+                    ["serve", "--store", fixture.storeArgument, "--store-pool-size", "3", "--master-key-file", fixture.masterKey.path, "--port", "\(port)"],
+                    environment: childEnvironment([:]), captureOutput: true)
+                var stopped = false
+                defer { if !stopped { server.terminate(); _ = server.waitForExit() } }
+
+                let base = "http://127.0.0.1:\(port)"
+                var ready = false
+                let deadline = Date().addingTimeInterval(60)
+                while !ready, Date() < deadline, server.isRunning {
+                    ready = (try? await Self.request("\(base)/readyz").status) == 200
+                    if !ready { try await Task.sleep(for: .milliseconds(200)) }
+                }
+                try #require(ready, "serve did not become ready within 60 s")
+                let signed = try await Self.request(
+                    "\(base)/v1/offers/signatures", method: "POST", bearer: secret,
+                    body: #"{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"6b29fc40-ca47-1067-b31d-00dd010662da"}"#)
+                #expect(signed.status == 201, "\(signed.body)")
+                let legacy = try #require(try jsonObject(signed.body)["legacy"] as? [String: Any])
+                let nonce = try #require(legacy["nonce"] as? String)
+
+                server.terminate()
+                let ended = server.waitForExit()
+                stopped = true
+                #expect(ended.status == 0, "serve exited \(ended.status): \(ended.stderrText.suffix(2000))")
+                #expect(!ended.stderrText.contains(fixture.database?.password ?? "\u{0}"), "the password was logged")
+
+                let export = try run(["audit", "export", "--store", fixture.storeArgument])
+                try expectSuccess(export)
+                #expect(export.stdout.contains(nonce), "the signature's audit record is in the database")
+                let verified = try run(["audit", "verify", "--store", fixture.storeArgument])
+                try expectSuccess(verified)
+                #expect(verified.stdout.hasPrefix("intact: 3 records") && verified.stdout.contains("covering records 1…3"), "\(verified.stdout)")
+            }
+        }
+
+        static func request(_ url: String, method: String = "GET", bearer: String? = nil, body: String? = nil) async throws -> (status: Int, body: String) {
+            var request = URLRequest(url: try #require(URL(string: url)))
+            request.httpMethod = method
+            request.timeoutInterval = 30
+            if let bearer { request.setValue("Bearer \(bearer)", forHTTPHeaderField: "Authorization") }
+            if let body {
+                request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+                request.httpBody = Data(body.utf8)
+            }
+            let (data, response) = try await URLSession.shared.data(for: request)
+            return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
+        }
+
+        /// A loopback port nothing listens on right now.
+        static func freePort() throws -> Int {
+            let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            try #require(descriptor >= 0)
+            defer { close(descriptor) }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            try #require(bound == 0)
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            _ = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+            }
+            return Int(UInt16(bigEndian: address.sin_port))
         }
     }
 }
