@@ -8,13 +8,34 @@ import Testing
 
 /// The two store engines every engine-independent store test runs against.
 ///
-/// PostgreSQL comes from ``TestPostgres``: when none is available, a PostgreSQL case is
-/// cancelled (reported as skipped, with the reason) outside CI and fails in CI.
+/// PostgreSQL comes from ``TestPostgres``: when none is available, the PostgreSQL cases are
+/// left out outside CI (``PostgresAvailabilityTests`` is reported skipped with the reason) and
+/// fail in CI.
 enum StoreBackend: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case sqlite
     case postgres
 
     var testDescription: String { rawValue }
+
+    /// The backends the store tests run on: PostgreSQL too whenever it is available or CI
+    /// demands it. When it is left out, ``PostgresAvailabilityTests`` is reported as skipped with
+    /// the reason (a cancelled parameterized case would be reported as passed).
+    static var testedCases: [StoreBackend] { TestPostgres.isEnabled ? allCases : [.sqlite] }
+}
+
+/// Makes the PostgreSQL cases' absence visible: skipped, with the reason, when no PostgreSQL is
+/// available outside CI; otherwise a fresh database answers.
+@Suite("PostgreSQL for the store tests")
+struct PostgresAvailabilityTests {
+    @Test(
+        "The PostgreSQL cases of the store suites run",
+        .enabled(if: TestPostgres.isEnabled, Comment(rawValue: "PostgreSQL cases skipped: \(TestPostgres.unavailableReason ?? "")")))
+    func postgresCasesRun() async throws {
+        let found = try await TestPostgres.withDatabase { database in
+            try await TestPostgres.scalar("SELECT COUNT(*) FROM pg_database WHERE datname = '\(database.name)'")
+        }
+        #expect(found == 1)
+    }
 }
 
 /// A fresh, empty store of one backend, with raw SQL for checks and injected faults.

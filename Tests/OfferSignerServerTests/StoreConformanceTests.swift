@@ -21,7 +21,7 @@ struct StoreConformanceTests {
         return try await KeyRegistry.importKey(key, bundleID: bundle, issuerID: nil, development: true, into: store, masterKey: masterKey, actor: "test", reason: "conformance")
     }
 
-    @Test("Keys: first import is active, later ones ready; activation retires the previous key; refusals; every change audited", arguments: StoreBackend.allCases)
+    @Test("Keys: first import is active, later ones ready; activation retires the previous key; refusals; every change audited", arguments: StoreBackend.testedCases)
     func keyLifecycle(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in
             let store = fixture.store
@@ -66,7 +66,7 @@ struct StoreConformanceTests {
         }
     }
 
-    @Test("Clients: created, listed, refused twice by name, revoked once; the master key binds on first use", arguments: StoreBackend.allCases)
+    @Test("Clients: created, listed, refused twice by name, revoked once; the master key binds on first use", arguments: StoreBackend.testedCases)
     func clientsAndMasterKey(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in
             let store = fixture.store
@@ -94,7 +94,7 @@ struct StoreConformanceTests {
         }
     }
 
-    @Test("Checkpoints: one signing key; the same checkpoint twice is no change, another head hash a conflict; verify matches them", arguments: StoreBackend.allCases)
+    @Test("Checkpoints: one signing key; the same checkpoint twice is no change, another head hash a conflict; verify matches them", arguments: StoreBackend.testedCases)
     func checkpoints(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in
             let store = fixture.store
@@ -121,7 +121,7 @@ struct StoreConformanceTests {
         }
     }
 
-    @Test("An edited record is named by verification, and no checkpoint is signed over it", arguments: StoreBackend.allCases)
+    @Test("An edited record is named by verification, and no checkpoint is signed over it", arguments: StoreBackend.testedCases)
     func editedRecordIsNamed(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in
             let store = fixture.store
@@ -136,7 +136,7 @@ struct StoreConformanceTests {
         }
     }
 
-    @Test("The group committer: a reused nonce fails its own request only; the others of its group are committed", arguments: StoreBackend.allCases)
+    @Test("The group committer: a reused nonce fails its own request only; the others of its group are committed", arguments: StoreBackend.testedCases)
     func committerIsolatesAReusedNonce(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in
             let store = fixture.store
@@ -170,7 +170,7 @@ struct StoreConformanceTests {
         }
     }
 
-    @Test("Two instances append concurrently to one chain: no gap, no fork, every ledger row has its record", arguments: StoreBackend.allCases)
+    @Test("Two instances append concurrently to one chain: no gap, no fork, every ledger row has its record", arguments: StoreBackend.testedCases)
     func twoInstancesOneChain(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in
             let second = try await fixture.openAnother()
