@@ -35,6 +35,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         // NIOHTTPTypes: the request parts Hummingbird's HTTP/1 pipeline carries (the request deadline handler).
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
     ],
     targets: [
         // Signing core: payloads, signers, verifiers, key parsing, typed errors. swift-crypto only.
@@ -50,6 +52,22 @@ let package = Package(
                 "OfferSignerCore",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // Storage on PostgreSQL: several instances share one store. Depends on the protocols in
+        // OfferSignerStorage, never the other way round.
+        .target(
+            name: "OfferSignerPostgres",
+            dependencies: [
+                "OfferSignerCore",
+                "OfferSignerStorage",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictSettings
@@ -84,6 +102,7 @@ let package = Package(
             dependencies: [
                 "OfferSignerCore",
                 "OfferSignerStorage",
+                "OfferSignerPostgres",
                 "OfferSignerServer",
                 "OfferSignerEligibility",
                 "OfferSignerEvidence",
@@ -99,7 +118,7 @@ let package = Package(
         // Scripts/benchmark.sh for the whole service). Not a product.
         .executableTarget(
             name: "offer-signer-store-benchmark",
-            dependencies: ["OfferSignerCore", "OfferSignerStorage"],
+            dependencies: ["OfferSignerCore", "OfferSignerStorage", "OfferSignerPostgres"],
             swiftSettings: strictSettings
         ),
         // Win-back eligibility: offer catalog, rules and their pure evaluation over verified history.
@@ -131,7 +150,7 @@ let package = Package(
         ),
         .testTarget(
             name: "OfferSignerCLITests",
-            dependencies: ["OfferSignerCore", "TestChildProcess", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["OfferSignerCore", "TestChildProcess", "TestPostgres", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -139,7 +158,9 @@ let package = Package(
             dependencies: [
                 "OfferSignerServer",
                 "TestChildProcess",
+                "TestPostgres",
                 "OfferSignerStorage",
+                "OfferSignerPostgres",
                 "OfferSignerCore",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
@@ -172,6 +193,21 @@ let package = Package(
         .target(
             name: "TestChildProcess",
             path: "Tests/TestChildProcess",
+            swiftSettings: strictSettings
+        ),
+        // Test-only: a PostgreSQL server for the tests (OFFER_SIGNER_TEST_POSTGRES_URL, or a
+        // throw-away cluster started once per test process) and a fresh database per test.
+        .target(
+            name: "TestPostgres",
+            dependencies: [
+                "TestChildProcess",
+                "OfferSignerPostgres",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            path: "Tests/TestPostgres",
             swiftSettings: strictSettings
         ),
         // Test-only stand-in for the StoreKit API the client uses (Linux has no StoreKit). Not named
