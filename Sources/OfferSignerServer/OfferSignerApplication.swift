@@ -30,16 +30,17 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
     try await store.bindMasterKey(configuration.masterKey)
     let metrics = ServerMetrics()
+    metrics.rateLimits([("client", configuration.clientRateLimit), ("app_account_token", configuration.appAccountTokenRateLimit)])
     let keyRing = KeyRingHolder(store: store, masterKey: configuration.masterKey, interval: configuration.registryPollInterval, logger: logger)
     try await keyRing.reload()
     let committer = AuditCommitter(
         store: store, batchLimit: configuration.auditBatchLimit, commitDelay: configuration.auditCommitDelay, metrics: metrics, logger: logger)
     let authenticator = RequestAuthenticator(developmentMode: configuration.developmentMode, userJWT: userJWT, limiter: RateLimiter(limit: configuration.clientRateLimit))
-    let eligibility = configuration.eligibility.map { EligibilityService(configuration: $0, store: store) }
+    let eligibility = configuration.eligibility.map { EligibilityService(configuration: $0, store: store, storeTimeout: configuration.storeTimeout) }
     let signing = SigningController(
         keyRing: keyRing, committer: committer, authenticator: authenticator,
         tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit), metrics: metrics,
-        maximumBodyBytes: configuration.maximumBodyBytes, eligibility: eligibility)
+        maximumBodyBytes: configuration.maximumBodyBytes, eligibility: eligibility, store: store, storeTimeout: configuration.storeTimeout)
     let eligibilityController = EligibilityController(
         keyRing: keyRing, authenticator: authenticator, eligibility: eligibility, maximumBodyBytes: configuration.maximumBodyBytes,
         tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit))
@@ -56,7 +57,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         Response.json(#"{"status":"ok"}"#)
     }
     router.get("/readyz") { _, _ in
-        try await readiness(store: store, ring: keyRing.ring)
+        try await readiness(store: store, ring: keyRing.ring, timeout: configuration.storeTimeout)
     }
     router.get("/metrics") { _, _ in
         Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.exposition())))
@@ -68,17 +69,19 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     var applicationConfiguration = ApplicationConfiguration(address: .hostname(configuration.host, port: configuration.port), serverName: "offer-signer")
     applicationConfiguration.serverName = "offer-signer"
     return Application(
-        router: router, configuration: applicationConfiguration, services: [AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, logger: logger), keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger)],
+        router: router, configuration: applicationConfiguration, services: [AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, lockTimeout: configuration.storeTimeout, logger: logger), keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger)],
         onServerRunning: { channel in
             logger.notice("offer-signer listening", metadata: ["address": "\(channel.localAddress?.description ?? "?")", "dev": "\(configuration.developmentMode)"])
         },
         logger: logger)
 }
 
-private func readiness(store: any OfferSignerStore, ring: KeyRing) async throws -> Response {
+/// 200 when this instance can sign: the store answers (within `timeout`) and every configured app
+/// has a usable active key; 503 `not_ready` otherwise, so a load balancer stops sending it work.
+private func readiness(store: any OfferSignerStore, ring: KeyRing, timeout: Duration) async throws -> Response {
     var problems: [String] = []
     do {
-        try await store.ping()
+        try await StoreDeadline.run("readiness ping", timeout: timeout) { try await store.ping() }
     } catch {
         problems.append("store unreachable: \(error)")
     }
@@ -116,6 +119,12 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         do {
             response = try await next(request, context)
         } catch let problem as APIProblem {
+            problemCode = problem.code
+            response = problem.response(requestID: context.id)
+        } catch let error as StoreError where error.code == .unavailable || error.code == .timeout {
+            // Whatever the request was doing when the store failed, it is refused as a whole.
+            context.logger.error("store failure", metadata: ["error": "\(error)"])
+            let problem = APIProblem.storeUnavailable(error)
             problemCode = problem.code
             response = problem.response(requestID: context.id)
         } catch let error as HTTPError {

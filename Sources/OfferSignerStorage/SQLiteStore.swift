@@ -15,6 +15,8 @@ public final class SQLiteStore: OfferSignerStore {
     let walRestartPages: Int
     private let busyTimeoutMilliseconds: Int
     private let walRestartRequested = Atomic<Bool>(false)
+    /// The locks of `withExclusiveLock` (see SQLiteStore+Coordination.swift).
+    let exclusiveLocks = InProcessLocks()
 
     /// Opens (creating if needed) the store at `path` and applies schema migrations.
     /// `walRestartPages`: while serving, the write-ahead log is started over once it holds this

@@ -62,6 +62,8 @@ struct ServeCommand: AsyncParsableCommand {
     var checkpointEverySeconds: Double?
     @Option(help: "While busy (the last audit group commit held 8 or more signatures), hold the next one back up to this many milliseconds after the previous one started, or until 24 are waiting, so busy periods commit fewer, larger groups (less CPU per signature). 0 turns it off. Env: OFFER_SIGNER_AUDIT_COMMIT_DELAY_MS. Default 1.5.")
     var auditCommitDelayMs: Double?
+    @Option(help: "Longest a request waits for the store (audit commit, ledger read, customer lock, readiness ping) before it is answered 503 with nothing issued. Env: OFFER_SIGNER_STORE_TIMEOUT_MS. Default 3000.")
+    var storeTimeoutMs: Int?
     @Option(help: "NIO event loop threads (socket I/O and HTTP parsing; request handling runs on Swift's concurrency pool and the audit writer on its own thread). Env: OFFER_SIGNER_EVENT_LOOP_THREADS. Default: NIO's, one per core.")
     var eventLoopThreads: Int?
     @Option(help: "Bundle ID of the development key (--dev). Default com.example.app.")
@@ -122,6 +124,10 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.checkpointEvery = .milliseconds(Int64(value * 1000))
         }
         if let auditCommitDelay { configuration.auditCommitDelay = auditCommitDelay }
+        if let value = try storeTimeoutMs ?? Self.number("OFFER_SIGNER_STORE_TIMEOUT_MS", Int.self) {
+            guard (1...600_000).contains(value) else { throw ValidationError("--store-timeout-ms must be between 1 and 600000") }
+            configuration.storeTimeout = .milliseconds(value)
+        }
         configuration.eligibility = try EligibilityFiles.load(
             offers: offers ?? Environment.value("OFFER_SIGNER_OFFERS"),
             appleRoots: appleRoots.isEmpty ? (Environment.value("OFFER_SIGNER_APPLE_ROOTS")?.split(separator: ":").map(String.init) ?? []) : appleRoots)
