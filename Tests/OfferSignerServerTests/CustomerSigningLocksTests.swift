@@ -84,7 +84,7 @@ import Testing
             try await locks.withLock(key, timeout: .milliseconds(100)) { Issue.record("got a lock that was held") }
         }
         let waited = ContinuousClock.now - start
-        #expect(waited >= .milliseconds(100) && waited < .seconds(5), "waited \(waited)")
+        #expect(waited >= .milliseconds(100) && waited < .seconds(30), "waited \(waited)")
         // A patient waiter behind the one that gave up still gets the lock once it is released.
         let patient = Task { try await locks.withLock(key, timeout: .seconds(30)) { true } }
         try await Task.sleep(for: .milliseconds(20))
