@@ -89,6 +89,9 @@ final class AuditCheckpointer: Service, Sendable {
                     "key_fingerprint": "\(checkpoint.keyFingerprint)", "reason": "\(reason)",
                 ])
             }
+        } catch where Task.isCancelled {
+            // Shutdown interrupted a periodic checkpoint; the final one (in a task of its own) follows.
+            logger.debug("audit checkpoint interrupted by shutdown", metadata: ["reason": "\(reason)"])
         } catch {
             logger.error("audit checkpoint failed", metadata: ["error": "\(error)", "reason": "\(reason)"])
         }
