@@ -31,6 +31,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
     ],
     targets: [
         // Signing core: payloads, signers, verifiers, key parsing, typed errors. swift-crypto only.
@@ -46,6 +48,22 @@ let package = Package(
                 "OfferSignerCore",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // Storage on PostgreSQL: several instances share one store. Depends on the protocols in
+        // OfferSignerStorage, never the other way round.
+        .target(
+            name: "OfferSignerPostgres",
+            dependencies: [
+                "OfferSignerCore",
+                "OfferSignerStorage",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictSettings
@@ -78,6 +96,7 @@ let package = Package(
             dependencies: [
                 "OfferSignerCore",
                 "OfferSignerStorage",
+                "OfferSignerPostgres",
                 "OfferSignerServer",
                 "OfferSignerEligibility",
                 "OfferSignerEvidence",
@@ -125,7 +144,7 @@ let package = Package(
         ),
         .testTarget(
             name: "OfferSignerCLITests",
-            dependencies: ["OfferSignerCore", "TestChildProcess", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["OfferSignerCore", "TestChildProcess", "TestPostgres", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -133,7 +152,9 @@ let package = Package(
             dependencies: [
                 "OfferSignerServer",
                 "TestChildProcess",
+                "TestPostgres",
                 "OfferSignerStorage",
+                "OfferSignerPostgres",
                 "OfferSignerCore",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
@@ -166,6 +187,21 @@ let package = Package(
         .target(
             name: "TestChildProcess",
             path: "Tests/TestChildProcess",
+            swiftSettings: strictSettings
+        ),
+        // Test-only: a PostgreSQL server for the tests (OFFER_SIGNER_TEST_POSTGRES_URL, or a
+        // throw-away cluster started once per test process) and a fresh database per test.
+        .target(
+            name: "TestPostgres",
+            dependencies: [
+                "TestChildProcess",
+                "OfferSignerPostgres",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            path: "Tests/TestPostgres",
             swiftSettings: strictSettings
         ),
         // Test-only stand-in for the StoreKit API the client uses (Linux has no StoreKit). Not named

@@ -128,12 +128,12 @@ public struct AuditSigningKey: Sendable, CustomStringConvertible {
     static func sealContext(fingerprint: String) -> String { "audit-signing-key:\(fingerprint)" }
 
     /// Seals the private key under the master key.
-    func sealed(with masterKey: MasterKey) -> Data {
+    public func sealed(with masterKey: MasterKey) -> Data {
         masterKey.seal(privateKey.pemRepresentation, context: Self.sealContext(fingerprint: publicKey.fingerprint))
     }
 
     /// Opens a sealed key and checks it is the one `publicKeyPEM` names.
-    static func open(sealed: Data, publicKeyPEM: String, masterKey: MasterKey) throws(StoreError) -> AuditSigningKey {
+    public static func open(sealed: Data, publicKeyPEM: String, masterKey: MasterKey) throws(StoreError) -> AuditSigningKey {
         let publicKey = try AuditSigningPublicKey(pem: publicKeyPEM)
         let pem = try masterKey.open(sealed, context: sealContext(fingerprint: publicKey.fingerprint))
         guard let privateKey = try? P256.Signing.PrivateKey(pemRepresentation: pem) else {

@@ -90,4 +90,78 @@ public protocol OfferSignerStore: StoreCoordination {
 
     /// The checkpoint with the highest sequence.
     func latestCheckpoint() async throws -> AuditCheckpoint?
+
+    /// Verifies the whole audit chain against checkpoints: `trusted` (an off-machine export,
+    /// checked with its own key) first, then the store's own checkpoints with the store's key,
+    /// which must be the trusted key when one is given. Calls `progress` about every
+    /// `progressInterval` records. The default walks the chain with
+    /// ``continueAuditVerification(_:through:)`` (see ``AuditVerification/verify(store:trusted:progressInterval:progress:)``).
+    func verifyAudit(
+        trusted: AuditCheckpointSet?, progressInterval: Int64, progress: @escaping @Sendable (Int64) -> Void
+    ) async throws -> AuditVerificationReport
+
+    /// Releases what the store holds open (connections); later calls fail. The default does
+    /// nothing (SQLite closes with its last reference).
+    func close() async
+
+    // MARK: Verbatim copies (`offer-signer store copy`, see ``StoreCopy``)
+
+    /// Whether the store holds nothing: no key, client, audit record, ledger row, checkpoint,
+    /// audit-signing key or bound master key.
+    func isEmpty() async throws -> Bool
+
+    /// The registry as stored (sealed keys stay sealed), for a verbatim copy.
+    func copyRegistry() async throws -> StoreCopyRegistry
+
+    /// Ledger rows after `position` (all when nil), by audit sequence then nonce, at most `limit`.
+    func ledger(after position: LedgerPosition?, limit: Int) async throws -> [IssuedSignatureRecord]
+
+    /// Writes one step of a verbatim copy in one transaction, byte for byte (no hash is
+    /// recomputed, nothing is audited). A step with a registry is refused unless the store is
+    /// empty; audit records must come after the store's last one, in order.
+    func importVerbatim(_ batch: VerbatimImport) async throws
+}
+
+extension OfferSignerStore {
+    public func verifyAudit(
+        trusted: AuditCheckpointSet?, progressInterval: Int64, progress: @escaping @Sendable (Int64) -> Void
+    ) async throws -> AuditVerificationReport {
+        try await AuditVerification.verify(store: self, trusted: trusted, progressInterval: progressInterval, progress: progress)
+    }
+
+    public func close() async {}
+}
+
+extension AuditVerification {
+    /// Verifies `store`'s whole chain against `trusted` and the store's own checkpoints, walking
+    /// it in segments of `progressInterval` records through
+    /// ``OfferSignerStore/continueAuditVerification(_:through:)`` up to the head read at the
+    /// start (records appended meanwhile are left for the next run).
+    public static func verify(
+        store: some OfferSignerStore, trusted: AuditCheckpointSet?, progressInterval: Int64 = 100_000,
+        progress: @escaping @Sendable (Int64) -> Void = { _ in }
+    ) async throws -> AuditVerificationReport {
+        var sets: [AuditCheckpointSet] = []
+        if let trusted { sets.append(trusted) }
+        let storedKey = try await store.auditSigningPublicKey()
+        var keyProblem: String?
+        if let trusted, let storedKey, let trustedKey = trusted.publicKey, storedKey != trustedKey {
+            keyProblem = "the store's audit-signing key (\(storedKey.fingerprint)) is not the one in \(trusted.origin) (\(trustedKey.fingerprint)): it was replaced"
+        }
+        sets.append(AuditCheckpointSet(origin: "the store", publicKey: storedKey, checkpoints: try await store.checkpoints()))
+        let head = try await store.auditHead().count
+        var verifier = AuditVerification.Verifier(checkpoints: sets)
+        let step = max(1, progressInterval)
+        while verifier.count < head {
+            let from = verifier.count
+            let target = min(head, from + step)
+            verifier = try await store.continueAuditVerification(verifier, through: target)
+            // Short of the target: a bad or missing record stopped the walk.
+            if verifier.count < target { break }
+            if verifier.count % step == 0 { progress(verifier.count) }
+        }
+        var report = verifier.finish()
+        if let keyProblem { report.checkpointProblems.insert(keyProblem, at: 0) }
+        return report
+    }
 }

@@ -182,6 +182,11 @@ public struct AuditRecord: Sendable, Equatable {
 public struct IssuedSignatureRecord: Sendable, Equatable {
     public var signature: IssuedSignature
     public var auditSequence: Int64
+
+    public init(signature: IssuedSignature, auditSequence: Int64) {
+        self.signature = signature
+        self.auditSequence = auditSequence
+    }
 }
 
 /// Everything a running server needs to authenticate and sign, read in one go.

@@ -1,135 +1,114 @@
 import Foundation
-import GRDB
 import OfferSignerCore
 import Testing
 
 @testable import OfferSignerStorage
 
-/// The audit committer's write path (`appendAuditBlocking`): its own cached BEGIN/COMMIT and
-/// INSERTs bound through SQLite's C API. What it stores must be exactly what was given, and a
-/// batch is all or nothing, with the store usable afterwards.
+/// The audit committer's write path (`appendAuditBlocking`) on both engines: what it stores
+/// must be exactly what was given, and a batch is all or nothing, with the store usable
+/// afterwards. (SQLite: its own cached BEGIN/COMMIT and INSERTs bound through the C API;
+/// PostgreSQL: one transaction with multi-row INSERTs.)
 @Suite("Audit appends: exact values, all or nothing")
 struct AuditAppendTests {
-    struct Fixture {
-        let directory: URL
-        let store: SQLiteStore
-        var path: String { directory.appendingPathComponent("store.sqlite").path }
-
-        init() throws {
-            directory = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-append-\(UUID().uuidString)")
-            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            store = try SQLiteStore(path: directory.appendingPathComponent("store.sqlite").path)
-        }
-
-        func cleanUp() { try? FileManager.default.removeItem(at: directory) }
-
-        func count(_ table: String) throws -> Int {
-            try DatabaseQueue(path: path).read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM \(table)") ?? -1 }
-        }
-    }
-
     static func signature(nonce: String = UUID.timeOrdered().lowercasedString, token: String?, client: String = "client:backend", offerID: String = "WINBACK50") -> IssuedSignature {
         IssuedSignature(
             nonce: nonce, issuedAt: Date(timeIntervalSince1970: 1_790_000_000.123), client: client, bundleID: "com.example.app",
             productID: "pro.monthly", offerID: offerID, appAccountToken: token, keyID: "KEY0000001", format: "legacy")
     }
 
-    @Test("Every column is stored exactly as given: NULL, empty, non-ASCII and JSON text, and 64-bit numbers")
-    func exactValues() async throws {
-        let fixture = try Fixture()
-        defer { fixture.cleanUp() }
-        let token = "6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"
-        let unusual = [
-            Self.signature(token: token, client: "client:Zürich — 東京 🚀"),
-            Self.signature(token: token, client: "", offerID: "o'); DROP TABLE audit_log; --"),
-            Self.signature(token: nil),
-        ]
-        let appends = unusual.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }
-            + [AuditAppend(entry: AuditEntry(kind: "note", body: #"{"text":"quote \" backslash \\ newline \n é"}"#))]
-        let time = Date(timeIntervalSince1970: 1_790_000_123.456)
-        let records = try fixture.store.appendAuditBlocking(appends, at: time)
+    @Test("Every column is stored exactly as given: NULL, empty, non-ASCII and JSON text, and 64-bit numbers", arguments: StoreBackend.allCases)
+    func exactValues(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let token = "6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"
+            let unusual = [
+                Self.signature(token: token, client: "client:Zürich — 東京 🚀"),
+                Self.signature(token: token, client: "", offerID: "o'); DROP TABLE audit_log; --"),
+                Self.signature(token: nil),
+            ]
+            let appends = unusual.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }
+                + [AuditAppend(entry: AuditEntry(kind: "note", body: #"{"text":"quote \" backslash \\ newline \n é"}"#))]
+            let time = Date(timeIntervalSince1970: 1_790_000_123.456)
+            let records = try await onOwnThread { try fixture.store.appendAuditBlocking(appends, at: time) }
 
-        #expect(records.map(\.sequence) == [1, 2, 3, 4])
-        let stored = try await fixture.store.auditRecords(after: 0, limit: 10)
-        #expect(stored == records, "what was returned is what was stored")
-        #expect(stored.map(\.body) == appends.map(\.entry.body))
-        #expect(stored.allSatisfy { $0.recordedAt.unixMilliseconds == 1_790_000_123_456 })
-        #expect(try await fixture.store.verifyAudit().isIntact)
+            #expect(records.map(\.sequence) == [1, 2, 3, 4])
+            let stored = try await fixture.store.auditRecords(after: 0, limit: 10)
+            #expect(stored == records, "what was returned is what was stored")
+            #expect(stored.map(\.body) == appends.map(\.entry.body))
+            #expect(stored.allSatisfy { $0.recordedAt.unixMilliseconds == 1_790_000_123_456 })
+            #expect(try await fixture.store.verifiedChain().isIntact)
 
-        let ledger = try await fixture.store.issuedSignatures(appAccountToken: token, bundleID: "com.example.app")
-        #expect(ledger.map(\.signature) == [unusual[0], unusual[1]].map { signature in
-            var expected = signature
-            expected.issuedAt = Date(timeIntervalSince1970: Double(signature.issuedAt.unixMilliseconds) / 1000)
-            return expected
-        })
-        #expect(ledger.map(\.auditSequence) == [1, 2])
-        // The NULL token stays NULL (not an empty string).
-        let nullTokens = try await DatabaseQueue(path: fixture.path).read { db in
-            try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM issued_signatures WHERE app_account_token IS NULL AND audit_seq = 3")
+            let ledger = try await fixture.store.issuedSignatures(appAccountToken: token, bundleID: "com.example.app")
+            #expect(ledger.map(\.signature) == [unusual[0], unusual[1]].map { signature in
+                var expected = signature
+                expected.issuedAt = Date(timeIntervalSince1970: Double(signature.issuedAt.unixMilliseconds) / 1000)
+                return expected
+            })
+            #expect(ledger.map(\.auditSequence) == [1, 2])
+            // The NULL token stays NULL (not an empty string).
+            #expect(try await fixture.count("issued_signatures", where: "app_account_token IS NULL AND audit_seq = 3") == 1)
         }
-        #expect(nullTokens == 1)
     }
 
-    @Test("A reused nonce is refused by name, and nothing of its batch is kept")
-    func duplicateNonce() async throws {
-        let fixture = try Fixture()
-        defer { fixture.cleanUp() }
-        let first = Self.signature(token: nil)
-        _ = try fixture.store.appendAuditBlocking([AuditAppend(entry: first.auditEntry, signatures: [first])], at: Date())
+    @Test("A reused nonce is refused by name, and nothing of its batch is kept", arguments: StoreBackend.allCases)
+    func duplicateNonce(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let first = Self.signature(token: nil)
+            _ = try await onOwnThread { try fixture.store.appendAuditBlocking([AuditAppend(entry: first.auditEntry, signatures: [first])], at: Date()) }
 
-        let fresh = Self.signature(token: nil)
-        let again = Self.signature(nonce: first.nonce, token: nil)
-        #expect {
-            _ = try fixture.store.appendAuditBlocking(
-                [AuditAppend(entry: fresh.auditEntry, signatures: [fresh]), AuditAppend(entry: again.auditEntry, signatures: [again])], at: Date())
-        } throws: { error in
-            guard let error = error as? StoreError else { return false }
-            return error.code == .duplicate && error.message.contains(first.nonce)
-        }
-        #expect(try fixture.count("audit_log") == 1)
-        #expect(try fixture.count("issued_signatures") == 1)
-
-        // The transaction was closed: the next batch commits and chains on record 1.
-        let next = try fixture.store.appendAuditBlocking([AuditAppend(entry: fresh.auditEntry, signatures: [fresh])], at: Date())
-        #expect(next.map(\.sequence) == [2])
-        #expect(try await fixture.store.verifyAudit().isIntact)
-    }
-
-    @Test("A failure in the middle of a batch keeps nothing of it; the store goes on afterwards")
-    func failureMidBatch() async throws {
-        let fixture = try Fixture()
-        defer { fixture.cleanUp() }
-        // The third ledger row of the batch fails, after two audit records and two ledger rows were inserted.
-        try await DatabaseQueue(path: fixture.path).write { db in
-            try db.execute(sql: "CREATE TRIGGER refuse_offer BEFORE INSERT ON issued_signatures WHEN NEW.offer_id = 'REFUSED' BEGIN SELECT RAISE(ABORT, 'simulated failure'); END;")
-        }
-        let batch = [Self.signature(token: nil), Self.signature(token: nil), Self.signature(token: nil, offerID: "REFUSED")]
-        #expect(throws: StoreError.self) {
-            _ = try fixture.store.appendAuditBlocking(batch.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }, at: Date())
-        }
-        #expect(try fixture.count("audit_log") == 0)
-        #expect(try fixture.count("issued_signatures") == 0)
-
-        let records = try fixture.store.appendAuditBlocking(batch.prefix(2).map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }, at: Date())
-        #expect(records.map(\.sequence) == [1, 2])
-        #expect(try fixture.count("issued_signatures") == 2)
-        #expect(try await fixture.store.verifyAudit().isIntact)
-    }
-
-    @Test("Appends from the committer and from the async API interleave into one chain")
-    func interleaved() async throws {
-        let fixture = try Fixture()
-        defer { fixture.cleanUp() }
-        for round in 0..<50 {
-            let signature = Self.signature(token: UUID().lowercasedString)
-            if round.isMultiple(of: 2) {
-                _ = try fixture.store.appendAuditBlocking([AuditAppend(entry: signature.auditEntry, signatures: [signature])], at: Date())
-            } else {
-                _ = try await fixture.store.appendAudit([AuditAppend(entry: signature.auditEntry, signatures: [signature])], at: Date())
+            let fresh = Self.signature(token: nil)
+            let again = Self.signature(nonce: first.nonce, token: nil)
+            await #expect {
+                _ = try await onOwnThread {
+                    try fixture.store.appendAuditBlocking(
+                        [AuditAppend(entry: fresh.auditEntry, signatures: [fresh]), AuditAppend(entry: again.auditEntry, signatures: [again])], at: Date())
+                }
+            } throws: { error in
+                guard let error = error as? StoreError else { return false }
+                return error.code == .duplicate && error.message.contains(first.nonce)
             }
+            #expect(try await fixture.count("audit_log") == 1)
+            #expect(try await fixture.count("issued_signatures") == 1)
+
+            // The transaction was closed: the next batch commits and chains on record 1.
+            let next = try await onOwnThread { try fixture.store.appendAuditBlocking([AuditAppend(entry: fresh.auditEntry, signatures: [fresh])], at: Date()) }
+            #expect(next.map(\.sequence) == [2])
+            #expect(try await fixture.store.verifiedChain().isIntact)
         }
-        let report = try await fixture.store.verifyAudit()
-        #expect(report.isIntact && report.recordsChecked == 50, "\(report)")
-        #expect(try fixture.count("issued_signatures") == 50)
+    }
+
+    @Test("A failure in the middle of a batch keeps nothing of it; the store goes on afterwards", arguments: StoreBackend.allCases)
+    func failureMidBatch(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            // The third ledger row of the batch fails, after two audit records and two ledger rows were inserted.
+            try await fixture.refuseLedgerRows(offerID: "REFUSED")
+            let batch = [Self.signature(token: nil), Self.signature(token: nil), Self.signature(token: nil, offerID: "REFUSED")]
+            await #expect(throws: StoreError.self) {
+                _ = try await onOwnThread { try fixture.store.appendAuditBlocking(batch.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }, at: Date()) }
+            }
+            #expect(try await fixture.count("audit_log") == 0)
+            #expect(try await fixture.count("issued_signatures") == 0)
+
+            let records = try await onOwnThread { try fixture.store.appendAuditBlocking(batch.prefix(2).map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }, at: Date()) }
+            #expect(records.map(\.sequence) == [1, 2])
+            #expect(try await fixture.count("issued_signatures") == 2)
+            #expect(try await fixture.store.verifiedChain().isIntact)
+        }
+    }
+
+    @Test("Appends from the committer and from the async API interleave into one chain", arguments: StoreBackend.allCases)
+    func interleaved(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            for round in 0..<50 {
+                let signature = Self.signature(token: UUID().lowercasedString)
+                if round.isMultiple(of: 2) {
+                    _ = try await onOwnThread { try fixture.store.appendAuditBlocking([AuditAppend(entry: signature.auditEntry, signatures: [signature])], at: Date()) }
+                } else {
+                    _ = try await fixture.store.appendAudit([AuditAppend(entry: signature.auditEntry, signatures: [signature])], at: Date())
+                }
+            }
+            let report = try await fixture.store.verifiedChain()
+            #expect(report.isIntact && report.recordsChecked == 50, "\(report)")
+            #expect(try await fixture.count("issued_signatures") == 50)
+        }
     }
 }

@@ -1,0 +1,271 @@
+import Dispatch
+import Foundation
+import Logging
+import OfferSignerCore
+import OfferSignerStorage
+import PostgresNIO
+import Synchronization
+
+/// The audit chain, the ledger and signed checkpoints.
+extension PostgresStore {
+    /// At most this many ledger rows go into one INSERT (10 parameters each, PostgreSQL allows
+    /// 65,535 per statement).
+    static let ledgerRowsPerStatement = 6000
+    /// At most this many audit rows go into one INSERT (6 parameters each).
+    static let auditRowsPerStatement = 10000
+    /// Records read per query while walking the chain.
+    static let walkPageSize = 10000
+
+    /// Appends audit entries (and their ledger rows) inside an open transaction.
+    ///
+    /// Rule: the chain head is locked once (`FOR UPDATE` on the one `audit_head` row, a separate
+    /// statement so later reads see what the previous holder committed); the whole group is
+    /// hashed from it, inserted with multi-row INSERTs, and the head moved, all before the
+    /// caller's COMMIT. A reused nonce fails with `StoreError.duplicate`, naming the nonce.
+    static func appendAudit(_ connection: PostgresConnection, _ logger: Logger, _ batch: [AuditAppend], at time: Date) async throws -> [AuditRecord] {
+        guard !batch.isEmpty else { return [] }
+        guard let head = try await connection.query("SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE", logger: logger).collect().first else {
+            throw StoreError(.unavailable, "the audit_head row is missing (was the store edited by hand?)")
+        }
+        var (sequence, previousHash) = try head.decode((Int64, String).self)
+        let recordedAt = Date(timeIntervalSince1970: Double(time.unixMilliseconds) / 1000)
+        let millis = recordedAt.unixMilliseconds
+        var records: [AuditRecord] = []
+        records.reserveCapacity(batch.count)
+        var signatures: [(IssuedSignature, Int64)] = []
+        for append in batch {
+            sequence += 1
+            let hash = AuditVerification.hash(previousHash: previousHash, sequence: sequence, recordedAtMillis: millis, kind: append.entry.kind, body: append.entry.body)
+            records.append(AuditRecord(sequence: sequence, recordedAt: recordedAt, kind: append.entry.kind, body: append.entry.body, previousHash: previousHash, hash: hash))
+            for signature in append.signatures { signatures.append((signature, sequence)) }
+            previousHash = hash
+        }
+        try await insertAuditRecords(connection, logger, records)
+        do {
+            try await insertLedgerRows(connection, logger, signatures)
+        } catch where sqlState(error) == "23505" {
+            throw StoreError(.duplicate, duplicateNonceMessage(error, signatures.map(\.0.nonce)))
+        }
+        try await connection.run("UPDATE audit_head SET seq = \(sequence), hash = \(previousHash) WHERE id = 1", logger: logger)
+        return records
+    }
+
+    /// Multi-row INSERTs of audit records, as they are (sequence and hashes included).
+    static func insertAuditRecords(_ connection: PostgresConnection, _ logger: Logger, _ records: [AuditRecord]) async throws {
+        var start = 0
+        while start < records.count {
+            let chunk = records[start..<min(records.count, start + auditRowsPerStatement)]
+            var sql = "INSERT INTO audit_log (seq, recorded_at, kind, body, previous_hash, hash) VALUES "
+            var binds = PostgresBindings(capacity: chunk.count * 6)
+            for (offset, record) in chunk.enumerated() {
+                let base = offset * 6
+                if offset > 0 { sql += ", " }
+                sql += "($\(base + 1), $\(base + 2), $\(base + 3), $\(base + 4), $\(base + 5), $\(base + 6))"
+                binds.append(record.sequence)
+                binds.append(record.recordedAt.unixMilliseconds)
+                binds.append(record.kind)
+                binds.append(record.body)
+                binds.append(record.previousHash)
+                binds.append(record.hash)
+            }
+            try await connection.run(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
+            start += chunk.count
+        }
+    }
+
+    /// Multi-row INSERTs of ledger rows.
+    static func insertLedgerRows(_ connection: PostgresConnection, _ logger: Logger, _ rows: [(IssuedSignature, Int64)]) async throws {
+        var start = 0
+        while start < rows.count {
+            let chunk = rows[start..<min(rows.count, start + ledgerRowsPerStatement)]
+            var sql = "INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format) VALUES "
+            var binds = PostgresBindings(capacity: chunk.count * 10)
+            for (offset, (signature, sequence)) in chunk.enumerated() {
+                let base = offset * 10
+                if offset > 0 { sql += ", " }
+                sql += "(" + (1...10).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
+                binds.append(signature.nonce)
+                binds.append(sequence)
+                binds.append(signature.issuedAt.unixMilliseconds)
+                binds.append(signature.client)
+                binds.append(signature.bundleID)
+                binds.append(signature.productID)
+                binds.append(signature.offerID)
+                binds.append(signature.appAccountToken)
+                binds.append(signature.keyID)
+                binds.append(signature.format)
+            }
+            try await connection.run(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
+            start += chunk.count
+        }
+    }
+
+    /// "nonce X was issued before", with X from the server's detail ("Key (nonce)=(X) already
+    /// exists.") when it is one of ours, else the first of the batch's nonces that the detail names.
+    private static func duplicateNonceMessage(_ error: any Error, _ nonces: [String]) -> String {
+        let detail = (error as? PSQLError)?.serverInfo?[.detail] ?? ""
+        if let nonce = nonces.first(where: { detail.contains("=(\($0))") }) {
+            return "nonce \(nonce) was issued before; nonces are never reused"
+        }
+        if Set(nonces).count < nonces.count {
+            return "a nonce appears twice in one append; nonces are never reused"
+        }
+        return "a nonce was issued before; nonces are never reused"
+    }
+
+    public func appendAudit(_ batch: [AuditAppend], at time: Date) async throws -> [AuditRecord] {
+        try await transaction("appending to the audit log") { connection, logger in
+            try await Self.appendAudit(connection, logger, batch, at: time)
+        }
+    }
+
+    /// Blocks the calling thread (the audit committer's own, never one of the concurrency pool)
+    /// until ``appendAudit(_:at:)`` has committed or failed; bounded by the operation timeout.
+    public func appendAuditBlocking(_ batch: [AuditAppend], at time: Date) throws -> [AuditRecord] {
+        let done = DispatchSemaphore(value: 0)
+        let outcome = Mutex<Result<[AuditRecord], any Error>?>(nil)
+        Task {
+            let result: Result<[AuditRecord], any Error>
+            do {
+                result = .success(try await self.appendAudit(batch, at: time))
+            } catch {
+                result = .failure(error)
+            }
+            outcome.withLock { $0 = result }
+            done.signal()
+        }
+        done.wait()
+        guard let result = outcome.withLock({ $0 }) else { throw StoreError(.unavailable, "appending to the audit log failed: no outcome") }
+        return try result.get()
+    }
+
+    static let recordColumns = "seq, recorded_at, kind, body, previous_hash, hash"
+
+    static func record(from row: PostgresRow) throws -> AuditRecord {
+        let (sequence, millis, kind, body, previousHash, hash) = try row.decode((Int64, Int64, String, String, String, String).self)
+        return AuditRecord(sequence: sequence, recordedAt: date(millis), kind: kind, body: body, previousHash: previousHash, hash: hash)
+    }
+
+    public func auditRecords(after sequence: Int64, limit: Int) async throws -> [AuditRecord] {
+        try await rows(
+            "reading the audit log",
+            "SELECT seq, recorded_at, kind, body, previous_hash, hash FROM audit_log WHERE seq > \(sequence) ORDER BY seq LIMIT \(Int64(max(0, limit)))"
+        ).map(Self.record(from:))
+    }
+
+    /// Pages through the chain, `walkPageSize` records per query; each page is checked before the
+    /// next is read, and the walk stops at the first bad record.
+    public func continueAuditVerification(_ verifier: AuditVerification.Verifier, through sequence: Int64) async throws -> AuditVerification.Verifier {
+        var verifier = verifier
+        while verifier.count < sequence {
+            let from = verifier.count
+            let page = try await rows(
+                "reading the audit log",
+                """
+                SELECT seq, recorded_at, kind, body, previous_hash, hash FROM audit_log
+                WHERE seq > \(from) AND seq <= \(sequence) ORDER BY seq LIMIT \(Int64(Self.walkPageSize))
+                """)
+            for row in page {
+                let (seq, millis, kind, body, previousHash, hash) = try row.decode((Int64, Int64, String, String, String, String).self)
+                guard verifier.check(sequence: seq, recordedAtMillis: millis, kind: kind, body: body, previousHash: previousHash, hash: hash) else {
+                    return verifier
+                }
+            }
+            // A short page, or one that did not move the walk on: the chain ends (or breaks) here.
+            if page.count < Self.walkPageSize || verifier.count == from { break }
+        }
+        return verifier
+    }
+
+    public func auditHead() async throws -> (count: Int64, hash: String) {
+        guard let row = try await rows("reading the audit head", "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").first else {
+            return (0, AuditChain.genesisHash)
+        }
+        let (count, hash) = try row.decode((Int64, String).self)
+        return (count, hash)
+    }
+
+    public func issuedSignatures(appAccountToken: String, bundleID: String) async throws -> [IssuedSignatureRecord] {
+        try await rows(
+            "reading the ledger",
+            """
+            SELECT nonce, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, audit_seq
+            FROM issued_signatures WHERE app_account_token = \(appAccountToken) AND bundle_id = \(bundleID) ORDER BY issued_at
+            """
+        ).map(Self.ledgerRecord(from:))
+    }
+
+    static let ledgerColumns = "nonce, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, audit_seq"
+
+    static func ledgerRecord(from row: PostgresRow) throws -> IssuedSignatureRecord {
+        let columns = try row.decode((String, Int64, String, String, String, String, String?, String, String, Int64).self)
+        return IssuedSignatureRecord(
+            signature: IssuedSignature(
+                nonce: columns.0, issuedAt: date(columns.1), client: columns.2, bundleID: columns.3, productID: columns.4, offerID: columns.5,
+                appAccountToken: columns.6, keyID: columns.7, format: columns.8),
+            auditSequence: columns.9)
+    }
+
+    // MARK: - Signed checkpoints
+
+    public func auditSigningKey(masterKey: MasterKey) async throws -> AuditSigningKey {
+        try await bindMasterKey(masterKey)
+        let candidate = AuditSigningKey.generate()
+        let sealed = candidate.sealed(with: masterKey)
+        let now = Date().unixMilliseconds
+        // Whoever inserts first wins; every instance then opens the stored one.
+        let (pem, stored) = try await transaction("reading the audit-signing key") { connection, logger -> (String, Data) in
+            try await connection.run(
+                """
+                INSERT INTO audit_signing_key (id, public_key_pem, fingerprint, sealed_private_key, created_at)
+                VALUES (1, \(candidate.publicKey.pem), \(candidate.publicKey.fingerprint), \(sealed), \(now)) ON CONFLICT (id) DO NOTHING
+                """, logger: logger)
+            guard let row = try await connection.query("SELECT public_key_pem, sealed_private_key FROM audit_signing_key WHERE id = 1", logger: logger).collect().first else {
+                throw StoreError(.unavailable, "the audit-signing key vanished while it was being stored")
+            }
+            return try row.decode((String, Data).self)
+        }
+        return try AuditSigningKey.open(sealed: stored, publicKeyPEM: pem, masterKey: masterKey)
+    }
+
+    public func auditSigningPublicKey() async throws -> AuditSigningPublicKey? {
+        guard let row = try await rows("reading the audit-signing key", "SELECT public_key_pem FROM audit_signing_key WHERE id = 1").first else { return nil }
+        return try AuditSigningPublicKey(pem: try row.decode(String.self))
+    }
+
+    public func appendCheckpoint(_ checkpoint: AuditCheckpoint) async throws -> Bool {
+        try await transaction("storing an audit checkpoint") { connection, logger in
+            let inserted = try await connection.query(
+                """
+                INSERT INTO audit_checkpoints (seq, head_hash, created_at, key_fingerprint, signature)
+                VALUES (\(checkpoint.sequence), \(checkpoint.headHash), \(checkpoint.createdAt.unixMilliseconds), \(checkpoint.keyFingerprint), \(checkpoint.signature))
+                ON CONFLICT (seq) DO NOTHING RETURNING seq
+                """, logger: logger
+            ).collect()
+            if !inserted.isEmpty { return true }
+            let existing = try await connection.query("SELECT head_hash FROM audit_checkpoints WHERE seq = \(checkpoint.sequence)", logger: logger).collect().first
+            guard let existing, try existing.decode(String.self) == checkpoint.headHash else {
+                throw StoreError(.conflict, "a checkpoint of \(checkpoint.sequence) records with another head hash exists already")
+            }
+            return false
+        }
+    }
+
+    static let checkpointColumns = "seq, head_hash, created_at, key_fingerprint, signature"
+
+    static func checkpoint(from row: PostgresRow) throws -> AuditCheckpoint {
+        let (sequence, headHash, createdAt, fingerprint, signature) = try row.decode((Int64, String, Int64, String, String).self)
+        return AuditCheckpoint(sequence: sequence, headHash: headHash, createdAt: date(createdAt), keyFingerprint: fingerprint, signature: signature)
+    }
+
+    public func checkpoints() async throws -> [AuditCheckpoint] {
+        try await rows("reading audit checkpoints", "SELECT seq, head_hash, created_at, key_fingerprint, signature FROM audit_checkpoints ORDER BY seq")
+            .map(Self.checkpoint(from:))
+    }
+
+    public func latestCheckpoint() async throws -> AuditCheckpoint? {
+        try await rows(
+            "reading audit checkpoints", "SELECT seq, head_hash, created_at, key_fingerprint, signature FROM audit_checkpoints ORDER BY seq DESC LIMIT 1"
+        ).first.map(Self.checkpoint(from:))
+    }
+}

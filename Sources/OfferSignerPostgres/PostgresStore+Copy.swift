@@ -1,0 +1,125 @@
+import Foundation
+import Logging
+import OfferSignerCore
+import OfferSignerStorage
+import PostgresNIO
+
+/// Verbatim copies out of and into PostgreSQL (see ``StoreCopy``).
+extension PostgresStore {
+    static let copiedTables = ["signing_keys", "api_clients", "audit_log", "issued_signatures", "audit_checkpoints", "audit_signing_key"]
+
+    static func hasRows(_ connection: PostgresConnection, _ logger: Logger) async throws -> String? {
+        for table in copiedTables {
+            if try await connection.query(PostgresQuery(unsafeSQL: "SELECT 1 FROM \(table) LIMIT 1"), logger: logger).collect().count > 0 { return table }
+        }
+        if try await connection.query("SELECT 1 FROM meta WHERE name = 'master_key_check'", logger: logger).collect().count > 0 { return "meta" }
+        return nil
+    }
+
+    public func isEmpty() async throws -> Bool {
+        try await transaction("checking that the store is empty") { connection, logger in
+            try await Self.hasRows(connection, logger) == nil
+        }
+    }
+
+    public func copyRegistry() async throws -> StoreCopyRegistry {
+        let snapshot = try await registrySnapshot()
+        let check = try await rows("reading the master key check", "SELECT value FROM meta WHERE name = 'master_key_check'").first?.decode(String.self)
+        let signingKey = try await rows(
+            "reading the audit-signing key", "SELECT public_key_pem, fingerprint, sealed_private_key, created_at FROM audit_signing_key WHERE id = 1"
+        ).first.map { row in
+            let (pem, fingerprint, sealed, createdAt) = try row.decode((String, String, Data, Int64).self)
+            return SealedAuditSigningKey(publicKeyPEM: pem, fingerprint: fingerprint, sealedPrivateKey: sealed, createdAt: Self.date(createdAt))
+        }
+        return StoreCopyRegistry(masterKeyCheck: check, registryVersion: snapshot.version, keys: snapshot.keys, clients: snapshot.clients, auditSigningKey: signingKey)
+    }
+
+    public func ledger(after position: LedgerPosition?, limit: Int) async throws -> [IssuedSignatureRecord] {
+        let limit = Int64(max(0, limit))
+        let query: PostgresQuery
+        if let position {
+            query = """
+                SELECT nonce, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, audit_seq
+                FROM issued_signatures WHERE (audit_seq, nonce) > (\(position.auditSequence), \(position.nonce))
+                ORDER BY audit_seq, nonce LIMIT \(limit)
+                """
+        } else {
+            query = """
+                SELECT nonce, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, audit_seq
+                FROM issued_signatures ORDER BY audit_seq, nonce LIMIT \(limit)
+                """
+        }
+        return try await rows("reading the ledger", query).map(Self.ledgerRecord(from:))
+    }
+
+    public func importVerbatim(_ batch: VerbatimImport) async throws {
+        try await transaction("importing into the store") { connection, logger in
+            // Imports take the chain head like appends, so nothing else writes meanwhile.
+            guard let head = try await connection.query("SELECT seq FROM audit_head WHERE id = 1 FOR UPDATE", logger: logger).collect().first else {
+                throw StoreError(.unavailable, "the audit_head row is missing (was the store edited by hand?)")
+            }
+            let headSequence = try head.decode(Int64.self)
+            if let registry = batch.registry {
+                if let table = try await Self.hasRows(connection, logger) {
+                    throw StoreError(.conflict, "the target store is not empty (\(table) has rows)")
+                }
+                if let check = registry.masterKeyCheck {
+                    try await connection.run("INSERT INTO meta (name, value) VALUES ('master_key_check', \(check))", logger: logger)
+                }
+                try await connection.run("UPDATE registry SET version = \(registry.registryVersion) WHERE id = 1", logger: logger)
+                for (index, key) in registry.keys.enumerated() {
+                    try await connection.run(
+                        """
+                        INSERT INTO signing_keys (key_id, bundle_id, issuer_id, state, origin, public_key_pem, fingerprint, sealed_private_key,
+                            imported_at, activated_at, retired_at, revoked_at, position)
+                        VALUES (\(key.keyID), \(key.bundleID), \(key.issuerID), \(key.state.rawValue), \(key.origin), \(key.publicKeyPEM), \(key.fingerprint),
+                            \(key.sealedPrivateKey), \(key.importedAt.unixMilliseconds), \(key.activatedAt?.unixMilliseconds), \(key.retiredAt?.unixMilliseconds),
+                            \(key.revokedAt?.unixMilliseconds), \(Int64(index + 1)))
+                        """, logger: logger)
+                }
+                for client in registry.clients {
+                    try await connection.run(
+                        """
+                        INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at, revoked_at)
+                        VALUES (\(client.clientID), \(client.name), \(client.bundleIDs.joined(separator: " ")), \(client.secretHash),
+                            \(client.createdAt.unixMilliseconds), \(client.revokedAt?.unixMilliseconds))
+                        """, logger: logger)
+                }
+                if let key = registry.auditSigningKey {
+                    try await connection.run(
+                        """
+                        INSERT INTO audit_signing_key (id, public_key_pem, fingerprint, sealed_private_key, created_at)
+                        VALUES (1, \(key.publicKeyPEM), \(key.fingerprint), \(key.sealedPrivateKey), \(key.createdAt.unixMilliseconds))
+                        """, logger: logger)
+                }
+            }
+            if let first = batch.records.first, let last = batch.records.last {
+                let stored = try await connection.query("SELECT COALESCE(MAX(seq), 0) FROM audit_log", logger: logger).collect().first?.decode(Int64.self) ?? 0
+                guard first.sequence > max(stored, headSequence) else {
+                    throw StoreError(.conflict, "audit record \(first.sequence) does not come after the store's last one (\(max(stored, headSequence)))")
+                }
+                for (earlier, later) in zip(batch.records, batch.records.dropFirst()) where later.sequence <= earlier.sequence {
+                    throw StoreError(.conflict, "audit records to import are out of order at \(later.sequence)")
+                }
+                try await Self.insertAuditRecords(connection, logger, batch.records)
+                try await connection.run("UPDATE audit_head SET seq = \(last.sequence), hash = \(last.hash) WHERE id = 1", logger: logger)
+            }
+            if !batch.ledger.isEmpty {
+                do {
+                    try await Self.insertLedgerRows(connection, logger, batch.ledger.map { ($0.signature, $0.auditSequence) })
+                } catch where Self.sqlState(error) == "23505" {
+                    throw StoreError(.duplicate, "a nonce to import is in the store already")
+                }
+            }
+            if !batch.checkpoints.isEmpty {
+                for checkpoint in batch.checkpoints {
+                    try await connection.run(
+                        """
+                        INSERT INTO audit_checkpoints (seq, head_hash, created_at, key_fingerprint, signature)
+                        VALUES (\(checkpoint.sequence), \(checkpoint.headHash), \(checkpoint.createdAt.unixMilliseconds), \(checkpoint.keyFingerprint), \(checkpoint.signature))
+                        """, logger: logger)
+                }
+            }
+        }
+    }
+}

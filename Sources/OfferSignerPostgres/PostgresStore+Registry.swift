@@ -1,0 +1,232 @@
+import Foundation
+import Logging
+import OfferSignerCore
+import OfferSignerStorage
+import PostgresNIO
+
+/// Master key, keys and clients. Every change locks the registry row first (`FOR UPDATE`), so
+/// changes from several instances apply one at a time, bump the version once each, and are
+/// audited in the same transaction.
+extension PostgresStore {
+    static let keyColumns = """
+        key_id, bundle_id, issuer_id, state, origin, public_key_pem, fingerprint, sealed_private_key,
+        imported_at, activated_at, retired_at, revoked_at
+        """
+
+    typealias KeyRow = (String, String, String?, String, String, String, String, Data, Int64, Int64?, Int64?, Int64?)
+
+    static func key(from row: PostgresRow) throws -> SigningKeyRecord {
+        let columns = try row.decode(KeyRow.self)
+        guard let state = SigningKeyState(rawValue: columns.3) else {
+            throw StoreError(.unavailable, "signing_keys.state holds an unknown state (was the store edited by hand?)")
+        }
+        return SigningKeyRecord(
+            keyID: columns.0, bundleID: columns.1, issuerID: columns.2, state: state, origin: columns.4, publicKeyPEM: columns.5,
+            fingerprint: columns.6, importedAt: date(columns.8), activatedAt: optionalDate(columns.9), retiredAt: optionalDate(columns.10),
+            revokedAt: optionalDate(columns.11), sealedPrivateKey: columns.7)
+    }
+
+    static let clientColumns = "client_id, name, bundle_ids, secret_hash, created_at, revoked_at"
+
+    static func client(from row: PostgresRow) throws -> APIClientRecord {
+        let (clientID, name, bundles, secretHash, createdAt, revokedAt) = try row.decode((String, String, String, String, Int64, Int64?).self)
+        return APIClientRecord(
+            clientID: clientID, name: name, bundleIDs: bundles.isEmpty ? [] : bundles.split(separator: " ").map(String.init),
+            secretHash: secretHash, createdAt: date(createdAt), revokedAt: optionalDate(revokedAt))
+    }
+
+    static func all<T>(_ sequence: PostgresRowSequence, _ transform: (PostgresRow) throws -> T) async throws -> [T] {
+        var values: [T] = []
+        for try await row in sequence { values.append(try transform(row)) }
+        return values
+    }
+
+    /// Locks the registry row for the rest of the transaction and bumps its version.
+    static func lockAndBumpRegistry(_ connection: PostgresConnection, _ logger: Logger) async throws {
+        try await connection.run("UPDATE registry SET version = version + 1 WHERE id = 1", logger: logger)
+    }
+
+    public func bindMasterKey(_ masterKey: MasterKey) async throws {
+        let check = masterKey.checkValue
+        try await transaction("binding the master key") { connection, logger in
+            try await connection.run(
+                "INSERT INTO meta (name, value) VALUES ('master_key_check', \(check)) ON CONFLICT (name) DO NOTHING", logger: logger)
+            var stored: String?
+            for try await value in try await connection.query("SELECT value FROM meta WHERE name = 'master_key_check'", logger: logger).decode(String.self) {
+                stored = value
+            }
+            guard stored == check else {
+                throw StoreError(.masterKeyMismatch, "the master key does not match the one this store's keys were sealed with")
+            }
+        }
+    }
+
+    /// Nothing to prepare: PostgreSQL does its own housekeeping.
+    public func prepareForServing() async throws {}
+
+    /// Nothing to do: PostgreSQL does its own housekeeping (autovacuum, checkpoints).
+    public func performMaintenance() async throws {}
+
+    public func ping() async throws {
+        _ = try await rows("pinging the store", "SELECT version FROM registry WHERE id = 1")
+    }
+
+    public func registryVersion() async throws -> Int64 {
+        try await rows("reading the registry version", "SELECT version FROM registry WHERE id = 1").first?.decode(Int64.self) ?? 0
+    }
+
+    public func registrySnapshot() async throws -> RegistrySnapshot {
+        // One transaction (REPEATABLE READ) so keys and clients match the version.
+        try await transaction("reading the registry") { connection, logger in
+            try await connection.run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
+            var version: Int64 = 0
+            for try await value in try await connection.query("SELECT version FROM registry WHERE id = 1", logger: logger).decode(Int64.self) {
+                version = value
+            }
+            let keys = try await Self.all(
+                try await connection.query(PostgresQuery(unsafeSQL: "SELECT \(Self.keyColumns) FROM signing_keys ORDER BY position"), logger: logger),
+                Self.key(from:))
+            let clients = try await Self.all(
+                try await connection.query(PostgresQuery(unsafeSQL: "SELECT \(Self.clientColumns) FROM api_clients ORDER BY created_at, name"), logger: logger),
+                Self.client(from:))
+            return RegistrySnapshot(version: version, keys: keys, clients: clients)
+        }
+    }
+
+    public func importKey(_ key: SigningKeyRecord, actor: String, reason: String?) async throws -> SigningKeyRecord {
+        try await transaction("importing key '\(key.keyID)'") { connection, logger in
+            try await Self.lockAndBumpRegistry(connection, logger)
+            if try await connection.query("SELECT 1 FROM signing_keys WHERE key_id = \(key.keyID)", logger: logger).collect().count > 0 {
+                throw StoreError(.duplicate, "key '\(key.keyID)' is already in the store")
+            }
+            if let existing = try await connection.query(
+                "SELECT key_id FROM signing_keys WHERE fingerprint = \(key.fingerprint)", logger: logger
+            ).collect().first {
+                throw StoreError(.duplicate, "this key is already in the store as '\(try existing.decode(String.self))'")
+            }
+            let hasActive = try await connection.query(
+                "SELECT 1 FROM signing_keys WHERE bundle_id = \(key.bundleID) AND state = 'active'", logger: logger
+            ).collect().count > 0
+            var stored = key
+            stored.state = hasActive ? .ready : .active
+            stored.activatedAt = hasActive ? nil : key.importedAt
+            try await connection.run(
+                """
+                INSERT INTO signing_keys (key_id, bundle_id, issuer_id, state, origin, public_key_pem, fingerprint, sealed_private_key, imported_at, activated_at, position)
+                VALUES (\(stored.keyID), \(stored.bundleID), \(stored.issuerID), \(stored.state.rawValue), \(stored.origin), \(stored.publicKeyPEM),
+                        \(stored.fingerprint), \(stored.sealedPrivateKey), \(stored.importedAt.unixMilliseconds), \(stored.activatedAt?.unixMilliseconds),
+                        (SELECT COALESCE(MAX(position), 0) + 1 FROM signing_keys))
+                """, logger: logger)
+            let body = AuditBody.make([
+                ("actor", actor), ("reason", reason), ("keyID", stored.keyID), ("bundleID", stored.bundleID),
+                ("origin", stored.origin), ("state", stored.state.rawValue), ("fingerprint", stored.fingerprint),
+            ])
+            _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: AuditEntry(kind: "key.imported", body: body))], at: key.importedAt)
+            return stored
+        }
+    }
+
+    public func listKeys() async throws -> [SigningKeyRecord] {
+        try await rows("listing keys", PostgresQuery(unsafeSQL: "SELECT \(Self.keyColumns) FROM signing_keys ORDER BY position")).map(Self.key(from:))
+    }
+
+    private static func fetchKey(_ connection: PostgresConnection, _ logger: Logger, where condition: PostgresQuery) async throws -> SigningKeyRecord? {
+        let query = PostgresQuery(unsafeSQL: "SELECT \(keyColumns) FROM signing_keys WHERE " + condition.sql, binds: condition.binds)
+        return try await connection.query(query, logger: logger).collect().first.map(key(from:))
+    }
+
+    public func transitionKey(keyID: String, to state: SigningKeyState, actor: String, reason: String?, force: Bool) async throws -> SigningKeyRecord {
+        try await transaction("changing key '\(keyID)'") { connection, logger in
+            try await Self.lockAndBumpRegistry(connection, logger)
+            guard let key = try await Self.fetchKey(connection, logger, where: "key_id = \(keyID)") else {
+                throw StoreError(.notFound, "no key '\(keyID)' in the store")
+            }
+            let now = Date()
+            let millis = now.unixMilliseconds
+            let previousActive = try await Self.fetchKey(connection, logger, where: "bundle_id = \(key.bundleID) AND state = 'active'")
+            let kind: String
+            switch state {
+            case .active:
+                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is revoked and can never sign again") }
+                guard key.state != .active else { throw StoreError(.conflict, "key '\(keyID)' is already the active key of \(key.bundleID)") }
+                if let previousActive {
+                    try await connection.run(
+                        "UPDATE signing_keys SET state = 'retired', retired_at = \(millis) WHERE key_id = \(previousActive.keyID)", logger: logger)
+                }
+                try await connection.run(
+                    "UPDATE signing_keys SET state = 'active', activated_at = \(millis), retired_at = NULL WHERE key_id = \(keyID)", logger: logger)
+                kind = "key.activated"
+            case .retired:
+                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is revoked; it cannot be retired") }
+                guard key.state != .retired else { throw StoreError(.conflict, "key '\(keyID)' is already retired") }
+                if key.state == .active && !force {
+                    throw StoreError(.conflict, "key '\(keyID)' is the only active key of \(key.bundleID): retiring it stops all signing for that app; activate another key first, or pass --force")
+                }
+                try await connection.run("UPDATE signing_keys SET state = 'retired', retired_at = \(millis) WHERE key_id = \(keyID)", logger: logger)
+                kind = "key.retired"
+            case .revoked:
+                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is already revoked") }
+                if key.state == .active && !force {
+                    throw StoreError(.conflict, "key '\(keyID)' is the only active key of \(key.bundleID): revoking it stops all signing for that app; activate another key first, or pass --force")
+                }
+                try await connection.run("UPDATE signing_keys SET state = 'revoked', revoked_at = \(millis) WHERE key_id = \(keyID)", logger: logger)
+                kind = "key.revoked"
+            case .ready:
+                throw StoreError(.conflict, "a key cannot be moved back to 'ready'")
+            }
+            let newActive = try await Self.fetchKey(connection, logger, where: "bundle_id = \(key.bundleID) AND state = 'active'")
+            let body = AuditBody.make([
+                ("actor", actor), ("reason", reason), ("keyID", keyID), ("bundleID", key.bundleID),
+                ("fromState", key.state.rawValue), ("toState", state.rawValue),
+                ("previousActiveKeyID", previousActive?.keyID), ("previousActiveFingerprint", previousActive?.fingerprint),
+                ("newActiveKeyID", newActive?.keyID), ("newActiveFingerprint", newActive?.fingerprint),
+            ])
+            _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: AuditEntry(kind: kind, body: body))], at: now)
+            guard let updated = try await Self.fetchKey(connection, logger, where: "key_id = \(keyID)") else {
+                throw StoreError(.notFound, "no key '\(keyID)' in the store")
+            }
+            return updated
+        }
+    }
+
+    public func createClient(_ client: APIClientRecord, actor: String) async throws -> APIClientRecord {
+        try await transaction("creating client '\(client.name)'") { connection, logger in
+            try await Self.lockAndBumpRegistry(connection, logger)
+            if try await connection.query("SELECT 1 FROM api_clients WHERE name = \(client.name)", logger: logger).collect().count > 0 {
+                throw StoreError(.duplicate, "a client named '\(client.name)' exists already")
+            }
+            let bundles = client.bundleIDs.joined(separator: " ")
+            try await connection.run(
+                """
+                INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at)
+                VALUES (\(client.clientID), \(client.name), \(bundles), \(client.secretHash), \(client.createdAt.unixMilliseconds))
+                """, logger: logger)
+            let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", client.name), ("bundleIDs", bundles)])
+            _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: AuditEntry(kind: "client.created", body: body))], at: client.createdAt)
+            return client
+        }
+    }
+
+    public func listClients() async throws -> [APIClientRecord] {
+        try await rows("listing clients", PostgresQuery(unsafeSQL: "SELECT \(Self.clientColumns) FROM api_clients ORDER BY created_at, name")).map(Self.client(from:))
+    }
+
+    public func revokeClient(name: String, actor: String) async throws -> APIClientRecord {
+        try await transaction("revoking client '\(name)'") { connection, logger in
+            try await Self.lockAndBumpRegistry(connection, logger)
+            guard let row = try await connection.query(
+                "SELECT \(unescaped: Self.clientColumns) FROM api_clients WHERE name = \(name)", logger: logger
+            ).collect().first else {
+                throw StoreError(.notFound, "no client named '\(name)'")
+            }
+            var client = try Self.client(from: row)
+            guard client.revokedAt == nil else { throw StoreError(.conflict, "client '\(name)' is already revoked") }
+            let now = Date()
+            try await connection.run("UPDATE api_clients SET revoked_at = \(now.unixMilliseconds) WHERE client_id = \(client.clientID)", logger: logger)
+            let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", name)])
+            _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: AuditEntry(kind: "client.revoked", body: body))], at: now)
+            client.revokedAt = Self.date(now.unixMilliseconds)
+            return client
+        }
+    }
+}

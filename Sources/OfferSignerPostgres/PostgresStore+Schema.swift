@@ -1,0 +1,185 @@
+import Foundation
+import Logging
+import OfferSignerCore
+import OfferSignerStorage
+import PostgresNIO
+
+/// The PostgreSQL schema and its migrations.
+///
+/// Rules: migrations are numbered from 1 and recorded in `schema_migrations`; they run at open
+/// under a session advisory lock, so instances that start together apply each exactly once;
+/// an instance that finds a version it does not know refuses to open instead of writing into a
+/// schema it does not understand. Times are milliseconds since 1970 (as in SQLite), so records
+/// copy between engines unchanged and hash the same.
+extension PostgresStore {
+    /// The advisory lock key the migrations run under ("offsgnr" in ASCII).
+    static let migrationLockKey: Int64 = 0x6F66_6673_676E_72
+
+    /// Each migration's statements, by version (1-based).
+    static let migrations: [[String]] = [
+        // 1: the same tables as SQLite's "v1" and "v2", plus the chain head every append locks.
+        [
+            "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            "CREATE TABLE registry (id INTEGER PRIMARY KEY CHECK (id = 1), version BIGINT NOT NULL)",
+            "INSERT INTO registry (id, version) VALUES (1, 1)",
+            """
+            CREATE TABLE signing_keys (
+                key_id TEXT PRIMARY KEY,
+                bundle_id TEXT NOT NULL,
+                issuer_id TEXT,
+                state TEXT NOT NULL CHECK (state IN ('ready', 'active', 'retired', 'revoked')),
+                origin TEXT NOT NULL,
+                public_key_pem TEXT NOT NULL,
+                fingerprint TEXT NOT NULL,
+                sealed_private_key BYTEA NOT NULL,
+                imported_at BIGINT NOT NULL,
+                activated_at BIGINT,
+                retired_at BIGINT,
+                revoked_at BIGINT,
+                position BIGINT NOT NULL UNIQUE
+            )
+            """,
+            "CREATE UNIQUE INDEX one_active_key_per_bundle ON signing_keys (bundle_id) WHERE state = 'active'",
+            """
+            CREATE TABLE api_clients (
+                client_id TEXT PRIMARY KEY,
+                name TEXT NOT NULL UNIQUE,
+                bundle_ids TEXT NOT NULL,
+                secret_hash TEXT NOT NULL UNIQUE,
+                created_at BIGINT NOT NULL,
+                revoked_at BIGINT
+            )
+            """,
+            """
+            CREATE TABLE audit_log (
+                seq BIGINT PRIMARY KEY,
+                recorded_at BIGINT NOT NULL,
+                kind TEXT NOT NULL,
+                body TEXT NOT NULL,
+                previous_hash TEXT NOT NULL,
+                hash TEXT NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE audit_head (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                seq BIGINT NOT NULL,
+                hash TEXT NOT NULL
+            )
+            """,
+            "INSERT INTO audit_head (id, seq, hash) VALUES (1, 0, '\(AuditChain.genesisHash)')",
+            """
+            CREATE TABLE issued_signatures (
+                nonce TEXT PRIMARY KEY,
+                audit_seq BIGINT NOT NULL,
+                issued_at BIGINT NOT NULL,
+                client TEXT NOT NULL,
+                bundle_id TEXT NOT NULL,
+                product_id TEXT NOT NULL,
+                offer_id TEXT NOT NULL,
+                app_account_token TEXT,
+                key_id TEXT NOT NULL,
+                format TEXT NOT NULL
+            )
+            """,
+            "CREATE INDEX issued_by_customer ON issued_signatures (app_account_token, bundle_id, offer_id)",
+            """
+            CREATE TABLE audit_signing_key (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                public_key_pem TEXT NOT NULL,
+                fingerprint TEXT NOT NULL,
+                sealed_private_key BYTEA NOT NULL,
+                created_at BIGINT NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE audit_checkpoints (
+                seq BIGINT PRIMARY KEY,
+                head_hash TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                key_fingerprint TEXT NOT NULL,
+                signature TEXT NOT NULL
+            )
+            """,
+        ]
+    ]
+
+    /// The newest schema version this build knows.
+    public static var schemaVersion: Int { migrations.count }
+
+    /// Checks the database on a connection of its own and applies the migrations it lacks,
+    /// under the migration lock. A database that has them all is only read (so a read-only
+    /// server still opens, for reads).
+    func migrate() async throws {
+        let logger = self.logger
+        let description = configuration.redactedDescription
+        try await bounded("opening store \(description)") { [directConfiguration] in
+            let connection = try await PostgresConnection.connect(configuration: directConfiguration, id: 0, logger: logger)
+            do {
+                if try await Self.isCurrent(connection, logger: logger) == false {
+                    try await connection.run("SELECT pg_advisory_lock(\(Self.migrationLockKey))", logger: logger)
+                    do {
+                        try await Self.migrate(connection, logger: logger)
+                    } catch {
+                        _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.migrationLockKey))", logger: logger)
+                        throw error
+                    }
+                    try await connection.run("SELECT pg_advisory_unlock(\(Self.migrationLockKey))", logger: logger)
+                }
+            } catch {
+                try? await connection.close()
+                throw error
+            }
+            try? await connection.close()
+        }
+    }
+
+    /// The schema versions recorded, or nil when there is no `schema_migrations` table yet.
+    private static func appliedVersions(_ connection: PostgresConnection, logger: Logger) async throws -> Set<Int>? {
+        let exists = try await connection.query("SELECT to_regclass('schema_migrations') IS NOT NULL", logger: logger).collect().first?.decode(Bool.self) ?? false
+        guard exists else { return nil }
+        var applied = Set<Int>()
+        for try await version in try await connection.query("SELECT version FROM schema_migrations", logger: logger).decode(Int.self) {
+            applied.insert(version)
+        }
+        return applied
+    }
+
+    /// Whether every migration is applied (without writing anything); throws for a newer schema.
+    private static func isCurrent(_ connection: PostgresConnection, logger: Logger) async throws -> Bool {
+        guard let applied = try await appliedVersions(connection, logger: logger) else { return false }
+        try refuseNewer(applied)
+        return (1...schemaVersion).allSatisfy(applied.contains)
+    }
+
+    private static func refuseNewer(_ applied: Set<Int>) throws {
+        if let newest = applied.max(), newest > schemaVersion {
+            throw StoreError(
+                .unavailable,
+                "database schema version \(newest) is newer than this offer-signer knows (\(schemaVersion)); upgrade offer-signer")
+        }
+    }
+
+    private static func migrate(_ connection: PostgresConnection, logger: Logger) async throws {
+        try await connection.run(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)", logger: logger)
+        let applied = try await appliedVersions(connection, logger: logger) ?? []
+        try refuseNewer(applied)
+        for (index, statements) in migrations.enumerated() where !applied.contains(index + 1) {
+            let version = index + 1
+            try await connection.run("BEGIN", logger: logger)
+            do {
+                for statement in statements {
+                    try await connection.run(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+                let now = Date().unixMilliseconds
+                try await connection.run("INSERT INTO schema_migrations (version, applied_at) VALUES (\(version), \(now))", logger: logger)
+                try await connection.run("COMMIT", logger: logger)
+            } catch {
+                _ = try? await connection.query("ROLLBACK", logger: logger)
+                throw error
+            }
+            logger.info("applied store schema migration", metadata: ["version": "\(version)"])
+        }
+    }
+}

@@ -1,0 +1,305 @@
+import Dispatch
+import Foundation
+import Logging
+import NIOCore
+import NIOSSL
+import OfferSignerCore
+import OfferSignerStorage
+import PostgresNIO
+import Synchronization
+
+/// The store on PostgreSQL: several offer-signer instances share one database.
+///
+/// Rules (besides those of ``OfferSignerStore``):
+/// - The store owns its connection pool (`PostgresClient`) and runs it in a task of its own from
+///   ``open(configuration:logger:)`` until ``close()``; nothing else has to run it.
+/// - Every operation is bounded by `configuration.operationTimeout`: an unreachable or hung
+///   database fails the call with `StoreError.unavailable`, it never hangs it.
+/// - All instances append to one audit chain in one order: each append transaction locks the
+///   chain's head row (`audit_head`, `SELECT … FOR UPDATE`) once, computes the hashes of its
+///   whole group, inserts the group and moves the head, then commits (`synchronous_commit` stays
+///   on: a commit is durable when it returns).
+/// - Errors never carry the password, query parameters or row contents (PostgresNIO's own
+///   descriptions are replaced by the server's message and SQLSTATE, or the connection problem).
+public final class PostgresStore: OfferSignerStore {
+    public let configuration: PostgresStoreConfiguration
+    let client: PostgresClient
+    /// For the one connection of its own that ``open(configuration:logger:)`` checks and
+    /// migrates the database through (its errors, a wrong password say, come back at once; the
+    /// pool would keep retrying until the timeout).
+    let directConfiguration: PostgresConnection.Configuration
+    let logger: Logger
+    private let runTask: Task<Void, Never>
+    private let closed = Atomic<Bool>(false)
+
+    /// Connects, applies schema migrations (once across instances that start together), and
+    /// returns the open store. Throws `StoreError.unavailable` when the database cannot be
+    /// reached or its schema is newer than this build knows.
+    public static func open(configuration: PostgresStoreConfiguration, logger: Logger = Logger(label: "offer-signer.postgres")) async throws -> PostgresStore {
+        let store = try PostgresStore(configuration: configuration, logger: logger)
+        do {
+            try await store.migrate()
+        } catch {
+            await store.close()
+            throw error
+        }
+        return store
+    }
+
+    private init(configuration: PostgresStoreConfiguration, logger: Logger) throws(StoreError) {
+        self.configuration = configuration
+        self.logger = logger
+        let tls: PostgresClient.Configuration.TLS
+        let directTLS: PostgresConnection.Configuration.TLS
+        do {
+            switch configuration.tlsMode {
+            case .disable:
+                tls = .disable
+                directTLS = .disable
+            case .prefer, .require:
+                var settings = TLSConfiguration.makeClientConfiguration()
+                settings.certificateVerification = .none
+                let context = try NIOSSLContext(configuration: settings)
+                tls = configuration.tlsMode == .prefer ? .prefer(settings) : .require(settings)
+                directTLS = configuration.tlsMode == .prefer ? .prefer(context) : .require(context)
+            case .verifyFull:
+                var settings = TLSConfiguration.makeClientConfiguration()
+                settings.certificateVerification = .fullVerification
+                if let root = configuration.rootCertificatePath {
+                    guard FileManager.default.isReadableFile(atPath: root) else {
+                        throw StoreError(.unavailable, "cannot open store \(configuration.redactedDescription): sslrootcert '\(root)' cannot be read")
+                    }
+                    settings.trustRoots = .file(root)
+                }
+                tls = .require(settings)
+                directTLS = .require(try NIOSSLContext(configuration: settings))
+            }
+        } catch {
+            throw Self.storeError(error, "cannot open store \(configuration.redactedDescription)")
+        }
+        let startupParameters = [
+            ("application_name", "offer-signer"),
+            // Commits are durable when they return, whatever the server's default says.
+            ("synchronous_commit", "on"),
+        ]
+        var direct = PostgresConnection.Configuration(
+            host: configuration.host, port: configuration.port, username: configuration.username, password: configuration.password,
+            database: configuration.database, tls: directTLS)
+        let timeout = configuration.connectTimeout.components
+        direct.options.connectTimeout = .nanoseconds(timeout.seconds * 1_000_000_000 + timeout.attoseconds / 1_000_000_000)
+        direct.options.additionalStartupParameters = startupParameters
+        self.directConfiguration = direct
+        var clientConfiguration = PostgresClient.Configuration(
+            host: configuration.host, port: configuration.port, username: configuration.username, password: configuration.password,
+            database: configuration.database, tls: tls)
+        clientConfiguration.options.maximumConnections = configuration.poolSize
+        clientConfiguration.options.minimumConnections = 0
+        clientConfiguration.options.connectTimeout = configuration.connectTimeout
+        clientConfiguration.options.additionalStartupParameters = startupParameters
+        let client = PostgresClient(configuration: clientConfiguration, backgroundLogger: logger)
+        self.client = client
+        self.runTask = Task { await client.run() }
+    }
+
+    /// Stops the pool; later calls fail with `StoreError.unavailable`. Idempotent.
+    public func close() async {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        runTask.cancel()
+        await runTask.value
+    }
+
+    deinit {
+        runTask.cancel()
+    }
+
+    // MARK: - Bounded operations
+
+    /// Runs `operation` and fails it with `StoreError.unavailable` when it takes longer than the
+    /// operation timeout (cancelling it) or fails; `what` names the operation in messages.
+    func bounded<T: Sendable>(_ what: String, _ operation: @escaping @Sendable () async throws -> T) async throws -> T {
+        guard !closed.load(ordering: .acquiring) else { throw StoreError(.unavailable, "\(what) failed: the store is closed") }
+        let timeout = configuration.operationTimeout
+        let race = ResumeOnce<T>()
+        let description = configuration.redactedDescription
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+                race.install(continuation)
+                let work = Task {
+                    do {
+                        race.resume(.success(try await operation()))
+                    } catch {
+                        race.resume(.failure(Self.storeError(error, what)))
+                    }
+                }
+                race.setWork(work)
+                let timer = Task {
+                    do { try await Task.sleep(for: timeout) } catch { return }
+                    if race.resume(.failure(StoreError(.unavailable, "\(what) failed: the database at \(description) did not answer within \(timeout)"))) {
+                        work.cancel()
+                    }
+                }
+                race.setTimer(timer)
+            }
+        } onCancel: {
+            race.cancel()
+        }
+    }
+
+    /// Runs `body` in one transaction on one pooled connection: BEGIN, body, COMMIT; ROLLBACK
+    /// when the body throws. Bounded like every operation.
+    func transaction<T: Sendable>(_ what: String, _ body: @escaping @Sendable (PostgresConnection, Logger) async throws -> T) async throws -> T {
+        let logger = self.logger
+        return try await bounded(what) { [client] in
+            try await client.withConnection { connection in
+                try await connection.run("BEGIN", logger: logger)
+                do {
+                    let value = try await body(connection, logger)
+                    try await connection.run("COMMIT", logger: logger)
+                    return value
+                } catch {
+                    _ = try? await connection.query("ROLLBACK", logger: logger)
+                    throw error
+                }
+            }
+        }
+    }
+
+    /// All rows of one query outside a transaction.
+    func rows(_ what: String, _ query: PostgresQuery) async throws -> [PostgresRow] {
+        let logger = self.logger
+        return try await bounded(what) { [client] in try await client.query(query, logger: logger).collect() }
+    }
+
+    /// A StoreError for anything a PostgreSQL call threw: the server's message and SQLSTATE, or
+    /// what went wrong with the connection. Never PostgresNIO's own descriptions (they may hold
+    /// the query and its parameters) and never row data.
+    static func storeError(_ error: any Error, _ what: String) -> StoreError {
+        if let error = error as? StoreError { return error }
+        if let error = error as? PSQLError {
+            switch error.code {
+            case .server:
+                let state = error.serverInfo?[.sqlState] ?? "?"
+                let message = error.serverInfo?[.message] ?? "no message"
+                if state == "25006" {
+                    return StoreError(.unavailable, "\(what) failed: the database is read-only (SQLSTATE 25006; after a failover, point the store at the new primary)")
+                }
+                return StoreError(.unavailable, "\(what) failed: \(message) (SQLSTATE \(state))")
+            case .connectionError:
+                let cause = error.underlying.map { "\($0)" } ?? "unknown cause"
+                return StoreError(.unavailable, "\(what) failed: cannot connect to the database: \(cause)")
+            case .serverClosedConnection, .clientClosedConnection, .uncleanShutdown:
+                return StoreError(.unavailable, "\(what) failed: the connection to the database was lost")
+            case .poolClosed:
+                return StoreError(.unavailable, "\(what) failed: the store is closed")
+            case .sslUnsupported:
+                return StoreError(.unavailable, "\(what) failed: the server does not support TLS (sslmode requires it)")
+            case .failedToAddSSLHandler:
+                return StoreError(.unavailable, "\(what) failed: TLS could not be set up")
+            case .authMechanismRequiresPassword:
+                return StoreError(.unavailable, "\(what) failed: the server asks for a password and none was given (URL, PGPASSWORD or --store-password-file)")
+            case .unsupportedAuthMechanism, .saslError:
+                return StoreError(.unavailable, "\(what) failed: authentication failed (\(error.code))")
+            case .queryCancelled:
+                return StoreError(.unavailable, "\(what) failed: the query was cancelled")
+            default:
+                return StoreError(.unavailable, "\(what) failed: \(error.code)")
+            }
+        }
+        if error is PostgresDecodingError {
+            return StoreError(.unavailable, "\(what) failed: a column holds a value of an unexpected type (was the database edited by hand?)")
+        }
+        if error is CancellationError {
+            return StoreError(.unavailable, "\(what) failed: cancelled")
+        }
+        if let error = error as? NIOSSLError {
+            return StoreError(.unavailable, "\(what) failed: TLS: \(error)")
+        }
+        return StoreError(.unavailable, "\(what) failed: \(type(of: error))")
+    }
+
+    /// The SQLSTATE of a server error, nil for anything else.
+    static func sqlState(_ error: any Error) -> String? {
+        guard let error = error as? PSQLError, error.code == .server else { return nil }
+        return error.serverInfo?[.sqlState]
+    }
+
+    static func constraint(_ error: any Error) -> String? {
+        (error as? PSQLError)?.serverInfo?[.constraintName]
+    }
+
+    static func date(_ millis: Int64) -> Date { Date(timeIntervalSince1970: Double(millis) / 1000) }
+    static func optionalDate(_ millis: Int64?) -> Date? { millis.map { date($0) } }
+}
+
+/// Resumes one continuation exactly once, from whichever of the work, the timer or a
+/// cancellation comes first, and cancels the others.
+final class ResumeOnce<T: Sendable>: Sendable {
+    private struct State {
+        var continuation: CheckedContinuation<T, any Error>?
+        /// A result that came before the continuation was installed.
+        var early: Result<T, any Error>?
+        var done = false
+        var work: Task<Void, Never>?
+        var timer: Task<Void, Never>?
+    }
+    private let state = Mutex(State())
+
+    func install(_ continuation: CheckedContinuation<T, any Error>) {
+        let early = state.withLock { state -> Result<T, any Error>? in
+            guard let early = state.early else {
+                state.continuation = continuation
+                return nil
+            }
+            state.early = nil
+            return early
+        }
+        if let early { continuation.resume(with: early) }
+    }
+
+    func setWork(_ task: Task<Void, Never>) {
+        let cancelNow = state.withLock { state -> Bool in
+            state.work = task
+            return state.done
+        }
+        if cancelNow { task.cancel() }
+    }
+
+    func setTimer(_ task: Task<Void, Never>) {
+        let cancelNow = state.withLock { state -> Bool in
+            state.timer = task
+            return state.done
+        }
+        if cancelNow { task.cancel() }
+    }
+
+    /// Resumes with `result` unless something else did first; returns whether this call did.
+    @discardableResult
+    func resume(_ result: Result<T, any Error>) -> Bool {
+        let (claimed, continuation, timer) = state.withLock { state -> (Bool, CheckedContinuation<T, any Error>?, Task<Void, Never>?) in
+            guard !state.done else { return (false, nil, nil) }
+            state.done = true
+            let taken = state.continuation
+            state.continuation = nil
+            if taken == nil { state.early = result }
+            return (true, taken, state.timer)
+        }
+        guard claimed else { return false }
+        timer?.cancel()
+        continuation?.resume(with: result)
+        return true
+    }
+
+    func cancel() {
+        let work = state.withLock { $0.work }
+        if resume(.failure(StoreError(.unavailable, "the store operation was cancelled"))) { work?.cancel() }
+    }
+}
+
+extension PostgresConnection {
+    /// Runs a statement and reads its result to the end, so any error it raises is thrown here.
+    /// (An error left unread would leave the transaction aborted, and PostgreSQL answers COMMIT
+    /// on an aborted transaction with a rollback, not an error.)
+    func run(_ query: PostgresQuery, logger: Logger) async throws {
+        _ = try await self.query(query, logger: logger).collect()
+    }
+}

@@ -1,0 +1,137 @@
+import Foundation
+import GRDB
+import OfferSignerCore
+
+/// Verbatim copies out of and into SQLite (see ``StoreCopy``).
+extension SQLiteStore {
+    public func isEmpty() async throws -> Bool {
+        try await read { db in
+            for table in ["signing_keys", "api_clients", "audit_log", "issued_signatures", "audit_checkpoints", "audit_signing_key"] {
+                if try Row.fetchOne(db, sql: "SELECT 1 FROM \(table) LIMIT 1") != nil { return false }
+            }
+            return try String.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'master_key_check'") == nil
+        }
+    }
+
+    public func copyRegistry() async throws -> StoreCopyRegistry {
+        let snapshot = try await registrySnapshot()
+        let (check, signingKey) = try await read { db -> (String?, SealedAuditSigningKey?) in
+            let check = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'master_key_check'")
+            let key = try Row.fetchOne(db, sql: "SELECT public_key_pem, fingerprint, sealed_private_key, created_at FROM audit_signing_key WHERE id = 1").map { row in
+                SealedAuditSigningKey(
+                    publicKeyPEM: try row.column("public_key_pem", "audit_signing_key"), fingerprint: try row.column("fingerprint", "audit_signing_key"),
+                    sealedPrivateKey: try row.column("sealed_private_key", "audit_signing_key"),
+                    createdAt: Date(timeIntervalSince1970: Double(try row.column("created_at", "audit_signing_key") as Int64) / 1000))
+            }
+            return (check, key)
+        }
+        return StoreCopyRegistry(masterKeyCheck: check, registryVersion: snapshot.version, keys: snapshot.keys, clients: snapshot.clients, auditSigningKey: signingKey)
+    }
+
+    public func ledger(after position: LedgerPosition?, limit: Int) async throws -> [IssuedSignatureRecord] {
+        try await read { db in
+            let table = "issued_signatures"
+            let rows: [Row]
+            if let position {
+                rows = try Row.fetchAll(
+                    db, sql: "SELECT * FROM issued_signatures WHERE (audit_seq, nonce) > (?, ?) ORDER BY audit_seq, nonce LIMIT ?",
+                    arguments: [position.auditSequence, position.nonce, limit])
+            } else {
+                rows = try Row.fetchAll(db, sql: "SELECT * FROM issued_signatures ORDER BY audit_seq, nonce LIMIT ?", arguments: [limit])
+            }
+            return try rows.map { row in
+                IssuedSignatureRecord(
+                    signature: IssuedSignature(
+                        nonce: try row.column("nonce", table),
+                        issuedAt: Date(timeIntervalSince1970: Double(try row.column("issued_at", table) as Int64) / 1000),
+                        client: try row.column("client", table), bundleID: try row.column("bundle_id", table),
+                        productID: try row.column("product_id", table), offerID: try row.column("offer_id", table),
+                        appAccountToken: try row.column("app_account_token", table), keyID: try row.column("key_id", table),
+                        format: try row.column("format", table)),
+                    auditSequence: try row.column("audit_seq", table))
+            }
+        }
+    }
+
+    public func importVerbatim(_ batch: VerbatimImport) async throws {
+        try await write { db in
+            if let registry = batch.registry {
+                for table in ["signing_keys", "api_clients", "audit_log", "issued_signatures", "audit_checkpoints", "audit_signing_key"] {
+                    if try Row.fetchOne(db, sql: "SELECT 1 FROM \(table) LIMIT 1") != nil {
+                        throw StoreError(.conflict, "the target store is not empty (\(table) has rows)")
+                    }
+                }
+                if let check = registry.masterKeyCheck {
+                    try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('master_key_check', ?)", arguments: [check])
+                }
+                try db.execute(sql: "UPDATE registry SET version = ? WHERE id = 1", arguments: [registry.registryVersion])
+                for (index, key) in registry.keys.enumerated() {
+                    try db.execute(
+                        sql: """
+                            INSERT INTO signing_keys (key_id, bundle_id, issuer_id, state, origin, public_key_pem, fingerprint, sealed_private_key,
+                                imported_at, activated_at, retired_at, revoked_at, position)
+                            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                            """,
+                        arguments: [
+                            key.keyID, key.bundleID, key.issuerID, key.state.rawValue, key.origin, key.publicKeyPEM, key.fingerprint, key.sealedPrivateKey,
+                            key.importedAt.unixMilliseconds, key.activatedAt?.unixMilliseconds, key.retiredAt?.unixMilliseconds,
+                            key.revokedAt?.unixMilliseconds, index + 1,
+                        ])
+                }
+                for client in registry.clients {
+                    try db.execute(
+                        sql: "INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?)",
+                        arguments: [
+                            client.clientID, client.name, client.bundleIDs.joined(separator: " "), client.secretHash, client.createdAt.unixMilliseconds,
+                            client.revokedAt?.unixMilliseconds,
+                        ])
+                }
+                if let key = registry.auditSigningKey {
+                    try db.execute(
+                        sql: "INSERT INTO audit_signing_key (id, public_key_pem, fingerprint, sealed_private_key, created_at) VALUES (1, ?, ?, ?, ?)",
+                        arguments: [key.publicKeyPEM, key.fingerprint, key.sealedPrivateKey, key.createdAt.unixMilliseconds])
+                }
+            }
+            if let first = batch.records.first {
+                let last = try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM audit_log") ?? 0
+                guard first.sequence > last else {
+                    throw StoreError(.conflict, "audit record \(first.sequence) does not come after the store's last one (\(last))")
+                }
+                let insert = try db.cachedStatement(sql: "INSERT INTO audit_log (seq, recorded_at, kind, body, previous_hash, hash) VALUES (?, ?, ?, ?, ?, ?)")
+                var previous = last
+                for record in batch.records {
+                    guard record.sequence > previous else { throw StoreError(.conflict, "audit records to import are out of order at \(record.sequence)") }
+                    try insert.execute(arguments: [
+                        record.sequence, record.recordedAt.unixMilliseconds, record.kind, record.body, record.previousHash, record.hash,
+                    ])
+                    previous = record.sequence
+                }
+            }
+            if !batch.ledger.isEmpty {
+                let insert = try db.cachedStatement(sql: """
+                    INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """)
+                for row in batch.ledger {
+                    let signature = row.signature
+                    do {
+                        try insert.execute(arguments: [
+                            signature.nonce, row.auditSequence, signature.issuedAt.unixMilliseconds, signature.client, signature.bundleID,
+                            signature.productID, signature.offerID, signature.appAccountToken, signature.keyID, signature.format,
+                        ])
+                    } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
+                        throw StoreError(.duplicate, "nonce \(signature.nonce) is in the store already")
+                    }
+                }
+            }
+            if !batch.checkpoints.isEmpty {
+                let insert = try db.cachedStatement(sql: "INSERT INTO audit_checkpoints (seq, head_hash, created_at, key_fingerprint, signature) VALUES (?, ?, ?, ?, ?)")
+                for checkpoint in batch.checkpoints {
+                    try insert.execute(arguments: [
+                        checkpoint.sequence, checkpoint.headHash, checkpoint.createdAt.unixMilliseconds, checkpoint.keyFingerprint, checkpoint.signature,
+                    ])
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,327 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import Logging
+import OfferSignerCore
+import OfferSignerPostgres
+import OfferSignerStorage
+import TestPostgres
+import Testing
+
+@testable import OfferSignerServer
+
+/// The rules of `OfferSignerStore` that do not depend on the engine, checked on SQLite and on
+/// PostgreSQL alike: the key registry, clients, the master key, audited changes, checkpoints,
+/// verification and the group committer.
+@Suite("Store conformance: the same rules on SQLite and PostgreSQL")
+struct StoreConformanceTests {
+    static func importKey(_ store: any OfferSignerStore, _ masterKey: MasterKey, id: String, bundle: String = "com.example.app") async throws -> SigningKeyRecord {
+        let key = try InAppPurchaseKey.generateForDevelopment(keyID: id)
+        return try await KeyRegistry.importKey(key, bundleID: bundle, issuerID: nil, development: true, into: store, masterKey: masterKey, actor: "test", reason: "conformance")
+    }
+
+    @Test("Keys: first import is active, later ones ready; activation retires the previous key; refusals; every change audited", arguments: StoreBackend.allCases)
+    func keyLifecycle(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let masterKey = MasterKey.generate().key
+            let versionBefore = try await store.registryVersion()
+            let first = try await Self.importKey(store, masterKey, id: "KEYAAAAAA1")
+            let second = try await Self.importKey(store, masterKey, id: "KEYAAAAAA2")
+            let other = try await Self.importKey(store, masterKey, id: "KEYBBBBBB1", bundle: "com.example.other")
+            #expect(first.state == .active && second.state == .ready && other.state == .active)
+            #expect(try await store.registryVersion() == versionBefore + 3)
+
+            await #expect { _ = try await Self.importKey(store, masterKey, id: "KEYAAAAAA1") } throws: { ($0 as? StoreError)?.code == .duplicate }
+
+            let activated = try await store.transitionKey(keyID: "KEYAAAAAA2", to: .active, actor: "ops", reason: "rotation", force: false)
+            #expect(activated.state == .active && activated.activatedAt != nil)
+            let keys = try await store.listKeys()
+            #expect(keys.map(\.keyID) == ["KEYAAAAAA1", "KEYAAAAAA2", "KEYBBBBBB1"], "import order")
+            #expect(keys.first { $0.keyID == "KEYAAAAAA1" }?.state == .retired)
+            #expect(keys.allSatisfy { $0.sealedPrivateKey.count > 0 })
+            #expect(keys[0].sealedPrivateKey == first.sealedPrivateKey, "sealed bytes are stored as they are")
+
+            await #expect { _ = try await store.transitionKey(keyID: "KEYAAAAAA2", to: .retired, actor: "ops", reason: nil, force: false) } throws: {
+                ($0 as? StoreError)?.code == .conflict
+            }
+            await #expect { _ = try await store.transitionKey(keyID: "NOSUCHKEY1", to: .active, actor: "ops", reason: nil, force: false) } throws: {
+                ($0 as? StoreError)?.code == .notFound
+            }
+            let revoked = try await store.transitionKey(keyID: "KEYAAAAAA1", to: .revoked, actor: "ops", reason: "leaked", force: false)
+            #expect(revoked.state == .revoked && revoked.revokedAt != nil)
+            await #expect { _ = try await store.transitionKey(keyID: "KEYAAAAAA1", to: .active, actor: "ops", reason: nil, force: false) } throws: {
+                ($0 as? StoreError)?.code == .conflict
+            }
+
+            let snapshot = try await store.registrySnapshot()
+            #expect(snapshot.version == (try await store.registryVersion()))
+            #expect(snapshot.keys == (try await store.listKeys()))
+
+            let records = try await store.auditRecords(after: 0, limit: 100)
+            #expect(records.map(\.kind) == ["key.imported", "key.imported", "key.imported", "key.activated", "key.revoked"])
+            #expect(records[3].body.contains(#""previousActiveKeyID":"KEYAAAAAA1""#) && records[3].body.contains(#""reason":"rotation""#))
+            #expect(try await store.verifiedChain().isIntact)
+        }
+    }
+
+    @Test("Clients: created, listed, refused twice by name, revoked once; the master key binds on first use", arguments: StoreBackend.allCases)
+    func clientsAndMasterKey(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let masterKey = MasterKey.generate().key
+            try await store.bindMasterKey(masterKey)
+            try await store.bindMasterKey(masterKey)
+            await #expect { try await store.bindMasterKey(MasterKey.generate().key) } throws: { ($0 as? StoreError)?.code == .masterKeyMismatch }
+
+            let created = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: ["com.example.app", "com.example.other"], actor: "ops")
+            _ = try await APIClientCredentials.create(in: store, name: "all-apps", bundleIDs: [], actor: "ops")
+            await #expect { _ = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "ops") } throws: {
+                ($0 as? StoreError)?.code == .duplicate
+            }
+            let listed = try await store.listClients()
+            #expect(Set(listed.map(\.name)) == ["backend", "all-apps"])
+            #expect(listed.first { $0.name == "backend" } == created.client.withMillisecondTimes)
+            #expect(listed.first { $0.name == "all-apps" }?.bundleIDs == [])
+
+            let revoked = try await store.revokeClient(name: "backend", actor: "ops")
+            #expect(revoked.isRevoked)
+            await #expect { _ = try await store.revokeClient(name: "backend", actor: "ops") } throws: { ($0 as? StoreError)?.code == .conflict }
+            await #expect { _ = try await store.revokeClient(name: "nobody", actor: "ops") } throws: { ($0 as? StoreError)?.code == .notFound }
+            #expect(try await store.listClients().first { $0.name == "backend" }?.isRevoked == true)
+            #expect(try await store.auditRecords(after: 0, limit: 10).map(\.kind) == ["client.created", "client.created", "client.revoked"])
+        }
+    }
+
+    @Test("Checkpoints: one signing key; the same checkpoint twice is no change, another head hash a conflict; verify matches them", arguments: StoreBackend.allCases)
+    func checkpoints(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let masterKey = MasterKey.generate().key
+            #expect(try await store.auditSigningPublicKey() == nil)
+            let key = try await store.auditSigningKey(masterKey: masterKey)
+            #expect(try await store.auditSigningKey(masterKey: masterKey).publicKey == key.publicKey)
+            #expect(try await store.auditSigningPublicKey() == key.publicKey)
+
+            _ = try await store.appendAudit(AuditServiceLifecycleTests.entries(5), at: Date())
+            let checkpoint = try #require(try await AuditCheckpointing.create(in: store, masterKey: masterKey))
+            #expect(checkpoint.sequence == 5)
+            #expect(try await AuditCheckpointing.create(in: store, masterKey: masterKey) == nil, "nothing new to vouch for")
+            #expect(try await store.appendCheckpoint(checkpoint) == false)
+            let forged = key.checkpoint(sequence: 5, headHash: String(repeating: "a", count: 64))
+            await #expect { _ = try await store.appendCheckpoint(forged) } throws: { ($0 as? StoreError)?.code == .conflict }
+
+            _ = try await store.appendAudit(AuditServiceLifecycleTests.entries(3), at: Date())
+            _ = try await AuditCheckpointing.create(in: store, masterKey: masterKey)
+            #expect(try await store.checkpoints().map(\.sequence) == [5, 8])
+            #expect(try await store.latestCheckpoint()?.sequence == 8)
+            let report = try await store.verifiedChain()
+            #expect(report.isIntact && report.checkpointsMatched == 2 && report.coveredThrough == 8, "\(report)")
+        }
+    }
+
+    @Test("An edited record is named by verification, and no checkpoint is signed over it", arguments: StoreBackend.allCases)
+    func editedRecordIsNamed(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let masterKey = MasterKey.generate().key
+            _ = try await store.appendAudit(AuditServiceLifecycleTests.entries(10), at: Date())
+            _ = try await AuditCheckpointing.create(in: store, masterKey: masterKey)
+            _ = try await store.appendAudit(AuditServiceLifecycleTests.entries(5), at: Date())
+            try await fixture.execute(#"UPDATE audit_log SET body = '{"n":2}' WHERE seq = 12"#)
+            let report = try await store.verifiedChain()
+            #expect(report.firstBadRecord == 12, "\(report)")
+            await #expect { _ = try await AuditCheckpointing.create(in: store, masterKey: masterKey) } throws: { ($0 as? StoreError)?.code == .conflict }
+        }
+    }
+
+    @Test("The group committer: a reused nonce fails its own request only; the others of its group are committed", arguments: StoreBackend.allCases)
+    func committerIsolatesAReusedNonce(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let used = AuditAppendTests.signature(token: nil)
+            _ = try await store.appendAudit([AuditAppend(entry: used.auditEntry, signatures: [used])], at: Date())
+            let committer = AuditCommitter(
+                store: store, batchLimit: 512, commitDelay: .milliseconds(50), metrics: ServerMetrics(), logger: StoreFixture.quietLogger)
+            let running = Task { try await committer.run() }
+            let outcomes = await withTaskGroup(of: Bool.self) { group in
+                for index in 0..<12 {
+                    let signature = index == 5 ? AuditAppendTests.signature(nonce: used.nonce, token: nil) : AuditAppendTests.signature(token: nil)
+                    group.addTask {
+                        do {
+                            _ = try await committer.commit(AuditAppend(entry: signature.auditEntry, signatures: [signature]))
+                            return true
+                        } catch {
+                            return false
+                        }
+                    }
+                }
+                var results: [Bool] = []
+                for await outcome in group { results.append(outcome) }
+                return results
+            }
+            committer.stop()
+            try await running.value
+            #expect(outcomes.filter { $0 }.count == 11 && outcomes.filter { !$0 }.count == 1)
+            #expect(try await fixture.count("issued_signatures") == 12)
+            let report = try await store.verifiedChain()
+            #expect(report.isIntact && report.recordsChecked == 12, "\(report)")
+        }
+    }
+
+    @Test("Two instances append concurrently to one chain: no gap, no fork, every ledger row has its record", arguments: StoreBackend.allCases)
+    func twoInstancesOneChain(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let second = try await fixture.openAnother()
+            let stores: [any OfferSignerStore] = [fixture.store, second]
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (index, store) in stores.enumerated() {
+                    for worker in 0..<4 {
+                        group.addTask {
+                            for round in 0..<15 {
+                                let signatures = (0..<3).map { _ in AuditAppendTests.signature(token: "\(index)-\(worker)-\(round)") }
+                                _ = try await store.appendAudit(signatures.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }, at: Date())
+                            }
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            await second.close()
+            let report = try await fixture.store.verifiedChain()
+            #expect(report.isIntact && report.recordsChecked == 2 * 4 * 15 * 3, "\(report)")
+            #expect(try await fixture.count("issued_signatures") == 2 * 4 * 15 * 3)
+            #expect(try await fixture.store.auditHead().count == 360)
+        }
+    }
+}
+
+extension APIClientRecord {
+    /// The record with its times cut to milliseconds, as the stores keep them.
+    var withMillisecondTimes: APIClientRecord {
+        var copy = self
+        copy.createdAt = Date(timeIntervalSince1970: Double(createdAt.unixMilliseconds) / 1000)
+        copy.revokedAt = revokedAt.map { Date(timeIntervalSince1970: Double($0.unixMilliseconds) / 1000) }
+        return copy
+    }
+}
+
+/// What only PostgreSQL has: schema versions shared by instances, read-only servers after a
+/// failover, unreachable servers, passwords.
+@Suite("PostgreSQL store: schema, failures and secrets", .enabled(if: TestPostgres.isEnabled, "no PostgreSQL: apt-get install -y postgresql, or set OFFER_SIGNER_TEST_POSTGRES_URL"))
+struct PostgresStoreTests {
+    @Test("Instances that open together migrate exactly once; a newer schema is refused with a clear message")
+    func migrationsAndNewerSchema() async throws {
+        try await TestPostgres.withDatabase { database in
+            let stores = try await withThrowingTaskGroup(of: PostgresStore.self) { group in
+                for _ in 0..<4 { group.addTask { try await PostgresStore.open(configuration: database.configuration, logger: StoreFixture.quietLogger) } }
+                var opened: [PostgresStore] = []
+                for try await store in group { opened.append(store) }
+                return opened
+            }
+            for store in stores { await store.close() }
+            #expect(try await TestPostgres.scalar("SELECT COUNT(*) FROM schema_migrations", database: database.name) == Int64(PostgresStore.schemaVersion))
+            #expect(try await TestPostgres.scalar("SELECT COUNT(*) FROM registry", database: database.name) == 1)
+
+            let newer = PostgresStore.schemaVersion + 1
+            try await TestPostgres.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (\(newer), 0)", database: database.name)
+            await #expect {
+                _ = try await PostgresStore.open(configuration: database.configuration, logger: StoreFixture.quietLogger)
+            } throws: { error in
+                (error as? StoreError)?.message.contains(
+                    "database schema version \(newer) is newer than this offer-signer knows (\(PostgresStore.schemaVersion)); upgrade offer-signer") == true
+            }
+        }
+    }
+
+    @Test("A read-only server (as after a failover) fails appends with store_unavailable naming SQLSTATE 25006; reads go on")
+    func readOnlyServer() async throws {
+        try await TestPostgres.withDatabase { database in
+            let store = try await PostgresStore.open(configuration: database.configuration, logger: StoreFixture.quietLogger)
+            _ = try await store.appendAudit(AuditServiceLifecycleTests.entries(1), at: Date())
+            await store.close()
+            try await TestPostgres.execute("ALTER DATABASE \"\(database.name)\" SET default_transaction_read_only = on")
+            let readOnly = try await PostgresStore.open(configuration: database.configuration, logger: StoreFixture.quietLogger)
+            await #expect {
+                _ = try await readOnly.appendAudit(AuditServiceLifecycleTests.entries(1), at: Date())
+            } throws: { error in
+                guard let error = error as? StoreError else { return false }
+                return error.code == .unavailable && error.message.contains("read-only") && error.message.contains("25006")
+            }
+            #expect(try await readOnly.auditHead().count == 1)
+            await readOnly.close()
+        }
+    }
+
+    @Test("A refused connection fails the open at once, naming the server but not the password")
+    func refusedConnection() async throws {
+        // Port 9 (discard): nothing listens on loopback, so the connection is refused.
+        let configuration = try PostgresStoreConfiguration(url: "postgres://offer:sekrit-password-123@127.0.0.1:9/db?sslmode=disable")
+        await #expect {
+            _ = try await PostgresStore.open(configuration: configuration, logger: StoreFixture.quietLogger)
+        } throws: { error in
+            guard let error = error as? StoreError else { return false }
+            return error.code == .unavailable && !error.message.contains("sekrit-password-123") && error.message.contains("127.0.0.1:9")
+                && error.message.contains("cannot connect")
+        }
+    }
+
+    @Test("A server that accepts connections but never answers fails calls within the operation timeout; nothing hangs")
+    func silentServerIsBounded() async throws {
+        let listener = try SilentListener()
+        defer { listener.close() }
+        let configuration = try PostgresStoreConfiguration(
+            url: "postgres://offer:sekrit-password-123@127.0.0.1:\(listener.port)/db?sslmode=disable", operationTimeout: .seconds(2),
+            connectTimeout: .seconds(1))
+        let start = ContinuousClock.now
+        await #expect {
+            _ = try await PostgresStore.open(configuration: configuration, logger: StoreFixture.quietLogger)
+        } throws: { error in
+            guard let error = error as? StoreError else { return false }
+            return error.code == .unavailable && !error.message.contains("sekrit-password-123")
+        }
+        #expect(ContinuousClock.now - start < .seconds(30), "bounded by the 2 s operation timeout (with room for a loaded machine)")
+    }
+
+    @Test("A wrong password fails with the server's message, which never holds the password")
+    func wrongPassword() async throws {
+        try StoreFixture.postgresAvailableOrSkip()
+        try await TestPostgres.withDatabase { database in
+            let wrong = "not-the-password-\(UUID().uuidString)"
+            let configuration = try PostgresStoreConfiguration(url: database.url(password: wrong))
+            await #expect {
+                _ = try await PostgresStore.open(configuration: configuration, logger: StoreFixture.quietLogger)
+            } throws: { error in
+                guard let error = error as? StoreError else { return false }
+                return error.code == .unavailable && !error.message.contains(wrong) && error.message.contains("password authentication failed")
+            }
+        }
+    }
+}
+
+/// A loopback port whose connections the kernel accepts and nobody ever answers: a hung server.
+final class SilentListener: Sendable {
+    let descriptor: Int32
+    let port: Int
+
+    init() throws {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { throw StoreError(.unavailable, "socket() failed") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(descriptor, 16) == 0 else { throw StoreError(.unavailable, "bind/listen failed") }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+        }
+        self.descriptor = descriptor
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    func close() { _ = Glibc.close(descriptor) }
+}

@@ -1,0 +1,91 @@
+import Foundation
+import OfferSignerCore
+import OfferSignerStorage
+import Synchronization
+import Testing
+
+@testable import OfferSignerServer
+
+/// `store copy` at the library level: SQLite → PostgreSQL → SQLite keeps every key, client,
+/// ledger row, audit record and checkpoint exactly, and the head hash.
+@Suite("Store copy between engines")
+struct StoreCopyTests {
+    /// Every record, ledger row, checkpoint and the registry of `store`.
+    static func everything(_ store: any OfferSignerStore) async throws -> (StoreCopyRegistry, [AuditRecord], [IssuedSignatureRecord], [AuditCheckpoint], String) {
+        var records: [AuditRecord] = []
+        while true {
+            let page = try await store.auditRecords(after: records.last?.sequence ?? 0, limit: 10_000)
+            if page.isEmpty { break }
+            records += page
+        }
+        var ledger: [IssuedSignatureRecord] = []
+        while true {
+            let position = ledger.last.map { LedgerPosition(auditSequence: $0.auditSequence, nonce: $0.signature.nonce) }
+            let page = try await store.ledger(after: position, limit: 10_000)
+            if page.isEmpty { break }
+            ledger += page
+        }
+        return (try await store.copyRegistry(), records, ledger, try await store.checkpoints(), try await store.auditHead().hash)
+    }
+
+    @Test("SQLite → PostgreSQL → SQLite: every record, ledger row, key, client and checkpoint, and the head hash; a non-empty target is refused")
+    func roundTrip() async throws {
+        try await StoreFixture.with(.sqlite) { original in
+            let store = original.store
+            let masterKey = MasterKey.generate().key
+            _ = try await StoreConformanceTests.importKey(store, masterKey, id: "KEYCOPY001")
+            _ = try await StoreConformanceTests.importKey(store, masterKey, id: "KEYCOPY002")
+            _ = try await store.transitionKey(keyID: "KEYCOPY002", to: .active, actor: "ops", reason: nil, force: false)
+            _ = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: ["com.example.app"], actor: "ops")
+            _ = try await store.revokeClient(name: "backend", actor: "ops")
+            // 12,000 signatures (two ledger rows for some, none for notes) in groups, checkpoints along the way.
+            for group in 0..<40 {
+                var appends: [AuditAppend] = []
+                for index in 0..<300 {
+                    var signatures = [AuditAppendTests.signature(token: index.isMultiple(of: 3) ? nil : "token-\(group)-\(index % 7)")]
+                    if index.isMultiple(of: 50) { signatures.append(AuditAppendTests.signature(token: "pair-\(group)")) }
+                    appends.append(AuditAppend(entry: signatures[0].auditEntry, signatures: signatures))
+                }
+                _ = try await store.appendAudit(appends, at: Date())
+                if group.isMultiple(of: 10) { _ = try await AuditCheckpointing.create(in: store, masterKey: masterKey) }
+            }
+            _ = try await AuditCheckpointing.create(in: store, masterKey: masterKey)
+            let before = try await Self.everything(store)
+            #expect(before.1.count == 12_005 && before.2.count == 12_240 && before.3.count == 5)
+
+            try await StoreFixture.with(.postgres) { middle in
+                let lines = Mutex<[String]>([])
+                let there = try await StoreCopy.copy(from: store, to: middle.store) { line in lines.withLock { $0.append(line) } }
+                #expect(there.sourceHead == before.4 && there.targetHead == before.4 && there.report.isIntact)
+                #expect(lines.withLock { $0 }.contains("copied 10000 of 12005 audit records"), "progress every 10,000: \(lines.withLock { $0 })")
+                let inPostgres = try await Self.everything(middle.store)
+                #expect(inPostgres.0 == before.0, "registry")
+                #expect(inPostgres.1 == before.1, "audit records")
+                #expect(inPostgres.2 == before.2, "ledger")
+                #expect(inPostgres.3 == before.3, "checkpoints")
+                let report = try await middle.store.verifiedChain()
+                #expect(report.isIntact && report.checkpointsMatched == 5 && report.headHash == before.4, "\(report)")
+                // The copy is bound to the same master key, and its checkpoints cover its head.
+                try await middle.store.bindMasterKey(masterKey)
+                #expect(try await AuditCheckpointing.create(in: middle.store, masterKey: masterKey) == nil)
+
+                // A non-empty target is refused, and left as it was.
+                await #expect {
+                    _ = try await StoreCopy.copy(from: store, to: middle.store)
+                } throws: { error in
+                    (error as? StoreError)?.message.contains("not empty") == true
+                }
+
+                try await StoreFixture.with(.sqlite) { back in
+                    let summary = try await StoreCopy.copy(from: middle.store, to: back.store)
+                    #expect(summary.targetHead == summary.sourceHead)
+                    let after = try await Self.everything(back.store)
+                    #expect(after.0 == before.0 && after.1 == before.1 && after.2 == before.2 && after.3 == before.3 && after.4 == before.4)
+                    // The sealed keys still open with the same master key.
+                    try await back.store.bindMasterKey(masterKey)
+                    _ = try await back.store.auditSigningKey(masterKey: masterKey)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,310 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import Logging
+import NIOCore
+import NIOSSL
+import OfferSignerPostgres
+import PostgresNIO
+import Synchronization
+import TestChildProcess
+
+/// A PostgreSQL server for the tests, and a fresh database per test.
+///
+/// Where the server comes from, in order:
+/// 1. `OFFER_SIGNER_TEST_POSTGRES_URL` (a superuser or a role allowed to CREATE DATABASE; its
+///    server must ask for passwords, or the wrong-password tests fail);
+/// 2. PostgreSQL's server binaries (`/usr/lib/postgresql/*/bin`, or `initdb` and `pg_ctl` on
+///    PATH): a throw-away cluster is started once per test process in a temporary directory
+///    (as the `postgres` user when running as root), on a free loopback port, with SCRAM
+///    password authentication over TCP; it is stopped at process exit, and clusters left behind
+///    by test processes that died are stopped and removed before a new one starts;
+/// 3. neither: ``unavailableReason`` says why. With `CI` set, ``database()`` then throws (the
+///    tests fail: "PostgreSQL is required in CI: apt-get install -y postgresql"); otherwise tests
+///    skip their PostgreSQL cases with that reason (``isEnabled`` is false).
+public enum TestPostgres {
+    public static let requiredInCI = "PostgreSQL is required in CI: apt-get install -y postgresql"
+
+    /// The role and password of the throw-away cluster (a test password, nothing else).
+    static let clusterUser = "postgres"
+    static let clusterPassword = "offer-signer-test-password"
+
+    public struct Unavailable: Error, CustomStringConvertible {
+        public var description: String
+        public init(description: String) { self.description = description }
+    }
+
+    /// The admin connection: where to create databases.
+    struct Server: Sendable {
+        var configuration: PostgresStoreConfiguration
+    }
+
+    private static let server: Result<Server, Unavailable> = locateServer()
+
+    /// Why no PostgreSQL is available, nil when one is.
+    public static var unavailableReason: String? {
+        switch server {
+        case .success: return nil
+        case .failure(let failure): return failure.description
+        }
+    }
+
+    /// Whether PostgreSQL tests should run: a server is available, or CI demands one (and the
+    /// tests then fail with ``requiredInCI``).
+    public static var isEnabled: Bool { unavailableReason == nil || isCI }
+
+    public static var isCI: Bool {
+        guard let value = ProcessInfo.processInfo.environment["CI"] else { return false }
+        return !value.isEmpty && value != "0" && value.lowercased() != "false"
+    }
+
+    /// A fresh, empty database on the test server.
+    public struct Database: Sendable {
+        /// `postgres://…/name?sslmode=disable`, password included (a test password).
+        public var url: String
+        public var name: String
+        /// The same URL without the password (for tests that pass it another way).
+        public var urlWithoutPassword: String
+        public var password: String?
+        public var configuration: PostgresStoreConfiguration
+
+        /// The URL with `password` in place of the real one.
+        public func url(password: String) -> String {
+            Self.url(configuration, password: password)
+        }
+
+        static func url(_ configuration: PostgresStoreConfiguration, password: String?) -> String {
+            var allowed = CharacterSet.alphanumerics
+            allowed.insert(charactersIn: "-._~")
+            let user = configuration.username.addingPercentEncoding(withAllowedCharacters: allowed) ?? configuration.username
+            let secret = password.map { ":" + ($0.addingPercentEncoding(withAllowedCharacters: allowed) ?? $0) } ?? ""
+            let host = configuration.host.contains(":") ? "[\(configuration.host)]" : configuration.host
+            return "postgres://\(user)\(secret)@\(host):\(configuration.port)/\(configuration.database)?sslmode=\(configuration.tlsMode.rawValue)"
+        }
+
+        /// Drops the database (closing any connection still on it).
+        public func drop() async {
+            try? await TestPostgres.execute("DROP DATABASE IF EXISTS \"\(name)\" WITH (FORCE)")
+        }
+    }
+
+    /// Creates a fresh database; drop it with ``Database/drop()`` (or use ``withDatabase(_:)``).
+    public static func database() async throws -> Database {
+        let server: Server
+        switch self.server {
+        case .success(let found): server = found
+        case .failure(let failure):
+            throw Unavailable(description: isCI ? "\(requiredInCI) (\(failure.description))" : failure.description)
+        }
+        let name = "test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+        try await execute("CREATE DATABASE \"\(name)\"")
+        var configuration = server.configuration
+        configuration.database = name
+        return Database(
+            url: Database.url(configuration, password: configuration.password), name: name,
+            urlWithoutPassword: Database.url(configuration, password: nil), password: configuration.password, configuration: configuration)
+    }
+
+    /// Runs `body` with a fresh database and drops it afterwards.
+    public static func withDatabase<T>(_ body: (Database) async throws -> T) async throws -> T {
+        let database = try await database()
+        do {
+            let result = try await body(database)
+            await database.drop()
+            return result
+        } catch {
+            await database.drop()
+            throw error
+        }
+    }
+
+    /// Runs one statement (on `database`, else the admin database).
+    public static func execute(_ sql: String, database: String? = nil) async throws {
+        _ = try await scalar(sql, database: database)
+    }
+
+    /// Runs one statement and returns the first column of its first row as an integer (nil when
+    /// there is no row or it is NULL).
+    public static func scalar(_ sql: String, database: String? = nil) async throws -> Int64? {
+        guard case .success(let server) = server else { throw Unavailable(description: unavailableReason ?? requiredInCI) }
+        let tls: PostgresConnection.Configuration.TLS
+        switch server.configuration.tlsMode {
+        case .disable:
+            tls = .disable
+        case .prefer, .require, .verifyFull:
+            var settings = TLSConfiguration.makeClientConfiguration()
+            settings.certificateVerification = .none
+            let context = try NIOSSLContext(configuration: settings)
+            tls = server.configuration.tlsMode == .prefer ? .prefer(context) : .require(context)
+        }
+        var configuration = PostgresConnection.Configuration(
+            host: server.configuration.host, port: server.configuration.port, username: server.configuration.username,
+            password: server.configuration.password, database: database ?? server.configuration.database, tls: tls)
+        configuration.options.connectTimeout = .seconds(10)
+        let connection = try await PostgresConnection.connect(configuration: configuration, id: 1, logger: Logger(label: "test-postgres"))
+        var value: Int64?
+        do {
+            let rows = try await connection.query(PostgresQuery(unsafeSQL: sql), logger: Logger(label: "test-postgres")).collect()
+            if let row = rows.first {
+                value = try row.decode(Int64?.self)
+            }
+        } catch {
+            try? await connection.close()
+            throw Unavailable(description: "'\(sql)' failed: \(String(reflecting: error))")
+        }
+        try await connection.close()
+        return value
+    }
+
+    // MARK: - Finding or starting the server
+
+    private static func locateServer() -> Result<Server, Unavailable> {
+        let environment = ProcessInfo.processInfo.environment
+        if let url = environment["OFFER_SIGNER_TEST_POSTGRES_URL"], !url.isEmpty {
+            do {
+                return .success(Server(configuration: try PostgresStoreConfiguration(url: url, environment: environment)))
+            } catch {
+                return .failure(Unavailable(description: "OFFER_SIGNER_TEST_POSTGRES_URL: \(error)"))
+            }
+        }
+        guard let binaries = findBinaries() else {
+            return .failure(Unavailable(description: "no PostgreSQL server binaries (initdb, pg_ctl) in /usr/lib/postgresql/*/bin or on PATH, and OFFER_SIGNER_TEST_POSTGRES_URL is not set; apt-get install -y postgresql"))
+        }
+        do {
+            return .success(try ThrowAwayCluster.start(binaries: binaries))
+        } catch let error as Unavailable {
+            return .failure(error)
+        } catch {
+            return .failure(Unavailable(description: "cannot start a PostgreSQL cluster: \(error)"))
+        }
+    }
+
+    private static func findBinaries() -> String? {
+        let fileManager = FileManager.default
+        var candidates: [String] = []
+        if let versions = try? fileManager.contentsOfDirectory(atPath: "/usr/lib/postgresql") {
+            let sorted = versions.compactMap { Int($0) }.sorted(by: >)
+            candidates += sorted.map { "/usr/lib/postgresql/\($0)/bin" }
+        }
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
+        candidates += path.split(separator: ":").map(String.init)
+        return candidates.first { directory in
+            fileManager.isExecutableFile(atPath: "\(directory)/initdb") && fileManager.isExecutableFile(atPath: "\(directory)/pg_ctl")
+        }
+    }
+}
+
+/// The throw-away cluster: started once per test process, stopped at exit.
+enum ThrowAwayCluster {
+    static let directoryPrefix = "offer-signer-test-pg-"
+    /// The cluster to stop at exit (set once).
+    static let running = Mutex<(binaries: String, directory: String, asPostgres: Bool)?>(nil)
+
+    static func start(binaries: String) throws -> TestPostgres.Server {
+        let asPostgres = getuid() == 0
+        var owner: (uid: uid_t, gid: gid_t)?
+        if asPostgres {
+            guard let entry = getpwnam("postgres") else {
+                throw TestPostgres.Unavailable(description: "running as root, but there is no 'postgres' user to run the PostgreSQL server as")
+            }
+            owner = (entry.pointee.pw_uid, entry.pointee.pw_gid)
+        }
+        removeAbandonedClusters(binaries: binaries, asPostgres: asPostgres)
+
+        let base = "/tmp/\(directoryPrefix)\(getpid())-\(UUID().uuidString.prefix(8).lowercased())"
+        try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        let passwordFile = "\(base)/password"
+        guard FileManager.default.createFile(atPath: passwordFile, contents: Data((TestPostgres.clusterPassword + "\n").utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw TestPostgres.Unavailable(description: "cannot write \(passwordFile)")
+        }
+        if let owner {
+            guard chown(base, owner.uid, owner.gid) == 0, chown(passwordFile, owner.uid, owner.gid) == 0 else {
+                throw TestPostgres.Unavailable(description: "cannot hand \(base) to the postgres user: \(String(cString: strerror(errno)))")
+            }
+        }
+        let data = "\(base)/data"
+        try run(
+            binaries, "initdb",
+            ["-D", data, "-U", TestPostgres.clusterUser, "--pwfile=\(passwordFile)", "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync"],
+            asPostgres: asPostgres, timeout: .seconds(120))
+        running.withLock { $0 = (binaries, base, asPostgres) }
+        atexit { ThrowAwayCluster.stopAtExit() }
+
+        var lastError: (any Error)?
+        for _ in 0..<3 {
+            let port = try freePort()
+            do {
+                try run(
+                    binaries, "pg_ctl",
+                    ["-D", data, "-l", "\(base)/server.log", "-w", "-t", "60",
+                     "-o", "-p \(port) -k \(base) -c listen_addresses=127.0.0.1 -c fsync=on -c max_connections=300", "start"],
+                    asPostgres: asPostgres, timeout: .seconds(90))
+                return TestPostgres.Server(configuration: try PostgresStoreConfiguration(
+                    url: "postgres://\(TestPostgres.clusterUser):\(TestPostgres.clusterPassword)@127.0.0.1:\(port)/postgres?sslmode=disable"))
+            } catch {
+                lastError = error
+            }
+        }
+        let log = (try? String(contentsOfFile: "\(base)/server.log", encoding: .utf8)) ?? ""
+        throw TestPostgres.Unavailable(description: "cannot start PostgreSQL: \(lastError.map { "\($0)" } ?? "unknown")\n\(log.suffix(2000))")
+    }
+
+    static func stopAtExit() {
+        guard let cluster = running.withLock({ $0 }) else { return }
+        stop(binaries: cluster.binaries, directory: cluster.directory, asPostgres: cluster.asPostgres)
+    }
+
+    private static func stop(binaries: String, directory: String, asPostgres: Bool) {
+        if FileManager.default.fileExists(atPath: "\(directory)/data/postmaster.pid") {
+            _ = try? run(binaries, "pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "-t", "30", "stop"], asPostgres: asPostgres, timeout: .seconds(40))
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Stops and removes clusters whose test process is gone (killed before its exit handler ran).
+    private static func removeAbandonedClusters(binaries: String, asPostgres: Bool) {
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/tmp") else { return }
+        for entry in entries where entry.hasPrefix(directoryPrefix) {
+            let pidText = entry.dropFirst(directoryPrefix.count).prefix { $0 != "-" }
+            guard let pid = pid_t(pidText), pid != getpid() else { continue }
+            if kill(pid, 0) == 0 || errno == EPERM { continue }
+            stop(binaries: binaries, directory: "/tmp/\(entry)", asPostgres: asPostgres)
+        }
+    }
+
+    private static func run(_ binaries: String, _ tool: String, _ arguments: [String], asPostgres: Bool, timeout: Duration) throws {
+        let executable = "\(binaries)/\(tool)"
+        let result: ChildProcess.Result
+        if asPostgres {
+            let runuser = FileManager.default.isExecutableFile(atPath: "/usr/sbin/runuser") ? "/usr/sbin/runuser" : "/sbin/runuser"
+            result = try ChildProcess.run(runuser, ["-u", "postgres", "--", executable] + arguments, currentDirectory: "/tmp", timeout: timeout)
+        } else {
+            result = try ChildProcess.run(executable, arguments, timeout: timeout)
+        }
+        guard result.status == 0 else {
+            throw TestPostgres.Unavailable(description: "\(tool) failed (status \(result.status)): \(result.stderrText.suffix(2000))")
+        }
+    }
+
+    /// A loopback port nothing listens on right now.
+    private static func freePort() throws -> Int {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { throw TestPostgres.Unavailable(description: "socket() failed") }
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0 else { throw TestPostgres.Unavailable(description: "bind() failed") }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+        }
+        guard named == 0 else { throw TestPostgres.Unavailable(description: "getsockname() failed") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
