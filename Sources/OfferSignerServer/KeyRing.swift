@@ -95,15 +95,18 @@ final class KeyRingHolder: Service, Sendable {
     }
 
     func run() async throws {
-        await withDiscardingTaskGroup { group in
-            group.addTask { await self.listen() }
-            await poll()
-            group.cancelAll()
+        // Graceful shutdown cancels both at once (a long poll interval must not hold it up).
+        await cancelWhenGracefulShutdown {
+            await withDiscardingTaskGroup { group in
+                group.addTask { await self.listen() }
+                await self.poll()
+                group.cancelAll()
+            }
         }
     }
 
     private func poll() async {
-        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+        while !Task.isCancelled {
             do {
                 try await Task.sleep(for: interval)
             } catch {
