@@ -44,6 +44,18 @@ extension PostgresStore {
         return try await body()
     }
 
+    /// Reachable, not a standby (`pg_is_in_recovery()`), and a new transaction is not read-only
+    /// (`default_transaction_read_only`, as set while a primary is being demoted).
+    public func checkWritable() async throws {
+        let rows = try await rows("checking the store is writable", "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'")
+        guard let readOnly = try rows.first?.decode(Bool.self) else {
+            throw StoreError(.unavailable, "checking the store is writable failed: no answer")
+        }
+        if readOnly {
+            throw StoreError(.unavailable, "the database is read-only (a standby, or a failover in progress); point the store at the primary")
+        }
+    }
+
     public func registryChanges() -> AsyncThrowingStream<Void, any Error> {
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: Void.self, throwing: (any Error).self)
         let task = Task { [client] in

@@ -76,14 +76,14 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         logger: logger)
 }
 
-/// 200 when this instance can sign: the store answers (within `timeout`) and every configured app
+/// 200 when this instance can sign: the store answers (within `timeout`) and accepts writes, and every configured app
 /// has a usable active key; 503 `not_ready` otherwise, so a load balancer stops sending it work.
 private func readiness(store: any OfferSignerStore, ring: KeyRing, timeout: Duration) async throws -> Response {
     var problems: [String] = []
     do {
-        try await StoreDeadline.run("readiness ping", timeout: timeout) { try await store.ping() }
+        try await StoreDeadline.run("readiness check", timeout: timeout) { try await store.checkWritable() }
     } catch {
-        problems.append("store unreachable: \(error)")
+        problems.append("store unreachable or read-only: \(error)")
     }
     if ring.configuredBundles.isEmpty { problems.append("no signing key configured") }
     for bundle in ring.configuredBundles.sorted() where ring.activeKeys[bundle] == nil {

@@ -13,6 +13,14 @@ extension SQLiteStore {
         }
     }
 
+    /// Readable, and the file is writable by this process.
+    public func checkWritable() async throws {
+        try await ping()
+        guard FileManager.default.isWritableFile(atPath: path) else {
+            throw StoreError(.unavailable, "the store file \(path) is read-only for this process")
+        }
+    }
+
     /// SQLite cannot notify another process; a server learns of changes by polling
     /// `registryVersion`. The sequence finishes at once.
     public func registryChanges() -> AsyncThrowingStream<Void, any Error> {

@@ -43,6 +43,12 @@ public protocol StoreCoordination: Sendable {
     /// its lock is a lock in this process.
     func withExclusiveLock<T: Sendable>(_ lock: StoreLock, timeout: Duration, _ body: () async throws -> T) async throws -> T
 
+    /// Succeeds when the store can be read and would accept writes now; throws `StoreError`
+    /// (`unavailable`) otherwise: unreachable, or read-only (a PostgreSQL standby, or a primary
+    /// being failed over). Readiness checks use it, since an instance that cannot write its audit
+    /// records cannot sign.
+    func checkWritable() async throws
+
     /// One element per registry change (key or client) committed by any process, for as long as
     /// the caller iterates. The sequence finishes at once when the store has no way to notify
     /// (SQLite: polling covers it); it finishes when the iterating task is cancelled; it throws

@@ -54,6 +54,11 @@ final class ControlledPostgres: Sendable {
         try run("pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "-t", "30", "stop"], timeout: .seconds(40))
     }
 
+    /// Runs one SQL statement as the superuser, through psql on the cluster's socket.
+    func sql(_ statement: String) async throws {
+        try run("psql", ["-h", directory, "-p", String(port), "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", statement], timeout: .seconds(30))
+    }
+
     func remove() {
         if FileManager.default.fileExists(atPath: "\(directory)/data/postmaster.pid") { try? stopImmediately() }
         try? FileManager.default.removeItem(atPath: directory)

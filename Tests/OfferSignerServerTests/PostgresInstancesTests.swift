@@ -297,3 +297,95 @@ final class SharedFlag: Sendable {
     var isSet: Bool { value.load(ordering: .acquiring) }
     func set() { value.store(true, ordering: .releasing) }
 }
+
+extension PostgresInstancesTests {
+    @Test("Two instances on one database keep one checkpoint interval between them, not one each")
+    func oneCheckpointIntervalForTheDeployment() async throws {
+        let deployment = try await Deployment.make(instances: 2) { configuration in
+            configuration.checkpointEveryRecords = 1_000_000
+            configuration.checkpointEvery = .milliseconds(400)
+        }
+        let secret = try await deployment.createClient(name: "backend")
+        let store = deployment.stores[0]
+        let checkpoints = try await deployment.live { ports in
+            let end = ContinuousClock.now + .seconds(3)
+            var turn = 0
+            while ContinuousClock.now < end {
+                #expect(try await Self.sign(ports[turn % 2], secret: secret, body: #"{"productID":"p","offerID":"o"}"#).0 == .created)
+                turn += 1
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            return try await store.checkpoints()
+        }
+        #expect(checkpoints.count >= 4 && checkpoints.count <= 9, "\(checkpoints.count) checkpoints in 3 s")
+        for (earlier, later) in zip(checkpoints, checkpoints.dropFirst()) {
+            let gap = later.createdAt.timeIntervalSince(earlier.createdAt)
+            #expect(gap >= 0.399, "checkpoints \(earlier.sequence) and \(later.sequence) are \(gap) s apart")
+        }
+        #expect(try await store.verifyAudit(trusted: nil, progressInterval: 100_000, progress: { _ in }).isIntact)
+        await deployment.close()
+    }
+
+    @Test("A read-only database (a failover in progress): 503 and no signature, /readyz 503; writable again: 201 and /readyz 200 within 5 s", .enabled(if: ControlledPostgres.binaries != nil))
+    func readOnlyDatabase() async throws {
+        let cluster = try ControlledPostgres(binaries: try #require(ControlledPostgres.binaries))
+        defer { cluster.remove() }
+        let storeConfiguration = try PostgresStoreConfiguration(url: cluster.url, operationTimeout: .seconds(2), connectTimeout: .seconds(1))
+        let store = try await PostgresStore.open(configuration: storeConfiguration)
+        let masterKey = MasterKey.generate().key
+        var logger = Logger(label: "offer-signer-test")
+        logger.logLevel = .critical
+        var configuration = ServerConfiguration(masterKey: masterKey, logger: logger)
+        configuration.host = "127.0.0.1"
+        configuration.port = 0
+        configuration.clientRateLimit = .unlimited
+        configuration.appAccountTokenRateLimit = .unlimited
+        configuration.storeTimeout = .seconds(1)
+        _ = try await KeyRegistry.importKey(
+            try InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY000"), bundleID: "com.example.app", issuerID: TestServer.issuerID,
+            development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
+        let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test").secret
+        let application = try await buildApplication(configuration: configuration, store: store)
+        let body = #"{"productID":"p","offerID":"o"}"#
+        let nonce = { @Sendable (text: String) -> String? in
+            ((try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])?["legacy"] as? [String: Any])?["nonce"] as? String
+        }
+        let issued = try await application.test(.live) { client -> [String] in
+            let port = try #require(client.port)
+            var issued: [String] = []
+            let (firstStatus, firstText) = try await Self.sign(port, secret: secret, body: body)
+            #expect(firstStatus == .created)
+            issued += [nonce(firstText)].compactMap { $0 }
+            // Every session, the pool's open ones included, turns read-only (as on a standby).
+            try await cluster.sql("ALTER SYSTEM SET default_transaction_read_only = on")
+            try await cluster.sql("SELECT pg_reload_conf()")
+            try await Task.sleep(for: .milliseconds(300))
+            for _ in 0..<5 {
+                let (status, text) = try await Self.sign(port, secret: secret, body: body)
+                #expect(status == .serviceUnavailable && nonce(text) == nil, "\(text)")
+            }
+            let notReady = try await client.execute(uri: "/readyz", method: .get)
+            expectProblem(notReady, .serviceUnavailable, "not_ready")
+            #expect(notReady.text.contains("read-only"), "\(notReady.text)")
+            try await cluster.sql("ALTER SYSTEM RESET default_transaction_read_only")
+            try await cluster.sql("SELECT pg_reload_conf()")
+            let writable = ContinuousClock.now
+            var status = HTTPResponse.Status.serviceUnavailable
+            while status != .created && ContinuousClock.now - writable < .seconds(10) {
+                let (answer, text) = try await Self.sign(port, secret: secret, body: body)
+                status = answer
+                if status == .created { issued += [nonce(text)].compactMap { $0 } } else { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(status == .created && ContinuousClock.now - writable < .seconds(5))
+            #expect(try await client.execute(uri: "/readyz", method: .get).status == .ok)
+            return issued
+        }
+        #expect(issued.count == 2)
+        let records = try await store.auditRecords(after: 0, limit: 1000).filter { $0.kind == "signature.issued" }
+        for issuedNonce in issued {
+            #expect(records.filter { $0.body.contains(issuedNonce) }.count == 1, "every 201 has exactly one audit record")
+        }
+        #expect(try await store.verifyAudit(trusted: nil, progressInterval: 100_000, progress: { _ in }).isIntact)
+        await store.close()
+    }
+}
