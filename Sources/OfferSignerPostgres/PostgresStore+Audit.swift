@@ -208,19 +208,25 @@ extension PostgresStore {
 
     // MARK: - Signed checkpoints
 
+    /// Reads the stored key first (no write once it exists); the first instance to need one
+    /// inserts it, and every instance then opens the one stored.
     public func auditSigningKey(masterKey: MasterKey) async throws -> AuditSigningKey {
         try await bindMasterKey(masterKey)
+        let select: PostgresQuery = "SELECT public_key_pem, sealed_private_key FROM audit_signing_key WHERE id = 1"
+        if let row = try await rows("reading the audit-signing key", select).first {
+            let (pem, sealed) = try row.decode((String, Data).self)
+            return try AuditSigningKey.open(sealed: sealed, publicKeyPEM: pem, masterKey: masterKey)
+        }
         let candidate = AuditSigningKey.generate()
         let sealed = candidate.sealed(with: masterKey)
         let now = Date().unixMilliseconds
-        // Whoever inserts first wins; every instance then opens the stored one.
-        let (pem, stored) = try await transaction("reading the audit-signing key") { connection, logger -> (String, Data) in
+        let (pem, stored) = try await transaction("storing the audit-signing key") { connection, logger -> (String, Data) in
             try await connection.run(
                 """
                 INSERT INTO audit_signing_key (id, public_key_pem, fingerprint, sealed_private_key, created_at)
                 VALUES (1, \(candidate.publicKey.pem), \(candidate.publicKey.fingerprint), \(sealed), \(now)) ON CONFLICT (id) DO NOTHING
                 """, logger: logger)
-            guard let row = try await connection.query("SELECT public_key_pem, sealed_private_key FROM audit_signing_key WHERE id = 1", logger: logger).collect().first else {
+            guard let row = try await connection.query(select, logger: logger).collect().first else {
                 throw StoreError(.unavailable, "the audit-signing key vanished while it was being stored")
             }
             return try row.decode((String, Data).self)

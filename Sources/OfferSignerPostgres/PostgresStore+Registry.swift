@@ -46,15 +46,22 @@ extension PostgresStore {
         try await connection.run("UPDATE registry SET version = version + 1 WHERE id = 1", logger: logger)
     }
 
+    /// Reads the stored check value first, so binding an already bound store writes nothing
+    /// (it works on a read-only server); the first binding inserts it, and when two instances
+    /// race, the one inserted first is the one compared.
     public func bindMasterKey(_ masterKey: MasterKey) async throws {
         let check = masterKey.checkValue
+        let stored = try await rows("binding the master key", "SELECT value FROM meta WHERE name = 'master_key_check'").first?.decode(String.self)
+        if let stored {
+            guard stored == check else {
+                throw StoreError(.masterKeyMismatch, "the master key does not match the one this store's keys were sealed with")
+            }
+            return
+        }
         try await transaction("binding the master key") { connection, logger in
             try await connection.run(
                 "INSERT INTO meta (name, value) VALUES ('master_key_check', \(check)) ON CONFLICT (name) DO NOTHING", logger: logger)
-            var stored: String?
-            for try await value in try await connection.query("SELECT value FROM meta WHERE name = 'master_key_check'", logger: logger).decode(String.self) {
-                stored = value
-            }
+            let stored = try await connection.query("SELECT value FROM meta WHERE name = 'master_key_check'", logger: logger).collect().first?.decode(String.self)
             guard stored == check else {
                 throw StoreError(.masterKeyMismatch, "the master key does not match the one this store's keys were sealed with")
             }

@@ -14,7 +14,7 @@ struct AuditCheckpointsCreateCommand: AsyncParsableCommand {
 
     func run() async throws {
         let masterKey = try masterKey.load()
-        let store = try store.open()
+        let store = try await store.open()
         do {
             if let checkpoint = try await AuditCheckpointing.create(in: store, masterKey: masterKey) {
                 print("checkpoint of \(checkpoint.sequence) records: head \(checkpoint.headHash), signed by audit key SHA-256 \(checkpoint.keyFingerprint)")

@@ -14,7 +14,7 @@ struct AuditCheckpointsExportCommand: AsyncParsableCommand {
     var output: String?
 
     func run() async throws {
-        let store = try store.open()
+        let store = try await store.open()
         do {
             guard let key = try await store.auditSigningPublicKey() else {
                 throw CLIFailure("the store has no audit-signing key yet (no checkpoint was ever written); run `offer-signer audit checkpoints create` or start the server")

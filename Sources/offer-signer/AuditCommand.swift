@@ -23,7 +23,7 @@ struct AuditTailCommand: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        let store = try store.open()
+        let store = try await store.open()
         let head = try await store.auditHead().count
         var last = max(0, head - Int64(max(0, count)))
         repeat {
@@ -50,7 +50,7 @@ struct AuditExportCommand: AsyncParsableCommand {
 
     func run() async throws {
         let sinceDate = since.flatMap { try? Date($0, strategy: .iso8601) }
-        let store = try store.open()
+        let store = try await store.open()
         var last: Int64 = 0
         while true {
             let records = try await store.auditRecords(after: last, limit: 5000)

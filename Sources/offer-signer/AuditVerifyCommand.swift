@@ -19,7 +19,7 @@ struct AuditVerifyCommand: AsyncParsableCommand {
     var checkpoints: String?
 
     func run() async throws {
-        let sqlite: SQLiteStore
+        let opened: any OfferSignerStore
         var trusted: AuditCheckpointSet?
         do {
             if let checkpoints {
@@ -32,7 +32,7 @@ struct AuditVerifyCommand: AsyncParsableCommand {
                 }
                 trusted = AuditCheckpointSet(origin: "checkpoints file '\(checkpoints)'", publicKey: file.publicKey, checkpoints: file.checkpoints)
             }
-            sqlite = try store.open()
+            opened = try await store.open()
         } catch let error as CLIFailure {
             CLI.printError(error.message)
             throw ExitCode(2)
@@ -40,7 +40,7 @@ struct AuditVerifyCommand: AsyncParsableCommand {
         let start = ContinuousClock.now
         let report: AuditVerificationReport
         do {
-            report = try await sqlite.verifyAudit(trusted: trusted) { count in
+            report = try await opened.verifyAudit(trusted: trusted, progressInterval: 100_000) { count in
                 FileHandle.standardError.write(Data("checked \(count) records…\n".utf8))
             }
         } catch {

@@ -29,7 +29,7 @@ struct ClientsCreateCommand: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        let store = try store.open(mustExist: false)
+        let store = try await store.open(mustExist: false)
         do {
             let (client, secret) = try await APIClientCredentials.create(in: store, name: name, bundleIDs: bundleIDs, actor: actor.resolvedActor)
             if json {

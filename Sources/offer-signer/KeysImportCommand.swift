@@ -37,7 +37,7 @@ struct KeysImportCommand: AsyncParsableCommand {
             throw CLIFailure("\(file): \(error.message)")
         }
         let masterKey = try self.masterKey.load()
-        let store = try self.store.open(mustExist: false)
+        let store = try await self.store.open(mustExist: false)
         let record = try await KeyRegistry.importKey(key, bundleID: bundleID, issuerID: issuerID, development: development, into: store, masterKey: masterKey, actor: actor.resolvedActor, reason: actor.reason)
         print("imported \(record.keyID) for \(record.bundleID): \(record.state.rawValue), public key SHA-256 \(record.fingerprint)")
     }

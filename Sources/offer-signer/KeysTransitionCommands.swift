@@ -14,7 +14,7 @@ struct KeyTransitionOptions: ParsableArguments {
     @OptionGroup var actor: ActorOptions
 
     func transition(to state: SigningKeyState, force: Bool) async throws {
-        let store = try store.open()
+        let store = try await store.open()
         do {
             if let bundleID {
                 guard let key = try await store.listKeys().first(where: { $0.keyID == keyID }) else {

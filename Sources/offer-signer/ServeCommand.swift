@@ -82,25 +82,29 @@ struct ServeCommand: AsyncParsableCommand {
         let auditCommitDelay = try requestedAuditCommitDelay()
         let host = host ?? Environment.value("OFFER_SIGNER_HOST") ?? "127.0.0.1"
         let port = try port ?? Self.number("OFFER_SIGNER_PORT", Int.self) ?? 8080
-        let storePath: String
+        let opened: any OfferSignerStore
+        let devStorePath: String?
         let masterKey: MasterKey
         if dev {
             guard ["127.0.0.1", "localhost", "::1"].contains(host) else {
                 throw ValidationError("--dev binds loopback only; it refuses --host \(host)")
             }
+            if store.isPostgres {
+                throw ValidationError("--dev keeps a local SQLite store; it does not take a PostgreSQL URL (leave --store out, or give a file path)")
+            }
             let setup = try await DevelopmentSetup.prepare(storePath: store.path, bundleID: devBundleID)
-            storePath = setup.storePath
+            devStorePath = setup.storePath
             masterKey = setup.masterKey
+            do {
+                opened = try SQLiteStore(path: setup.storePath)
+            } catch {
+                throw CLIFailure(error.message)
+            }
         } else {
-            guard let path = store.path else { throw ValidationError("give --store PATH (or OFFER_SIGNER_STORE), or use --dev") }
-            storePath = path
+            guard store.location != nil else { throw ValidationError("give --store PATH or URL (or OFFER_SIGNER_STORE), or use --dev") }
+            devStorePath = nil
             masterKey = try self.masterKey.load()
-        }
-        let sqlite: SQLiteStore
-        do {
-            sqlite = try SQLiteStore(path: storePath)
-        } catch {
-            throw CLIFailure(error.message)
+            opened = try await store.open(mustExist: false, logger: logger)
         }
 
         var configuration = ServerConfiguration(masterKey: masterKey, logger: logger)
@@ -134,12 +138,19 @@ struct ServeCommand: AsyncParsableCommand {
 
         let application: any ApplicationProtocol
         do {
-            application = try await buildApplication(configuration: configuration, store: sqlite)
+            application = try await buildApplication(configuration: configuration, store: opened)
         } catch let error as StoreError {
+            await opened.close()
             throw CLIFailure(error.message)
         }
-        if dev { DevelopmentSetup.printWelcome(port: port, storePath: storePath) }
-        try await application.runService()
+        if let devStorePath { DevelopmentSetup.printWelcome(port: port, storePath: devStorePath) }
+        do {
+            try await application.runService()
+        } catch {
+            await opened.close()
+            throw error
+        }
+        await opened.close()
     }
 
     /// Sizes NIO's process-wide event loop group, which the server uses, when asked to; must run

@@ -1,17 +1,83 @@
 import ArgumentParser
 import Foundation
+import Logging
+import OfferSignerPostgres
 import OfferSignerStorage
 
-/// `--store PATH` (or `OFFER_SIGNER_STORE`): the SQLite file.
+/// `--store PATH|URL` (or `OFFER_SIGNER_STORE`): a SQLite file, or a PostgreSQL URL
+/// (`postgres://user[:password]@host[:port]/database?sslmode=…`), with the PostgreSQL password
+/// from the URL, `PGPASSWORD` or `--store-password-file`, and the pool size.
+///
+/// Rule: the PostgreSQL password never appears in a message; the URL is shown redacted.
 struct StoreOptions: ParsableArguments {
-    @Option(name: .long, help: "The store (SQLite file). Env: OFFER_SIGNER_STORE.")
+    @Option(name: .long, help: "The store: a SQLite file, or a PostgreSQL URL postgres://user@host[:port]/database?sslmode=disable|prefer|require|verify-full. Env: OFFER_SIGNER_STORE.")
     var store: String?
 
-    var path: String? { store ?? Environment.value("OFFER_SIGNER_STORE") }
+    @Option(name: .long, help: "PostgreSQL: a file holding the password (mode 600), used when neither the URL nor PGPASSWORD gives one. Env: OFFER_SIGNER_STORE_PASSWORD_FILE.")
+    var storePasswordFile: String?
 
-    /// Opens the store, which must exist already (commands other than `serve` never create one).
-    func open(mustExist: Bool = true) throws -> SQLiteStore {
-        guard let path else { throw ValidationError("give --store PATH (or set OFFER_SIGNER_STORE)") }
+    @Option(name: .long, help: "PostgreSQL: connections in the pool (1-1000). Env: OFFER_SIGNER_STORE_POOL_SIZE. Default 10.")
+    var storePoolSize: Int?
+
+    /// What `--store` (or the environment) names: a path or a URL.
+    var location: String? { store ?? Environment.value("OFFER_SIGNER_STORE") }
+
+    /// The SQLite path, nil when the store is a PostgreSQL URL or not given.
+    var path: String? {
+        guard let location, !PostgresStoreConfiguration.isPostgresURL(location) else { return nil }
+        return location
+    }
+
+    /// Whether the store is a PostgreSQL URL.
+    var isPostgres: Bool { location.map(PostgresStoreConfiguration.isPostgresURL) ?? false }
+
+    /// The PostgreSQL configuration for `url`: password sources and pool size applied.
+    func postgresConfiguration(url: String) throws -> PostgresStoreConfiguration {
+        var poolSize = PostgresStoreConfiguration.defaultPoolSize
+        if let storePoolSize {
+            poolSize = storePoolSize
+        } else if let text = Environment.value("OFFER_SIGNER_STORE_POOL_SIZE") {
+            guard let value = Int(text) else { throw ValidationError("OFFER_SIGNER_STORE_POOL_SIZE='\(text)' is not a number") }
+            poolSize = value
+        }
+        return try Self.postgresConfiguration(
+            url: url, passwordFile: storePasswordFile ?? Environment.value("OFFER_SIGNER_STORE_PASSWORD_FILE"), poolSize: poolSize)
+    }
+
+    /// The PostgreSQL configuration for `url`, the password from the URL, else `PGPASSWORD`, else `passwordFile`.
+    static func postgresConfiguration(url: String, passwordFile: String?, poolSize: Int) throws -> PostgresStoreConfiguration {
+        let passwordFileContents = try passwordFile.map { try SecretFile.read($0, what: "store password file") }
+        do {
+            return try PostgresStoreConfiguration(
+                url: url, environment: ProcessInfo.processInfo.environment, passwordFileContents: passwordFileContents, poolSize: poolSize)
+        } catch {
+            throw CLIFailure(error.message)
+        }
+    }
+
+    /// Opens the store. A SQLite store must exist already unless `mustExist` is false (commands
+    /// other than `serve`, `keys import` and `clients create` never create one); a PostgreSQL
+    /// database must exist, and its tables are created or migrated on open.
+    func open(mustExist: Bool = true, logger: Logger = Logger(label: "offer-signer.store")) async throws -> any OfferSignerStore {
+        guard let location else { throw ValidationError("give --store PATH or URL (or set OFFER_SIGNER_STORE)") }
+        if PostgresStoreConfiguration.isPostgresURL(location) {
+            return try await Self.open(postgres: try postgresConfiguration(url: location), logger: logger)
+        }
+        if storePasswordFile != nil || storePoolSize != nil {
+            throw ValidationError("--store-password-file and --store-pool-size apply to a PostgreSQL store only; '\(location)' is a SQLite file")
+        }
+        return try Self.open(sqlite: location, mustExist: mustExist)
+    }
+
+    static func open(postgres configuration: PostgresStoreConfiguration, logger: Logger) async throws -> any OfferSignerStore {
+        do {
+            return try await PostgresStore.open(configuration: configuration, logger: logger)
+        } catch let error as StoreError {
+            throw CLIFailure("cannot open store \(configuration.redactedDescription): \(error.message)")
+        }
+    }
+
+    static func open(sqlite path: String, mustExist: Bool) throws -> any OfferSignerStore {
         if mustExist && !FileManager.default.fileExists(atPath: path) {
             throw CLIFailure("store '\(path)' does not exist; `offer-signer serve --store \(path)` or `keys import` creates it")
         }

@@ -1,13 +1,26 @@
 import Crypto
 import Foundation
+import TestPostgres
 import Testing
+
+/// The store engines the CLI store commands run against.
+enum CLIStoreBackend: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case sqlite
+    case postgres
+    var testDescription: String { rawValue }
+}
 
 /// A store, a master key and development keys in a temporary directory.
 struct StoreFixture {
     let directory: URL
+    /// The SQLite file (the store for the SQLite backend).
     let store: URL
     let masterKey: URL
     let masterKeyText: String
+    /// What `--store` gets: the SQLite path, or the PostgreSQL URL.
+    let storeArgument: String
+    /// PostgreSQL: the test's own database.
+    let database: TestPostgres.Database?
     static let bundleID = "com.example.app"
 
     init(in directory: URL) throws {
@@ -16,6 +29,39 @@ struct StoreFixture {
         masterKey = directory.appendingPathComponent("master.key")
         masterKeyText = Data((0..<32).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
         try writeFile(masterKeyText + "\n", to: masterKey, mode: 0o600)
+        storeArgument = store.path
+        database = nil
+    }
+
+    private init(copying fixture: StoreFixture, database: TestPostgres.Database) {
+        directory = fixture.directory
+        store = fixture.store
+        masterKey = fixture.masterKey
+        masterKeyText = fixture.masterKeyText
+        storeArgument = database.url
+        self.database = database
+    }
+
+    /// A fixture on `backend`; a PostgreSQL case is skipped (outside CI) when no PostgreSQL is available.
+    static func make(in directory: URL, backend: CLIStoreBackend) async throws -> StoreFixture {
+        let fixture = try StoreFixture(in: directory)
+        guard backend == .postgres else { return fixture }
+        if let reason = TestPostgres.unavailableReason, !TestPostgres.isCI { try Test.cancel("PostgreSQL case skipped: \(reason)") }
+        return StoreFixture(copying: fixture, database: try await TestPostgres.database())
+    }
+
+    /// Drops the PostgreSQL database, if any.
+    func cleanUp() async {
+        await database?.drop()
+    }
+
+    /// Runs SQL behind the CLI's back (valid on both engines).
+    func execute(_ sql: String) async throws {
+        if let database {
+            try await TestPostgres.execute(sql, database: database.name)
+        } else {
+            try sqlite(store, sql)
+        }
     }
 
     /// A new development .p8 (mode 0600) for `keyID`.
@@ -25,14 +71,14 @@ struct StoreFixture {
 
     func importArguments(_ keyID: String, file: URL, bundleID: String = StoreFixture.bundleID, masterKey: URL? = nil) -> [String] {
         [
-            "keys", "import", "--store", store.path, "--master-key-file", (masterKey ?? self.masterKey).path, "--key-id", keyID,
+            "keys", "import", "--store", storeArgument, "--master-key-file", (masterKey ?? self.masterKey).path, "--key-id", keyID,
             "--bundle-id", bundleID, "--issuer-id", issuerID, "--file", file.path, "--actor", "tester",
         ]
     }
 
     /// `keys list --json`, by key ID.
     func keys(sourceLocation: SourceLocation = #_sourceLocation) throws -> [String: [String: Any]] {
-        let result = try run(["keys", "list", "--store", store.path, "--json"])
+        let result = try run(["keys", "list", "--store", storeArgument, "--json"])
         try expectSuccess(result, "keys list", sourceLocation: sourceLocation)
         var byID: [String: [String: Any]] = [:]
         for key in try jsonArray(result.stdout, sourceLocation: sourceLocation) {
@@ -47,22 +93,37 @@ struct StoreFixture {
 
     /// Everything a reader can see of the store: the key list and the audit log.
     func snapshot() throws -> String {
-        let list = try run(["keys", "list", "--store", store.path, "--json"])
-        let audit = try run(["audit", "export", "--store", store.path])
+        let list = try run(["keys", "list", "--store", storeArgument, "--json"])
+        let audit = try run(["audit", "export", "--store", storeArgument])
         return list.stdout + "\n" + audit.stdout
     }
 
     func transition(_ verb: String, _ keyID: String, _ extra: [String] = []) throws -> (status: Int32, stdout: String, stderr: String) {
-        try run(["keys", verb, keyID, "--store", store.path, "--actor", "tester"] + extra)
+        try run(["keys", verb, keyID, "--store", storeArgument, "--actor", "tester"] + extra)
     }
 }
 
-@Suite("store commands: keys, clients, audit on a real SQLite file")
+/// Runs `body` with a fixture on `backend` in a fresh temporary directory; removes both afterwards.
+func withStoreFixture(_ backend: CLIStoreBackend, _ body: (StoreFixture) async throws -> Void) async throws {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-cli-tests-\(UUID().uuidString)", isDirectory: true)
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    let fixture = try await StoreFixture.make(in: directory, backend: backend)
+    do {
+        try await body(fixture)
+    } catch {
+        await fixture.cleanUp()
+        throw error
+    }
+    await fixture.cleanUp()
+}
+
+@Suite("store commands: keys, clients, audit on a real SQLite file and a real PostgreSQL database")
 struct StoreCommandTests {
-    @Test("keys import / list / activate / retire / revoke: the whole lifecycle, with refusals")
-    func keyLifecycle() throws {
-        try withTemporaryDirectory { directory in
-            let fixture = try StoreFixture(in: directory)
+    @Test("keys import / list / activate / retire / revoke: the whole lifecycle, with refusals", arguments: CLIStoreBackend.allCases)
+    func keyLifecycle(backend: CLIStoreBackend) async throws {
+        try await withStoreFixture(backend) { fixture in
+            let directory = fixture.directory
             let k1 = try fixture.key("K1")
             let k2 = try fixture.key("K2")
 
@@ -71,6 +132,9 @@ struct StoreCommandTests {
             let loose = try run(fixture.importArguments("K1", file: k1))
             expectCleanFailure(loose, mentions: ["chmod 600", k1.path])
             #expect(!FileManager.default.fileExists(atPath: fixture.store.path), "a refused import must not create the store")
+            if backend == .postgres {
+                #expect(try await TestPostgres.scalar("SELECT COUNT(*) FROM pg_tables WHERE tablename = 'signing_keys'", database: fixture.database!.name) == 0, "nor touch the database")
+            }
             try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: k1.path)
 
             // The first key of an app becomes active.
@@ -169,10 +233,10 @@ struct StoreCommandTests {
             expectCleanFailure(try fixture.transition("revoke", "NOPE", ["--bundle-id", StoreFixture.bundleID]), mentions: ["NOPE"])
 
             // Every change is in an intact audit chain.
-            let verified = try run(["audit", "verify", "--store", fixture.store.path])
+            let verified = try run(["audit", "verify", "--store", fixture.storeArgument])
             try expectSuccess(verified)
             #expect(verified.stdout.contains("intact"))
-            let kinds = try run(["audit", "export", "--store", fixture.store.path]).stdout.split(separator: "\n").map { try jsonObject(String($0))["kind"] as? String }
+            let kinds = try run(["audit", "export", "--store", fixture.storeArgument]).stdout.split(separator: "\n").map { try jsonObject(String($0))["kind"] as? String }
             #expect(kinds == ["key.imported", "key.imported", "key.activated", "key.retired", "key.revoked"])
         }
     }
@@ -206,11 +270,10 @@ struct StoreCommandTests {
         }
     }
 
-    @Test("clients create / list / revoke: the secret is printed once and never listed")
-    func clients() throws {
-        try withTemporaryDirectory { directory in
-            let fixture = try StoreFixture(in: directory)
-            let store = fixture.store.path
+    @Test("clients create / list / revoke: the secret is printed once and never listed", arguments: CLIStoreBackend.allCases)
+    func clients(backend: CLIStoreBackend) async throws {
+        try await withStoreFixture(backend) { fixture in
+            let store = fixture.storeArgument
 
             let created = try run(["clients", "create", "--store", store, "--name", "backend", "--bundle-id", "com.example.app", "--json", "--actor", "tester"])
             try expectSuccess(created)
@@ -264,16 +327,15 @@ struct StoreCommandTests {
         }
     }
 
-    @Test("audit verify: intact, then an edited record and a deleted record are named; tail and export print JSON lines")
-    func auditChain() throws {
-        try withTemporaryDirectory { directory in
-            let fixture = try StoreFixture(in: directory)
+    @Test("audit verify: intact, then an edited record and a deleted record are named; tail and export print JSON lines", arguments: CLIStoreBackend.allCases)
+    func auditChain(backend: CLIStoreBackend) async throws {
+        try await withStoreFixture(backend) { fixture in
             try expectSuccess(try run(fixture.importArguments("K1", file: try fixture.key("K1"))))  // 1
             try expectSuccess(try run(fixture.importArguments("K2", file: try fixture.key("K2"))))  // 2
             try expectSuccess(try fixture.transition("activate", "K2"))  // 3
-            try expectSuccess(try run(["clients", "create", "--store", fixture.store.path, "--name", "backend"]))  // 4
+            try expectSuccess(try run(["clients", "create", "--store", fixture.storeArgument, "--name", "backend"]))  // 4
             try expectSuccess(try fixture.transition("revoke", "K1"))  // 5
-            let store = fixture.store.path
+            let store = fixture.storeArgument
 
             let intact = try run(["audit", "verify", "--store", store])
             try expectSuccess(intact)
@@ -319,31 +381,31 @@ struct StoreCommandTests {
             expectCleanFailure(try run(["audit", "export", "--store", store, "--since", "2026-13-45"]), mentions: ["--since"])
 
             // Edit record 2 behind the CLI's back.
-            try sqlite(fixture.store, "UPDATE audit_log SET body = replace(body, 'K2', 'KX') WHERE seq = 2")
+            try await fixture.execute("UPDATE audit_log SET body = replace(body, 'K2', 'KX') WHERE seq = 2")
             let edited = try run(["audit", "verify", "--store", store])
             expectCleanFailure(edited, exitCode: 1, mentions: ["record 2"])
             #expect(edited.stdout.hasPrefix("broken: record 2"), "\(edited.stdout)")
 
             // Undo the edit: intact again.
-            try sqlite(fixture.store, "UPDATE audit_log SET body = replace(body, 'KX', 'K2') WHERE seq = 2")
+            try await fixture.execute("UPDATE audit_log SET body = replace(body, 'KX', 'K2') WHERE seq = 2")
             try expectSuccess(try run(["audit", "verify", "--store", store]))
 
             // Delete a middle record.
-            try sqlite(fixture.store, "DELETE FROM audit_log WHERE seq = 3")
+            try await fixture.execute("DELETE FROM audit_log WHERE seq = 3")
             let deleted = try run(["audit", "verify", "--store", store])
             expectCleanFailure(deleted, exitCode: 1, mentions: ["record 3", "missing"])
 
             // A record forged into the gap (a copy of record 4 as 3) is caught too.
-            try sqlite(fixture.store, "INSERT INTO audit_log SELECT 3, recorded_at, kind, body, previous_hash, hash FROM audit_log WHERE seq = 4")
+            try await fixture.execute("INSERT INTO audit_log SELECT 3, recorded_at, kind, body, previous_hash, hash FROM audit_log WHERE seq = 4")
             let reordered = try run(["audit", "verify", "--store", store])
             expectCleanFailure(reordered, exitCode: 1, mentions: ["record 3"])
         }
     }
 
-    @Test("secrets never appear in output: no line of the .p8 and not the master key")
-    func secretsNeverPrinted() throws {
-        try withTemporaryDirectory { directory in
-            let fixture = try StoreFixture(in: directory)
+    @Test("secrets never appear in output: no line of the .p8 and not the master key", arguments: CLIStoreBackend.allCases)
+    func secretsNeverPrinted(backend: CLIStoreBackend) async throws {
+        try await withStoreFixture(backend) { fixture in
+            let directory = fixture.directory
             let k1 = try fixture.key("K1")
             let k2 = try fixture.key("K2")
             var outputs: [String] = []
@@ -355,7 +417,7 @@ struct StoreCommandTests {
             try record(try run(fixture.importArguments("K1", file: k1)))
             try record(try run(fixture.importArguments("K2", file: k2)))
             try record(try fixture.transition("activate", "K2"))
-            let store = fixture.store.path
+            let store = fixture.storeArgument
             for arguments in [
                 ["keys", "list", "--store", store], ["keys", "list", "--store", store, "--json"],
                 ["audit", "tail", "--store", store], ["audit", "tail", "--store", store, "--json"],

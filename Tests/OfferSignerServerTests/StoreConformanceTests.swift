@@ -239,6 +239,8 @@ struct PostgresStoreTests {
     func readOnlyServer() async throws {
         try await TestPostgres.withDatabase { database in
             let store = try await PostgresStore.open(configuration: database.configuration, logger: StoreFixture.quietLogger)
+            let masterKey = MasterKey.generate().key
+            _ = try await store.auditSigningKey(masterKey: masterKey)
             _ = try await store.appendAudit(AuditServiceLifecycleTests.entries(1), at: Date())
             await store.close()
             try await TestPostgres.execute("ALTER DATABASE \"\(database.name)\" SET default_transaction_read_only = on")
@@ -250,6 +252,9 @@ struct PostgresStoreTests {
                 return error.code == .unavailable && error.message.contains("read-only") && error.message.contains("25006")
             }
             #expect(try await readOnly.auditHead().count == 1)
+            // What is stored already is only read: the master key binds and the audit-signing key opens.
+            try await readOnly.bindMasterKey(masterKey)
+            _ = try await readOnly.auditSigningKey(masterKey: masterKey)
             await readOnly.close()
         }
     }

@@ -40,14 +40,20 @@ public enum TestPostgres {
         var configuration: PostgresStoreConfiguration
     }
 
-    private static let server: Result<Server, Unavailable> = locateServer()
+    /// Where the server comes from, found cheaply (environment and file checks; nothing started).
+    enum Source: Sendable {
+        case url(PostgresStoreConfiguration)
+        case binaries(String)
+        case none(String)
+    }
 
-    /// Why no PostgreSQL is available, nil when one is.
+    private static let source: Source = findSource()
+    private static let startup = ClusterStartup()
+
+    /// Why no PostgreSQL is available, nil when one is (or can be started).
     public static var unavailableReason: String? {
-        switch server {
-        case .success: return nil
-        case .failure(let failure): return failure.description
-        }
+        if case .none(let reason) = source { return reason }
+        return nil
     }
 
     /// Whether PostgreSQL tests should run: a server is available, or CI demands one (and the
@@ -91,12 +97,7 @@ public enum TestPostgres {
 
     /// Creates a fresh database; drop it with ``Database/drop()`` (or use ``withDatabase(_:)``).
     public static func database() async throws -> Database {
-        let server: Server
-        switch self.server {
-        case .success(let found): server = found
-        case .failure(let failure):
-            throw Unavailable(description: isCI ? "\(requiredInCI) (\(failure.description))" : failure.description)
-        }
+        let server = try await self.server()
         let name = "test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
         try await execute("CREATE DATABASE \"\(name)\"")
         var configuration = server.configuration
@@ -127,7 +128,7 @@ public enum TestPostgres {
     /// Runs one statement and returns the first column of its first row as an integer (nil when
     /// there is no row or it is NULL).
     public static func scalar(_ sql: String, database: String? = nil) async throws -> Int64? {
-        guard case .success(let server) = server else { throw Unavailable(description: unavailableReason ?? requiredInCI) }
+        let server = try await self.server()
         let tls: PostgresConnection.Configuration.TLS
         switch server.configuration.tlsMode {
         case .disable:
@@ -159,25 +160,32 @@ public enum TestPostgres {
 
     // MARK: - Finding or starting the server
 
-    private static func locateServer() -> Result<Server, Unavailable> {
+    /// The server: the URL's, or the throw-away cluster, started on first use on a thread of its
+    /// own (initdb and pg_ctl block for seconds; the concurrency pool must not wait on them).
+    static func server() async throws -> Server {
+        switch source {
+        case .url(let configuration):
+            return Server(configuration: configuration)
+        case .none(let reason):
+            throw Unavailable(description: isCI ? "\(requiredInCI) (\(reason))" : reason)
+        case .binaries(let binaries):
+            return try await startup.server(binaries: binaries)
+        }
+    }
+
+    private static func findSource() -> Source {
         let environment = ProcessInfo.processInfo.environment
         if let url = environment["OFFER_SIGNER_TEST_POSTGRES_URL"], !url.isEmpty {
             do {
-                return .success(Server(configuration: try PostgresStoreConfiguration(url: url, environment: environment)))
+                return .url(try PostgresStoreConfiguration(url: url, environment: environment))
             } catch {
-                return .failure(Unavailable(description: "OFFER_SIGNER_TEST_POSTGRES_URL: \(error)"))
+                return .none("OFFER_SIGNER_TEST_POSTGRES_URL: \(error)")
             }
         }
         guard let binaries = findBinaries() else {
-            return .failure(Unavailable(description: "no PostgreSQL server binaries (initdb, pg_ctl) in /usr/lib/postgresql/*/bin or on PATH, and OFFER_SIGNER_TEST_POSTGRES_URL is not set; apt-get install -y postgresql"))
+            return .none("no PostgreSQL server binaries (initdb, pg_ctl) in /usr/lib/postgresql/*/bin or on PATH, and OFFER_SIGNER_TEST_POSTGRES_URL is not set; apt-get install -y postgresql")
         }
-        do {
-            return .success(try ThrowAwayCluster.start(binaries: binaries))
-        } catch let error as Unavailable {
-            return .failure(error)
-        } catch {
-            return .failure(Unavailable(description: "cannot start a PostgreSQL cluster: \(error)"))
-        }
+        return .binaries(binaries)
     }
 
     private static func findBinaries() -> String? {
@@ -191,6 +199,53 @@ public enum TestPostgres {
         candidates += path.split(separator: ":").map(String.init)
         return candidates.first { directory in
             fileManager.isExecutableFile(atPath: "\(directory)/initdb") && fileManager.isExecutableFile(atPath: "\(directory)/pg_ctl")
+        }
+    }
+}
+
+/// Starts the throw-away cluster once, on a thread of its own; every caller awaits the outcome.
+final class ClusterStartup: Sendable {
+    private enum State {
+        case idle
+        case starting([CheckedContinuation<TestPostgres.Server, any Error>])
+        case finished(Result<TestPostgres.Server, TestPostgres.Unavailable>)
+    }
+    private let state = Mutex(State.idle)
+
+    func server(binaries: String) async throws -> TestPostgres.Server {
+        try await withCheckedThrowingContinuation { continuation in
+            let (finished, startNow) = state.withLock { state -> (Result<TestPostgres.Server, TestPostgres.Unavailable>?, Bool) in
+                switch state {
+                case .idle:
+                    state = .starting([continuation])
+                    return (nil, true)
+                case .starting(var waiting):
+                    waiting.append(continuation)
+                    state = .starting(waiting)
+                    return (nil, false)
+                case .finished(let result):
+                    return (result, false)
+                }
+            }
+            if let finished { continuation.resume(with: finished.mapError { $0 as any Error }) }
+            guard startNow else { return }
+            let thread = Thread { [self] in
+                let result: Result<TestPostgres.Server, TestPostgres.Unavailable>
+                do {
+                    result = .success(try ThrowAwayCluster.start(binaries: binaries))
+                } catch let error as TestPostgres.Unavailable {
+                    result = .failure(error)
+                } catch {
+                    result = .failure(TestPostgres.Unavailable(description: "cannot start a PostgreSQL cluster: \(error)"))
+                }
+                let waiting = state.withLock { state -> [CheckedContinuation<TestPostgres.Server, any Error>] in
+                    guard case .starting(let waiting) = state else { return [] }
+                    state = .finished(result)
+                    return waiting
+                }
+                for continuation in waiting { continuation.resume(with: result.mapError { $0 as any Error }) }
+            }
+            thread.start()
         }
     }
 }
