@@ -112,7 +112,7 @@ let package = Package(
         // Scripts/benchmark.sh for the whole service). Not a product.
         .executableTarget(
             name: "offer-signer-store-benchmark",
-            dependencies: ["OfferSignerCore", "OfferSignerStorage"],
+            dependencies: ["OfferSignerCore", "OfferSignerStorage", "OfferSignerPostgres"],
             swiftSettings: strictSettings
         ),
         // Win-back eligibility: offer catalog, rules and their pure evaluation over verified history.

@@ -20,8 +20,9 @@ extension PostgresStore {
     ///
     /// Rule: the chain head is locked once (`FOR UPDATE` on the one `audit_head` row, a separate
     /// statement so later reads see what the previous holder committed); the whole group is
-    /// hashed from it, inserted with multi-row INSERTs, and the head moved, all before the
-    /// caller's COMMIT. A reused nonce fails with `StoreError.duplicate`, naming the nonce.
+    /// hashed from it, inserted with multi-row INSERTs and the head moved (one statement for
+    /// a usual group), all before the caller's COMMIT. A reused nonce fails with
+    /// `StoreError.duplicate`, naming the nonce.
     static func appendAudit(_ connection: PostgresConnection, _ logger: Logger, _ batch: [AuditAppend], at time: Date) async throws -> [AuditRecord] {
         guard !batch.isEmpty else { return [] }
         guard let head = try await connection.query("SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE", logger: logger).collect().first else {
@@ -40,14 +41,66 @@ extension PostgresStore {
             for signature in append.signatures { signatures.append((signature, sequence)) }
             previousHash = hash
         }
-        try await insertAuditRecords(connection, logger, records)
         do {
-            try await insertLedgerRows(connection, logger, signatures)
-        } catch where sqlState(error) == "23505" {
+            if records.count <= groupStatementRows && signatures.count <= groupStatementRows {
+                // The usual group: one statement (one round trip) inserts both and moves the head.
+                try await connection.run(groupStatement(records, signatures, head: (sequence, previousHash)), logger: logger)
+            } else {
+                try await insertAuditRecords(connection, logger, records)
+                try await insertLedgerRows(connection, logger, signatures)
+                try await connection.run("UPDATE audit_head SET seq = \(sequence), hash = \(previousHash) WHERE id = 1", logger: logger)
+            }
+        } catch where sqlState(error) == "23505" && constraint(error) == "issued_signatures_pkey" {
             throw StoreError(.duplicate, duplicateNonceMessage(error, signatures.map(\.0.nonce)))
         }
-        try await connection.run("UPDATE audit_head SET seq = \(sequence), hash = \(previousHash) WHERE id = 1", logger: logger)
         return records
+    }
+
+    /// Groups up to this many audit records and this many ledger rows go into one statement
+    /// (16 parameters per pair, well under PostgreSQL's 65,535).
+    static let groupStatementRows = 2048
+
+    /// One statement for a group: the audit rows and the ledger rows inserted by data-modifying
+    /// WITH clauses, and the head moved to the last record.
+    static func groupStatement(_ records: [AuditRecord], _ signatures: [(IssuedSignature, Int64)], head: (sequence: Int64, hash: String)) -> PostgresQuery {
+        var binds = PostgresBindings(capacity: records.count * 6 + signatures.count * 10 + 2)
+        var sql = "WITH audit AS (INSERT INTO audit_log (seq, recorded_at, kind, body, previous_hash, hash) VALUES "
+        for (offset, record) in records.enumerated() {
+            let base = binds.count
+            if offset > 0 { sql += ", " }
+            sql += "(" + (1...6).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
+            binds.append(record.sequence)
+            binds.append(record.recordedAt.unixMilliseconds)
+            binds.append(record.kind)
+            binds.append(record.body)
+            binds.append(record.previousHash)
+            binds.append(record.hash)
+        }
+        sql += ")"
+        if !signatures.isEmpty {
+            sql += ", ledger AS (INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format) VALUES "
+            for (offset, (signature, sequence)) in signatures.enumerated() {
+                let base = binds.count
+                if offset > 0 { sql += ", " }
+                sql += "(" + (1...10).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
+                binds.append(signature.nonce)
+                binds.append(sequence)
+                binds.append(signature.issuedAt.unixMilliseconds)
+                binds.append(signature.client)
+                binds.append(signature.bundleID)
+                binds.append(signature.productID)
+                binds.append(signature.offerID)
+                binds.append(signature.appAccountToken)
+                binds.append(signature.keyID)
+                binds.append(signature.format)
+            }
+            sql += ")"
+        }
+        let base = binds.count
+        sql += " UPDATE audit_head SET seq = $\(base + 1), hash = $\(base + 2) WHERE id = 1"
+        binds.append(head.sequence)
+        binds.append(head.hash)
+        return PostgresQuery(unsafeSQL: sql, binds: binds)
     }
 
     /// Multi-row INSERTs of audit records, as they are (sequence and hashes included).

@@ -8,8 +8,12 @@
 //
 // Defaults: 200,000 entries, 13 per commit (the server's mean group at saturation on the
 // reference machine), 8,192 distinct appAccountTokens (as Scripts/benchmark.sh).
+//
+// With OFFER_SIGNER_BENCH_POSTGRES_URL set to an empty PostgreSQL database, the same appends go
+// to a PostgresStore instead (each group commit: one transaction that locks the chain head once).
 import Foundation
 import OfferSignerCore
+import OfferSignerPostgres
 import OfferSignerStorage
 import Synchronization
 
@@ -40,7 +44,22 @@ enum StoreBenchmark {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-store-benchmark-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let store = try SQLiteStore(path: directory.appendingPathComponent("store.sqlite").path)
+        let store: any OfferSignerStore
+        let engine: String
+        if let url = ProcessInfo.processInfo.environment["OFFER_SIGNER_BENCH_POSTGRES_URL"], !url.isEmpty {
+            let configuration: PostgresStoreConfiguration
+            do {
+                configuration = try PostgresStoreConfiguration(url: url, environment: ProcessInfo.processInfo.environment, poolSize: 2)
+            } catch {
+                fail("OFFER_SIGNER_BENCH_POSTGRES_URL: \(error)")
+            }
+            store = try await PostgresStore.open(configuration: configuration)
+            guard try await store.isEmpty() else { fail("the PostgreSQL database \(configuration.redactedDescription) is not empty") }
+            engine = "postgres"
+        } else {
+            store = try SQLiteStore(path: directory.appendingPathComponent("store.sqlite").path)
+            engine = "sqlite"
+        }
         try await store.prepareForServing()
 
         let tokens = (0..<tokenCount).map { _ in UUID().lowercasedString }
@@ -90,11 +109,12 @@ enum StoreBenchmark {
         maintenance.cancel()
 
         let walkStart = Date()
-        let report = try await store.verifyAudit()
+        let report = try await store.verifyAudit(trusted: nil, progressInterval: 100_000, progress: { _ in })
         guard report.isIntact, report.recordsChecked == Int64(entries) else { fail("the audit chain is not intact: \(report)") }
-        print(String(
-            format: "STORE entries=%d batch=%d commits=%d wall_s=%.2f entries_per_s=%.0f writer_cpu_us_per_entry=%.2f writer_cpu_us_per_commit=%.1f verify_s=%.2f",
+        print("STORE engine=\(engine) " + String(
+            format: "entries=%d batch=%d commits=%d wall_s=%.2f entries_per_s=%.0f writer_cpu_us_per_entry=%.2f writer_cpu_us_per_commit=%.1f verify_s=%.2f",
             entries, batchSize, result.commits, result.wall, Double(entries) / result.wall, result.cpu * 1e6 / Double(entries),
             result.cpu * 1e6 / Double(result.commits), Date().timeIntervalSince(walkStart)))
+        await store.close()
     }
 }

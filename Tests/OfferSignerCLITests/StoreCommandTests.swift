@@ -118,7 +118,11 @@ func withStoreFixture(_ backend: CLIStoreBackend, _ body: (StoreFixture) async t
     await fixture.cleanUp()
 }
 
-@Suite("store commands: keys, clients, audit on a real SQLite file and a real PostgreSQL database")
+/// Serialized (with the PostgreSQL suite nested in it): each test runs the binary dozens of
+/// times, and every run blocks a thread of the concurrency pool until the child exits; run side
+/// by side they took both of the machine's pool threads and stalled every async test of the
+/// process for minutes.
+@Suite("store commands: keys, clients, audit on a real SQLite file and a real PostgreSQL database", .serialized)
 struct StoreCommandTests {
     @Test("keys import / list / activate / retire / revoke: the whole lifecycle, with refusals", arguments: CLIStoreBackend.allCases)
     func keyLifecycle(backend: CLIStoreBackend) async throws {

@@ -286,7 +286,9 @@ struct PostgresStoreTests {
             guard let error = error as? StoreError else { return false }
             return error.code == .unavailable && !error.message.contains("sekrit-password-123")
         }
-        #expect(ContinuousClock.now - start < .seconds(30), "bounded by the 2 s operation timeout (with room for a loaded machine)")
+        // Bounded by the 2 s operation timeout; the limit leaves room for the concurrency pool
+        // stalling while the whole suite runs on a shared machine (a hang never ends).
+        #expect(ContinuousClock.now - start < .seconds(150))
     }
 
     @Test("A wrong password fails with the server's message, which never holds the password")

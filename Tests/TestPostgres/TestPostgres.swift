@@ -102,6 +102,11 @@ public enum TestPostgres {
         try await execute("CREATE DATABASE \"\(name)\"")
         var configuration = server.configuration
         configuration.database = name
+        // The whole suite runs in parallel on a shared machine: the concurrency pool and the
+        // disk stall for tens of seconds at times, so the stores tests open wait much longer
+        // than a service would before giving up (the timeouts themselves have tests of their own).
+        configuration.operationTimeout = .seconds(180)
+        configuration.connectTimeout = .seconds(60)
         return Database(
             url: Database.url(configuration, password: configuration.password), name: name,
             urlWithoutPassword: Database.url(configuration, password: nil), password: configuration.password, configuration: configuration)
