@@ -38,6 +38,9 @@ struct PostgresInstancesTests {
             configuration.port = 0
             configuration.clientRateLimit = .unlimited
             configuration.appAccountTokenRateLimit = .unlimited
+            // Generous: the full suite on a shared 2-core machine stalls store calls for seconds;
+            // the outage tests set their own.
+            configuration.storeTimeout = .seconds(60)
             configure(&configuration)
             var deployment = Deployment(database: database, stores: stores, masterKey: masterKey, configuration: configuration)
             let key = try InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY000")
