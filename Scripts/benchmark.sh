@@ -22,9 +22,15 @@
 #          FLOOR_SECONDS=5 (then drives plain GET /healthz for this long with the same wrk
 #          settings and prints it as the floor: the stack's cost for a request that does no
 #          work; 0 skips it)
+#          STORE=sqlite (default) or postgres: a throw-away PostgreSQL cluster (initdb and pg_ctl
+#          from /usr/lib/postgresql/*/bin, run as the postgres user when root), or the database
+#          POSTGRES_URL names (it must be empty or hold only this benchmark's data)
+#          INSTANCES=1 (N > 1 needs STORE=postgres: N servers on ports PORT..PORT+N-1, driven by
+#          N wrk processes at once, CONNECTIONS/N connections each)
 #          SKIP_BUILD=1 (use the existing .build/release/offer-signer)
 #          OFFER_SIGNER_BIN=path (benchmark that binary instead; no build)
-# Needs:   wrk (`apt-get install -y wrk`), curl, openssl, python3.
+# Needs:   wrk (`apt-get install -y wrk`), curl, openssl, python3; for STORE=postgres without
+#          POSTGRES_URL, the PostgreSQL server (`apt-get install -y postgresql`).
 # Exit:    0 when every response was 2xx and the audit chain is intact; non-zero otherwise.
 set -euo pipefail
 
@@ -48,6 +54,18 @@ FORMATS=${FORMATS:-legacy}
 WARMUP=${WARMUP:-3}
 THINK_MS=${THINK_MS:-0}
 FLOOR_SECONDS=${FLOOR_SECONDS:-5}
+STORE_KIND=${STORE:-sqlite}
+INSTANCES=${INSTANCES:-1}
+case "$STORE_KIND" in
+    sqlite | postgres) ;;
+    *) echo "error: STORE='$STORE_KIND' is not sqlite or postgres" >&2; exit 2 ;;
+esac
+case "$INSTANCES" in
+    '' | *[!0-9]* | 0) echo "error: INSTANCES='$INSTANCES' is not a number of servers (1 or more)" >&2; exit 2 ;;
+esac
+if [ "$INSTANCES" -gt 1 ] && [ "$STORE_KIND" != postgres ]; then
+    echo "error: INSTANCES=$INSTANCES needs STORE=postgres (several servers on one SQLite file are not supported)" >&2; exit 2
+fi
 case "$THINK_MS" in
     '' | *[!0-9]*) echo "error: THINK_MS='$THINK_MS' is not a whole number of milliseconds" >&2; exit 2 ;;
 esac
@@ -90,16 +108,111 @@ fi
 # --- Throw-away store, master key, key and API client ----------------------------------
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/offer-signer-bench.XXXXXX")
 SERVER_PID=
+EXTRA_SERVER_PIDS=()
+PG_DATA=
 cleanup() {
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-    fi
+    for pid in "$SERVER_PID" "${EXTRA_SERVER_PIDS[@]}"; do
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+            kill "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
+    stop_throwaway_postgres
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
+# --- PostgreSQL (STORE=postgres) -----------------------------------------------------------
+# A throw-away cluster in $WORK/pg on a free loopback port (trust authentication, loopback only,
+# gone at exit), unless POSTGRES_URL names a database.
+as_postgres() {
+    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+start_throwaway_postgres() {
+    local bin
+    bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+    [ -n "$bin" ] && [ -x "$bin/pg_ctl" ] || { echo "error: no PostgreSQL server; apt-get install -y postgresql, or give POSTGRES_URL" >&2; exit 2; }
+    PG_BIN=$bin
+    PG_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    mkdir -p "$WORK/pg"
+    [ "$(id -u)" = 0 ] && chown postgres: "$WORK" "$WORK/pg"
+    as_postgres "$PG_BIN/initdb" -D "$WORK/pg/data" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null
+    PG_DATA="$WORK/pg/data"
+    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$WORK/pg/server.log" -w -t 60 \
+        -o "-p $PG_PORT -k $WORK/pg -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
+    STORE="postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
+}
+stop_throwaway_postgres() {
+    if [ -n "$PG_DATA" ] && [ -f "$PG_DATA/postmaster.pid" ]; then
+        as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w -t 30 stop >/dev/null 2>&1 || true
+    fi
+}
+# CPU ticks (user + system) of every process of the throw-away cluster: the postmaster and its
+# children (backends, WAL writer, checkpointer). "n/a" for a database given by POSTGRES_URL.
+postgres_ticks() {
+    if [ -z "$PG_DATA" ] || [ ! -f "$PG_DATA/postmaster.pid" ]; then echo n/a; return; fi
+    local master
+    master=$(head -n 1 "$PG_DATA/postmaster.pid")
+    { echo "$master"; ps -o pid= --ppid "$master"; } | while read -r pid; do
+        awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || true
+    done | awk '{ total += $1 } END { print total + 0 }'
+}
+
+# --- Several servers (INSTANCES=N) ---------------------------------------------------------
+# Server i listens on PORT+i; server 0 is SERVER_PID, the others are EXTRA_SERVER_PIDS.
+start_extra_servers() {
+    local i
+    for ((i = 1; i < INSTANCES; i++)); do
+        "$BIN" serve --store "$STORE" --master-key-file "$MASTER" --port "$((PORT + i))" \
+            --log-level warning --client-rate 0 --token-rate 0 > "$WORK/server-$i.log" 2>&1 &
+        EXTRA_SERVER_PIDS+=($!)
+    done
+    for ((i = 1; i < INSTANCES; i++)); do
+        for _ in $(seq 1 100); do
+            curl -fsS "http://127.0.0.1:$((PORT + i))/readyz" >/dev/null 2>&1 && break
+            sleep 0.1
+        done
+        curl -fsS "http://127.0.0.1:$((PORT + i))/readyz" >/dev/null || { echo "error: server $i never became ready" >&2; cat "$WORK/server-$i.log" >&2; exit 1; }
+    done
+}
+# All servers' CPU ticks.
+all_server_ticks() {
+    local pid
+    for pid in "$SERVER_PID" "${EXTRA_SERVER_PIDS[@]}"; do awk '{print $14 + $15}' "/proc/$pid/stat"; done | awk '{ total += $1 } END { print total }'
+}
+# One wrk per server at once, CONNECTIONS/INSTANCES connections each; wrk i writes wrk-i.txt.
+# The combined report in $WORK/wrk.txt: requests, rps and non-2xx summed, p50 and p99 the
+# highest of the servers' (a bound on the deployment's, not its exact percentile).
+run_wrk_on_all_servers() {
+    local duration=$1 i pids=()
+    local per=$(( CONNECTIONS / INSTANCES > 0 ? CONNECTIONS / INSTANCES : 1 ))
+    local per_threads=$(( THREADS / INSTANCES > 0 ? THREADS / INSTANCES : 1 ))
+    for ((i = 0; i < INSTANCES; i++)); do
+        wrk -t"$per_threads" -c"$per" -d"${duration}s" --latency -s "$LUA" "http://127.0.0.1:$((PORT + i))/v1/offers/signatures" > "$WORK/wrk-$i.txt" &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid"; done
+    python3 - "$WORK" "$INSTANCES" > "$WORK/wrk.txt" <<'PY'
+import re, sys
+work, n = sys.argv[1], int(sys.argv[2])
+fields = []
+for i in range(n):
+    text = open(f"{work}/wrk-{i}.txt").read()
+    items = [item for l in text.splitlines() if l.startswith("BENCH ") for item in l.split()[1:]]
+    fields.append(dict(item.split("=", 1) for item in items))
+    print(f"server {i}: " + " ".join(items))
+total = lambda k: sum(float(f.get(k, 0)) for f in fields)
+worst = lambda k: max(float(f.get(k, 0)) for f in fields)
+print("BENCH requests=%d rps=%.0f p50_ms=%.2f p99_ms=%.2f non2xx=%d socket_errors=%d" % (
+    total("requests"), total("rps"), worst("p50_ms"), worst("p99_ms"), total("non2xx"), total("socket_errors")))
+PY
+    cat "$WORK/wrk.txt"
+}
+
 STORE="$WORK/offer-signer.sqlite"
+if [ "$STORE_KIND" = postgres ]; then
+    if [ -n "${POSTGRES_URL:-}" ]; then STORE=$POSTGRES_URL; else start_throwaway_postgres; fi
+fi
 MASTER="$WORK/master.key"
 KEY="$WORK/AuthKey_BENCH00001.p8"
 (umask 077 && openssl rand -base64 32 > "$MASTER")
@@ -133,6 +246,7 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 curl -fsS "$URL/readyz" >/dev/null || { echo "error: $URL/readyz never answered 200" >&2; cat "$WORK/server.log" >&2; exit 1; }
+[ "$INSTANCES" -gt 1 ] && start_extra_servers
 
 # One request by hand: shows the problem document if something is wrong before the run.
 STATUS=$(curl -sS -o "$WORK/first.json" -w '%{http_code}' -X POST "$URL/v1/offers/signatures" \
@@ -146,7 +260,11 @@ fi
 
 LUA="Scripts/benchmark-signatures.lua"
 echo "==> warm-up: wrk -t$THREADS -c$CONNECTIONS -d${WARMUP}s"
-wrk -t"$THREADS" -c"$CONNECTIONS" -d"${WARMUP}s" -s "$LUA" "$URL/v1/offers/signatures" >/dev/null
+if [ "$INSTANCES" -gt 1 ]; then
+    run_wrk_on_all_servers "$WARMUP" >/dev/null
+else
+    wrk -t"$THREADS" -c"$CONNECTIONS" -d"${WARMUP}s" -s "$LUA" "$URL/v1/offers/signatures" >/dev/null
+fi
 
 # The Lua script's done() prints "BENCH name=value" lines: field NAME FILE.
 field_of() { grep '^BENCH ' "$2" | grep -o "$1=[^ ]*" | head -n 1 | cut -d= -f2; }
@@ -232,14 +350,20 @@ fi
 
 # The server's CPU time (user + system, in clock ticks) around the measured run: CPU per
 # request varies less from run to run than requests/s when the VM's speed drifts.
-server_ticks() { awk '{print $14 + $15}' "/proc/$SERVER_PID/stat"; }
+server_ticks() { all_server_ticks; }
 TICKS_BEFORE=$(server_ticks)
+PG_TICKS_BEFORE=$(postgres_ticks)
 curl -fsS "$URL/metrics" > "$WORK/metrics-before.txt"
 if [ "$RATE" -gt 0 ]; then LOAD="fixed load: $RATE requests/s offered"; else LOAD="think time: $THINK_MS ms"; fi
 echo "==> wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s --latency -s $LUA $URL/v1/offers/signatures (formats: $FORMATS, $LOAD)"
-wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$LUA" "$URL/v1/offers/signatures" | tee "$WORK/wrk.txt"
+if [ "$INSTANCES" -gt 1 ]; then
+    run_wrk_on_all_servers "$DURATION"
+else
+    wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$LUA" "$URL/v1/offers/signatures" | tee "$WORK/wrk.txt"
+fi
 
 TICKS_AFTER=$(server_ticks)
+PG_TICKS_AFTER=$(postgres_ticks)
 curl -fsS "$URL/metrics" > "$WORK/metrics-after.txt"
 # From the server's own /metrics, over the measured run only: time spent inside the server per
 # signing request (from the request head to the response; the rest of wrk's latency is socket
@@ -283,6 +407,7 @@ PY
 RSS=$(awk '/^VmRSS:/ {print $2 " " $3}' "/proc/$SERVER_PID/status")
 size_mib() { if [ -f "$1" ]; then echo $(( $(stat -c %s "$1") / 1048576 )); else echo 0; fi; }
 STORE_FILES="$(size_mib "$STORE") MiB database, $(size_mib "$STORE-wal") MiB write-ahead log"
+[ "$STORE_KIND" = postgres ] && STORE_FILES="PostgreSQL ($([ -n "$PG_DATA" ] && echo "throw-away cluster, $(du -sm "$PG_DATA" | cut -f1) MiB" || echo POSTGRES_URL))"
 HWM=$(awk '/^VmHWM:/ {print $2 " " $3}' "/proc/$SERVER_PID/status")
 field() { field_of "$1" "$WORK/wrk.txt"; }
 RPS=$(field rps)
@@ -295,6 +420,15 @@ SOCKET_ERRORS=$(field socket_errors)
 REQUESTS=$(field requests)
 CPU=$(awk -v t=$((TICKS_AFTER - TICKS_BEFORE)) -v hz="$(getconf CLK_TCK)" -v n="$REQUESTS" -v d="$DURATION" \
     'BEGIN { if (n > 0) printf "%.0f us per request (%.2f cores)", t / hz * 1e6 / n, t / hz / d; else print "n/a" }')
+PG_CPU="n/a (SQLite store)"
+if [ "$STORE_KIND" = postgres ]; then
+    if [ "$PG_TICKS_BEFORE" = n/a ]; then
+        PG_CPU="n/a (POSTGRES_URL: not a cluster this script started)"
+    else
+        PG_CPU=$(awk -v t=$((PG_TICKS_AFTER - PG_TICKS_BEFORE)) -v hz="$(getconf CLK_TCK)" -v n="$REQUESTS" -v d="$DURATION" \
+            'BEGIN { if (n > 0) printf "%.0f us per request (%.2f cores)", t / hz * 1e6 / n, t / hz / d; else print "n/a" }')
+    fi
+fi
 
 # --- Floor: the same wrk settings against GET /healthz, which does no work ------------
 # After the measured run and its CPU and RSS readings, so it changes none of them.
@@ -310,13 +444,16 @@ fi
 AUDIT_STATUS=0
 AUDIT=$("$BIN" audit verify --store "$STORE" 2>/dev/null) || AUDIT_STATUS=$?
 
-kill "$SERVER_PID"
-wait "$SERVER_PID" 2>/dev/null || true
+for pid in "$SERVER_PID" "${EXTRA_SERVER_PIDS[@]}"; do
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+done
 SERVER_PID=
+EXTRA_SERVER_PIDS=()
 
 cat <<EOF
 
-==> results (${DURATION}s, $CONNECTIONS connections, $THREADS wrk threads, formats $FORMATS, $LOAD, loopback, $(nproc) cores)
+==> results (${DURATION}s, $CONNECTIONS connections, $THREADS wrk threads, formats $FORMATS, $LOAD, loopback, $(nproc) cores, store $STORE_KIND, $INSTANCES instance(s))
 requests:        $REQUESTS
 offered rate:    $(if [ "$RATE" -gt 0 ]; then echo "$RATE requests/s (fixed load)"; else echo "none (each connection sends when its answer is in)"; fi)
 requests/s:      $RPS (achieved)
@@ -326,9 +463,10 @@ latency p99:     $P99 ms
 latency max:     $MAX ms
 non-2xx:         $NON2XX
 socket errors:   $SOCKET_ERRORS
-server CPU:      $CPU
-server RSS:      $RSS after the run (peak $HWM)
-server time:     $SERVER_SIDE
+server CPU:      $CPU (all instances)
+PostgreSQL CPU:  $PG_CPU
+server RSS:      $RSS after the run (peak $HWM)$([ "$INSTANCES" -gt 1 ] && echo " (instance 0)")
+server time:     $SERVER_SIDE$([ "$INSTANCES" -gt 1 ] && echo " (instance 0)")
 floor:           $FLOOR
 store files:     $STORE_FILES
 audit:           $AUDIT

@@ -101,7 +101,21 @@ extension PostgresStore {
                 signature TEXT NOT NULL
             )
             """,
-        ]
+        ],
+        // 2: a registry change (key or client) is announced on `offer_signer_registry`, in the
+        // transaction that made it (delivered when it commits), so every instance reloads at once
+        // (PostgresStore+Instances.swift listens). Polling the version stays the safety net.
+        [
+            """
+            CREATE FUNCTION offer_signer_registry_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                PERFORM pg_notify('offer_signer_registry', NEW.version::text);
+                RETURN NULL;
+            END
+            $$
+            """,
+            "CREATE TRIGGER registry_changed AFTER UPDATE ON registry FOR EACH ROW EXECUTE FUNCTION offer_signer_registry_changed()",
+        ],
     ]
 
     /// The newest schema version this build knows.

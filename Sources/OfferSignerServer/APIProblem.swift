@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import NIOCore
 import OfferSignerCore
+import OfferSignerStorage
 
 /// An RFC 9457 problem document (`application/problem+json`) with a stable machine `code`.
 ///
@@ -81,6 +82,21 @@ public struct APIProblem: Error, HTTPResponseError, Sendable, Equatable {
         APIProblem(
             .tooManyRequests, code: "rate_limited", detail: "\(detail); retry in \(retryAfter) s",
             extensions: ["retryAfter": String(retryAfter)], headers: [.retryAfter: String(retryAfter)])
+    }
+
+    /// 503 `customer_busy`: another request for the same customer held its lock for longer than
+    /// the wait allowed.
+    static let customerBusy = APIProblem(
+        .serviceUnavailable, code: "customer_busy",
+        detail: "another request for this customer is still being decided; no signature was issued; retry in 1 s",
+        extensions: ["retryAfter": "1"], headers: [.retryAfter: "1"])
+
+    /// 503 `store_unavailable`: the store failed or did not answer in time; nothing was issued.
+    static func storeUnavailable(_ error: StoreError) -> APIProblem {
+        let reason = error.code == .timeout ? "the store did not answer in time" : "the store cannot be reached or written"
+        return APIProblem(
+            .serviceUnavailable, code: "store_unavailable", detail: "\(reason), so nothing was issued; retry in 1 s",
+            extensions: ["retryAfter": "1"], headers: [.retryAfter: "1"])
     }
 
     static let unauthorized = APIProblem(

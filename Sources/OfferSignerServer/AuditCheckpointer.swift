@@ -5,35 +5,39 @@ import ServiceLifecycle
 import Synchronization
 
 /// Writes signed audit checkpoints: when `everyRecords` records were appended since the last
-/// checkpoint or `every` has passed, whichever comes first — only when the chain grew — and a
-/// final one on graceful shutdown.
+/// checkpoint or `every` has passed since it was signed, whichever comes first — only when the
+/// chain grew — and a final one on graceful shutdown.
 ///
-/// Rule: it runs first in the service list, so on shutdown (services stop in reverse order) it
-/// stops last, after the HTTP server and the audit committer have drained, and its final
-/// checkpoint covers every record the server wrote.
+/// Rules: the last checkpoint is the store's, not this process's, so several instances on one
+/// database keep one checkpoint per interval for the deployment rather than one each; an
+/// instance decides and signs while holding the store's checkpoint-writer lock, looking again
+/// under the lock, so two instances never both sign the one that is due. It runs first in the
+/// service list, so on shutdown (services stop in reverse order) it stops last, after the HTTP
+/// server and the audit committer have drained, and its final checkpoint covers every record
+/// the server wrote.
 final class AuditCheckpointer: Service, Sendable {
     private let store: any OfferSignerStore
     private let masterKey: MasterKey
     private let everyRecords: Int64
     private let every: Duration
+    private let lockTimeout: Duration
     private let logger: Logger
-    private let lastCheckpointed = Mutex<Int64>(0)
+    /// When this process started: before the store has any checkpoint, the interval runs from here.
+    private let started = Mutex(Date())
 
-    init(store: any OfferSignerStore, masterKey: MasterKey, everyRecords: Int, every: Duration, logger: Logger) {
+    init(store: any OfferSignerStore, masterKey: MasterKey, everyRecords: Int, every: Duration, lockTimeout: Duration = .seconds(3), logger: Logger) {
         self.store = store
         self.masterKey = masterKey
         self.everyRecords = Int64(max(1, everyRecords))
         self.every = every > .zero ? every : .seconds(300)
+        self.lockTimeout = lockTimeout
         self.logger = logger
     }
 
     func run() async throws {
-        lastCheckpointed.withLock { $0 = 0 }
-        if let latest = try? await store.latestCheckpoint() { lastCheckpointed.withLock { $0 = latest.sequence } }
+        started.withLock { $0 = Date() }
         let tick = min(every, .seconds(1))
         await cancelWhenGracefulShutdown {
-            let clock = ContinuousClock()
-            var lastTime = clock.now
             while !Task.isCancelled {
                 do {
                     try await Task.sleep(for: tick)
@@ -41,18 +45,9 @@ final class AuditCheckpointer: Service, Sendable {
                     return
                 }
                 do {
-                    let count = try await self.store.auditHead().count
-                    let last = self.lastCheckpointed.withLock { $0 }
-                    guard count > last else {
-                        lastTime = clock.now
-                        continue
-                    }
-                    if count - last >= self.everyRecords || clock.now - lastTime >= self.every {
-                        await self.checkpoint(reason: count - last >= self.everyRecords ? "records" : "interval")
-                        lastTime = clock.now
-                    }
+                    if let reason = try await self.dueReason(now: Date()) { await self.checkpoint(reason: reason) }
                 } catch {
-                    self.logger.error("audit head read failed", metadata: ["error": "\(error)"])
+                    self.logger.error("audit checkpoint check failed", metadata: ["error": "\(error)"])
                 }
             }
         }
@@ -64,17 +59,39 @@ final class AuditCheckpointer: Service, Sendable {
         await Task { await self.checkpoint(reason: "shutdown") }.value
     }
 
-    /// Writes a checkpoint now if the chain grew; errors are logged, never thrown (a failing
-    /// checkpoint must not stop signing).
+    /// Why a checkpoint is due now ("records" or "interval"), from the store's head and its
+    /// latest checkpoint; nil when none is.
+    func dueReason(now: Date) async throws -> String? {
+        let count = try await store.auditHead().count
+        let latest = try await store.latestCheckpoint()
+        let last = latest?.sequence ?? 0
+        guard count > last else { return nil }
+        if count - last >= everyRecords { return "records" }
+        let since = latest?.createdAt ?? started.withLock { $0 }
+        return now.timeIntervalSince(since) * 1_000_000_000 >= Double(every.nanoseconds) ? "interval" : nil
+    }
+
+    /// Writes a checkpoint under the store's checkpoint-writer lock: for "shutdown" whenever the
+    /// chain grew, otherwise only if one is still due once the lock is held (another instance may
+    /// just have signed it). Errors are logged, never thrown (a failing checkpoint must not stop
+    /// signing).
     func checkpoint(reason: String) async {
         do {
-            if let checkpoint = try await AuditCheckpointing.create(in: store, masterKey: masterKey) {
-                lastCheckpointed.withLock { $0 = checkpoint.sequence }
+            let written = try await store.withExclusiveLock(.auditCheckpointWriter, timeout: lockTimeout) { () async throws -> AuditCheckpoint? in
+                if reason != "shutdown" {
+                    guard try await self.dueReason(now: Date()) != nil else { return nil }
+                }
+                return try await AuditCheckpointing.create(in: self.store, masterKey: self.masterKey)
+            }
+            if let checkpoint = written {
                 logger.info("audit checkpoint signed", metadata: [
                     "sequence": "\(checkpoint.sequence)", "head_hash": "\(checkpoint.headHash)",
                     "key_fingerprint": "\(checkpoint.keyFingerprint)", "reason": "\(reason)",
                 ])
             }
+        } catch where Task.isCancelled {
+            // Shutdown interrupted a periodic checkpoint; the final one (in a task of its own) follows.
+            logger.debug("audit checkpoint interrupted by shutdown", metadata: ["reason": "\(reason)"])
         } catch {
             logger.error("audit checkpoint failed", metadata: ["error": "\(error)", "reason": "\(reason)"])
         }

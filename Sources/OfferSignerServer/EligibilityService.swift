@@ -53,11 +53,14 @@ public struct EligibilityConfiguration: Sendable {
 struct EligibilityService: Sendable {
     let configuration: EligibilityConfiguration
     let store: any OfferSignerStore
+    /// Longest wait for the ledger read (then the request is refused with 503).
+    let storeTimeout: Duration
     let evaluator: EligibilityEvaluator
 
-    init(configuration: EligibilityConfiguration, store: any OfferSignerStore) {
+    init(configuration: EligibilityConfiguration, store: any OfferSignerStore, storeTimeout: Duration) {
         self.configuration = configuration
         self.store = store
+        self.storeTimeout = storeTimeout
         self.evaluator = EligibilityEvaluator(catalog: configuration.catalog)
     }
 
@@ -109,7 +112,9 @@ struct EligibilityService: Sendable {
 
     private func ledger(appAccountToken: UUID?, bundleID: String) async throws -> [IssuedOfferRecord] {
         guard let appAccountToken else { return [] }
-        let issued = try await store.issuedSignatures(appAccountToken: appAccountToken.lowercasedString, bundleID: bundleID)
+        let issued = try await StoreDeadline.run("ledger read", timeout: storeTimeout) { [store] in
+            try await store.issuedSignatures(appAccountToken: appAccountToken.lowercasedString, bundleID: bundleID)
+        }
         var seen = Set<String>()
         var records: [IssuedOfferRecord] = []
         for record in issued where seen.insert("\(record.signature.offerID) \(record.signature.issuedAt.unixMilliseconds)").inserted {

@@ -54,8 +54,10 @@ struct KeyRing: Sendable {
 /// Holds the current ``KeyRing`` and swaps it when the store's registry version changes.
 ///
 /// Rule: a key activation or client revocation in the store is in force on every running
-/// server within one poll interval (250 ms by default), without restart; requests in flight
-/// finish with the ring they started with.
+/// server within one poll interval (250 ms by default), without restart; when the store can
+/// notify (PostgreSQL's LISTEN/NOTIFY), at once, with polling kept as the safety net for a lost
+/// notification or connection. Requests in flight finish with the ring they started with, and a
+/// ring never gives way to one read at an older registry version.
 final class KeyRingHolder: Service, Sendable {
     private let current = Mutex(KeyRing.empty)
     private let store: any OfferSignerStore
@@ -76,22 +78,75 @@ final class KeyRingHolder: Service, Sendable {
     func reload() async throws {
         let snapshot = try await store.registrySnapshot()
         let ring = KeyRing(snapshot: snapshot, masterKey: masterKey, logger: logger)
-        current.withLock { $0 = ring }
-        logger.info("key ring loaded", metadata: ["registry_version": "\(ring.version)", "active_keys": "\(ring.activeKeys.values.map(\.keyID).sorted())"])
+        let swapped = current.withLock { current -> Bool in
+            // The poller and the listener may both reload; the later registry version wins.
+            guard ring.version >= current.version else { return false }
+            current = ring
+            return true
+        }
+        if swapped {
+            logger.info("key ring loaded", metadata: ["registry_version": "\(ring.version)", "active_keys": "\(ring.activeKeys.values.map(\.keyID).sorted())"])
+        }
+    }
+
+    /// Reloads when the store's registry version is not the ring's.
+    private func reloadIfChanged() async throws {
+        if try await store.registryVersion() != ring.version { try await reload() }
     }
 
     func run() async throws {
-        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+        // Graceful shutdown cancels both at once (a long poll interval must not hold it up).
+        await cancelWhenGracefulShutdown {
+            await withDiscardingTaskGroup { group in
+                group.addTask { await self.listen() }
+                await self.poll()
+                group.cancelAll()
+            }
+        }
+    }
+
+    private func poll() async {
+        while !Task.isCancelled {
             do {
                 try await Task.sleep(for: interval)
             } catch {
                 return
             }
             do {
-                if try await store.registryVersion() != ring.version { try await reload() }
+                try await reloadIfChanged()
             } catch {
                 logger.error("registry poll failed", metadata: ["error": "\(error)"])
             }
+        }
+    }
+
+    /// Follows the store's change notifications until cancelled; returns at once when the store
+    /// has none. After a lost connection it listens again (and looks at the version, since a
+    /// change may have come while it was not listening).
+    private func listen() async {
+        var pause = Duration.milliseconds(100)
+        while !Task.isCancelled {
+            do {
+                for try await _ in store.registryChanges() {
+                    pause = .milliseconds(100)
+                    do {
+                        try await reloadIfChanged()
+                    } catch {
+                        logger.error("registry reload after a change notification failed", metadata: ["error": "\(error)"])
+                    }
+                }
+                return
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("registry change notifications lost; polling until they are back", metadata: ["error": "\(error)"])
+            }
+            do {
+                try await Task.sleep(for: pause)
+            } catch {
+                return
+            }
+            pause = min(pause * 2, .seconds(2))
+            try? await reloadIfChanged()
         }
     }
 }

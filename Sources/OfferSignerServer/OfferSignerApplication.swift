@@ -47,16 +47,17 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
     try await store.bindMasterKey(configuration.masterKey)
     let metrics = ServerMetrics()
+    metrics.rateLimits([("client", configuration.clientRateLimit), ("app_account_token", configuration.appAccountTokenRateLimit)])
     let keyRing = KeyRingHolder(store: store, masterKey: configuration.masterKey, interval: configuration.registryPollInterval, logger: logger)
     try await keyRing.reload()
     let committer = AuditCommitter(
         store: store, batchLimit: configuration.auditBatchLimit, commitDelay: configuration.auditCommitDelay, metrics: metrics, logger: logger)
     let authenticator = RequestAuthenticator(developmentMode: configuration.developmentMode, userJWT: userJWT, limiter: RateLimiter(limit: configuration.clientRateLimit))
-    let eligibility = configuration.eligibility.map { EligibilityService(configuration: $0, store: store) }
+    let eligibility = configuration.eligibility.map { EligibilityService(configuration: $0, store: store, storeTimeout: configuration.storeTimeout) }
     let signing = SigningController(
         keyRing: keyRing, committer: committer, authenticator: authenticator,
         tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit), metrics: metrics,
-        maximumBodyBytes: configuration.maximumBodyBytes, eligibility: eligibility)
+        maximumBodyBytes: configuration.maximumBodyBytes, eligibility: eligibility, store: store, storeTimeout: configuration.storeTimeout)
     let eligibilityController = EligibilityController(
         keyRing: keyRing, authenticator: authenticator, eligibility: eligibility, maximumBodyBytes: configuration.maximumBodyBytes,
         tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit))
@@ -73,7 +74,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         Response.json(#"{"status":"ok"}"#)
     }
     router.get("/readyz") { _, _ in
-        try await readiness(store: store, ring: keyRing.ring, auditHealth: committer.health)
+        try await readiness(store: store, ring: keyRing.ring, auditHealth: committer.health, timeout: configuration.storeTimeout)
     }
     router.get("/metrics") { _, _ in
         Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.exposition())))
@@ -97,22 +98,23 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
             additionalChannelHandlers: [RequestDeadlineHandler(timeout: idleTimeout, onTimeout: { metrics.connectionTimedOut() })],
             idleTimeout: idleTimeout))
     return Application(
-        router: router, server: server, configuration: applicationConfiguration, services: [AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, logger: logger), keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger)],
+        router: router, server: server, configuration: applicationConfiguration, services: [AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, lockTimeout: configuration.storeTimeout, logger: logger), keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger)],
         onServerRunning: { channel in
             logger.notice("offer-signer listening", metadata: ["address": "\(channel.localAddress?.description ?? "?")", "dev": "\(configuration.developmentMode)"])
         },
         logger: logger)
 }
 
-/// Ready means: the store answers, every configured app has a usable active key, and audit
-/// commits are getting through (after a failed one, until a commit or the committer's write
-/// test succeeds again), so a load balancer takes an instance that cannot sign out of rotation.
-private func readiness(store: any OfferSignerStore, ring: KeyRing, auditHealth: AuditCommitHealth) async throws -> Response {
+/// Ready means: the store answers (within `timeout`) and accepts writes, every configured app has
+/// a usable active key, and audit commits are getting through (after a failed one, until a commit
+/// or the committer's write test succeeds again), so a load balancer takes an instance that cannot
+/// sign out of rotation.
+private func readiness(store: any OfferSignerStore, ring: KeyRing, auditHealth: AuditCommitHealth, timeout: Duration) async throws -> Response {
     var problems: [String] = []
     do {
-        try await store.ping()
+        try await StoreDeadline.run("readiness check", timeout: timeout) { try await store.checkWritable() }
     } catch {
-        problems.append("store unreachable: \(error)")
+        problems.append("store unreachable or read-only: \(error)")
     }
     if let failure = auditHealth.failure {
         problems.append("audit commits are failing: \(failure.summary)")
@@ -151,6 +153,12 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         do {
             response = try await next(request, context)
         } catch let problem as APIProblem {
+            problemCode = problem.code
+            response = problem.response(requestID: context.id)
+        } catch let error as StoreError where error.code == .unavailable || error.code == .timeout {
+            // Whatever the request was doing when the store failed, it is refused as a whole.
+            context.logger.error("store failure", metadata: ["error": "\(error)"])
+            let problem = APIProblem.storeUnavailable(error)
             problemCode = problem.code
             response = problem.response(requestID: context.id)
         } catch let error as HTTPError {

@@ -34,6 +34,10 @@ public struct ServerConfiguration: Sendable {
     /// log pages every group rewrites) is shared by more signatures. An idle or lightly loaded
     /// service commits each request at once. Zero turns it off.
     public var auditCommitDelay: Duration = .microseconds(1500)
+    /// Longest a request waits for the store (an audit commit, a ledger read, a customer lock, the
+    /// readiness ping) before it is answered 503 with nothing issued: a database that is down,
+    /// restarting or failing over never makes a request hang.
+    public var storeTimeout: Duration = .seconds(3)
     /// A signed audit checkpoint is written after this many new records…
     public var checkpointEveryRecords: Int = 10_000
     /// …or after this long, whichever comes first (only when the chain grew), and on shutdown.

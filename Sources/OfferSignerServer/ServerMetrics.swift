@@ -8,7 +8,10 @@ import Synchronization
 /// Exposed: `http_requests_total` and `http_request_duration_seconds` by route, method and
 /// status; `offer_signatures_issued_total` by format and key; `audit_commit_duration_seconds`,
 /// `audit_commit_entries_total` and `audit_commit_failures_total`;
-/// `offer_signer_rejections_total` by reason code; `offer_signer_connections_timed_out_total`.
+/// `offer_signer_rejections_total` by reason code; `offer_signer_connections_timed_out_total`;
+/// `offer_signer_rate_limit_per_second` and
+/// `offer_signer_rate_limit_burst` by limit, with `scope="instance"`: each instance keeps its
+/// own buckets, so with N instances behind a load balancer the effective limit is N times these.
 final class ServerMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
     private static let latencyBuckets: [Duration] = [
@@ -83,6 +86,26 @@ final class ServerMetrics: Sendable {
     func auditFailure() { auditFailures.increment() }
 
     func connectionTimedOut() { connectionsTimedOut.increment() }
+    /// Publishes the configured rate limits and their scope. Each instance counts on its own (a
+    /// shared bucket would cost a database round trip per request); the HELP text and the
+    /// `scope` label say so, so a dashboard can multiply by the number of instances.
+    func rateLimits(_ limits: [(name: String, limit: RateLimit)]) {
+        for (name, limit) in limits {
+            let labels = [("limit", name), ("scope", "instance")]
+            registry.makeGauge(
+                descriptor: Self.name(
+                    "offer_signer_rate_limit", unit: "per_second",
+                    help: "Configured sustained rate per key (0: no limit), enforced per instance: with N instances the effective limit is N times this"),
+                labels: labels
+            ).set(limit.isUnlimited ? 0 : limit.perSecond)
+            registry.makeGauge(
+                descriptor: Self.name(
+                    "offer_signer_rate_limit_burst", unit: "",
+                    help: "Configured burst per key, enforced per instance: with N instances the effective burst is N times this"),
+                labels: labels
+            ).set(limit.isUnlimited ? 0 : limit.burst)
+        }
+    }
 
     func exposition() -> [UInt8] { registry.emitToBuffer() }
 }

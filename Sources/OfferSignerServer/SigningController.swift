@@ -14,10 +14,11 @@ import OfferSignerStorage
 /// a user JWT the appAccountToken is the user's own (403 `token_binding_mismatch` otherwise);
 /// the appAccountToken is within its rate limit; an offer with eligibility rules is decided
 /// (and the decision audited) one request at a time per customer, through its commit, so
-/// concurrent requests cannot all pass a rule that counts issued signatures; then each format is
+/// concurrent requests cannot all pass a rule that counts issued signatures (in this process, and
+/// through the store's customer lock in every process on the same database); then each format is
 /// signed with the bundle's active key and every signature's audit record is durably committed
-/// before the 201 is sent. If the audit cannot be written, the answer is 503 and no signature
-/// leaves.
+/// before the 201 is sent. If the audit cannot be written, or the store does not answer within
+/// `storeTimeout`, the answer is 503 and no signature leaves.
 struct SigningController: Sendable {
     let keyRing: KeyRingHolder
     let committer: AuditCommitter
@@ -26,6 +27,10 @@ struct SigningController: Sendable {
     let metrics: ServerMetrics
     let maximumBodyBytes: Int
     let eligibility: EligibilityService?
+    /// The store whose customer locks keep several processes apart.
+    let store: any OfferSignerStore
+    /// Longest wait for a customer lock or an audit commit before answering 503.
+    let storeTimeout: Duration
     /// Serialises eligibility-checked signing per customer (see `CustomerSigningLocks`).
     let customerLocks = CustomerSigningLocks()
 
@@ -82,7 +87,14 @@ struct SigningController: Sendable {
                     signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context)
             }
             guard let token else { return try await decideAndIssue() }
-            return try await customerLocks.withLock(CustomerSigningLocks.key(bundleID: bundleID, appAccountToken: token.lowercasedString), decideAndIssue)
+            let customer = token.lowercasedString
+            do {
+                return try await customerLocks.withLock(CustomerSigningLocks.key(bundleID: bundleID, appAccountToken: customer), timeout: storeTimeout) {
+                    try await store.withExclusiveLock(.customer(bundleID: bundleID, appAccountToken: customer), timeout: storeTimeout, decideAndIssue)
+                }
+            } catch is CustomerSigningLocks.WaitTimedOut {
+                throw APIProblem.customerBusy
+            }
         }
         return try await issue(
             signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context)
@@ -147,7 +159,8 @@ struct SigningController: Sendable {
 
         // Audit, durably, before anything leaves.
         do {
-            _ = try await committer.commit(issued.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) })
+            let appends = issued.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }
+            _ = try await StoreDeadline.run("audit commit", timeout: storeTimeout) { [committer] in try await committer.commit(appends) }
         } catch {
             context.logger.error("signature withheld: audit record not written", metadata: ["error": "\(error)"])
             throw APIProblem(.serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")
@@ -183,8 +196,9 @@ struct SigningController: Sendable {
         }
         let entry = EligibilityService.auditEntry(decision, bundleID: bundleID, productID: request.productID, appAccountToken: token, principal: principal.identity, at: now)
         do {
-            _ = try await committer.commit(AuditAppend(entry: entry))
+            _ = try await StoreDeadline.run("audit commit", timeout: storeTimeout) { [committer] in try await committer.commit(AuditAppend(entry: entry)) }
         } catch {
+            context.logger.error("eligibility decision not audited", metadata: ["error": "\(error)"])
             throw APIProblem(.serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")
         }
         guard decision.eligible else {

@@ -7,7 +7,7 @@ import Foundation
 /// Rules every implementation keeps: nonces in the ledger are unique; an audit append and its
 /// ledger rows commit atomically and durably before the call returns; each change to keys or
 /// clients bumps the registry version and is itself audited in the same transaction.
-public protocol OfferSignerStore: Sendable {
+public protocol OfferSignerStore: StoreCoordination {
     /// Binds the store to a master key on first use; afterwards refuses any other key
     /// (`StoreError.masterKeyMismatch`).
     func bindMasterKey(_ masterKey: MasterKey) async throws

@@ -24,6 +24,8 @@ public final class SQLiteStore: OfferSignerStore {
     /// The database file and write-ahead log the writer has open, as `prepareForServing` found
     /// them at `path`; nil before (see `checkServingFilesInPlace`).
     private let servingFiles = Mutex<ServingFiles?>(nil)
+    /// The locks of `withExclusiveLock` (see SQLiteStore+Coordination.swift).
+    let exclusiveLocks = InProcessLocks()
 
     /// Opens (creating if needed) the store at `path` and applies schema migrations.
     /// `walRestartPages`: while serving, the write-ahead log is started over once it holds this

@@ -5,6 +5,8 @@ public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         public init(rawValue: String) { self.rawValue = rawValue }
         /// The store cannot be opened, read or written (missing, read-only, disk full…).
         public static let unavailable = Code(rawValue: "store_unavailable")
+        /// The store did not answer, or a lock was not free, within the time allowed.
+        public static let timeout = Code(rawValue: "store_timeout")
         /// The thing named does not exist.
         public static let notFound = Code(rawValue: "not_found")
         /// The thing exists already (key ID, client name, nonce).

@@ -64,6 +64,8 @@ struct ServeCommand: AsyncParsableCommand {
     var auditCommitDelayMs: Double?
     @Option(help: "Close a connection that has not delivered a complete request (headers and body) this many seconds after it opened or its previous response was sent: idle keep-alive connections, and clients that send a request slowly or only in part. More than 0, at most 86400. Env: OFFER_SIGNER_IDLE_TIMEOUT_SECONDS. Default 30.")
     var idleTimeoutSeconds: Double?
+    @Option(help: "Longest a request waits for the store (audit commit, ledger read, customer lock, readiness ping) before it is answered 503 with nothing issued. Env: OFFER_SIGNER_STORE_TIMEOUT_MS. Default 3000.")
+    var storeTimeoutMs: Int?
     @Option(help: "NIO event loop threads (socket I/O and HTTP parsing; request handling runs on Swift's concurrency pool and the audit writer on its own thread). Env: OFFER_SIGNER_EVENT_LOOP_THREADS. Default: NIO's, one per core.")
     var eventLoopThreads: Int?
     @Option(help: "Bundle ID of the development key (--dev). Default com.example.app.")
@@ -130,6 +132,10 @@ struct ServeCommand: AsyncParsableCommand {
         }
         if let auditCommitDelay { configuration.auditCommitDelay = auditCommitDelay }
         if let idleTimeout { configuration.idleTimeout = idleTimeout }
+        if let value = try storeTimeoutMs ?? Self.number("OFFER_SIGNER_STORE_TIMEOUT_MS", Int.self) {
+            guard (1...600_000).contains(value) else { throw ValidationError("--store-timeout-ms must be between 1 and 600000") }
+            configuration.storeTimeout = .milliseconds(value)
+        }
         configuration.eligibility = try EligibilityFiles.load(
             offers: offers ?? Environment.value("OFFER_SIGNER_OFFERS"),
             appleRoots: appleRoots.isEmpty ? (Environment.value("OFFER_SIGNER_APPLE_ROOTS")?.split(separator: ":").map(String.init) ?? []) : appleRoots)

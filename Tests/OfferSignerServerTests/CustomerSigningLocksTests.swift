@@ -1,3 +1,4 @@
+import OfferSignerStorage
 import Synchronization
 import Testing
 
@@ -23,7 +24,7 @@ import Testing
         await withThrowingTaskGroup(of: Void.self) { group in
             for round in 0..<64 {
                 group.addTask {
-                    try await locks.withLock(key) {
+                    try await locks.withLock(key, timeout: .seconds(30)) {
                         occupancy.enter()
                         // Suspend inside the lock, as a ledger read and a commit do.
                         await Task.yield()
@@ -49,10 +50,10 @@ import Testing
         let second = CustomerSigningLocks.key(bundleID: "com.example.app", appAccountToken: "b")
         let otherApp = CustomerSigningLocks.key(bundleID: "com.example.other", appAccountToken: "a")
         // While the first customer's lock is held, the others are taken and released.
-        try await locks.withLock(first) {
+        try await locks.withLock(first, timeout: .seconds(30)) {
             try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { await locks.withLock(second) {} }
-                group.addTask { await locks.withLock(otherApp) {} }
+                group.addTask { try await locks.withLock(second, timeout: .seconds(30)) {} }
+                group.addTask { try await locks.withLock(otherApp, timeout: .seconds(30)) {} }
                 // Guards against a hang only: the two above finish at once unless they wait for `first`.
                 group.addTask {
                     try await Task.sleep(for: .seconds(60))
@@ -64,6 +65,32 @@ import Testing
             }
             #expect(locks.heldCount == 1)
         }
+        #expect(locks.heldCount == 0)
+    }
+
+    @Test("A waiter gives up after its timeout, leaves the line, and the lock still passes to the next one")
+    func waitIsBounded() async throws {
+        let locks = CustomerSigningLocks()
+        let key = CustomerSigningLocks.key(bundleID: "com.example.app", appAccountToken: "c")
+        let release = AsyncStream.makeStream(of: Void.self)
+        let holder = Task {
+            try await locks.withLock(key, timeout: .seconds(30)) {
+                for await _ in release.stream { break }
+            }
+        }
+        while locks.heldCount == 0 { try await Task.sleep(for: .milliseconds(1)) }
+        let start = ContinuousClock.now
+        await #expect(throws: CustomerSigningLocks.WaitTimedOut.self) {
+            try await locks.withLock(key, timeout: .milliseconds(100)) { Issue.record("got a lock that was held") }
+        }
+        let waited = ContinuousClock.now - start
+        #expect(waited >= .milliseconds(100) && waited < .seconds(30), "waited \(waited)")
+        // A patient waiter behind the one that gave up still gets the lock once it is released.
+        let patient = Task { try await locks.withLock(key, timeout: .seconds(30)) { true } }
+        try await Task.sleep(for: .milliseconds(20))
+        release.continuation.yield()
+        try await holder.value
+        #expect(try await patient.value)
         #expect(locks.heldCount == 0)
     }
 }

@@ -34,6 +34,8 @@ struct TestServer {
         configuration.registryPollInterval = .milliseconds(50)
         configuration.clientRateLimit = .unlimited
         configuration.appAccountTokenRateLimit = .unlimited
+        // Generous: the full suite on a shared machine stalls store calls; tests of the bound set their own.
+        configuration.storeTimeout = .seconds(60)
         configure(&configuration)
         for (index, bundle) in bundles.enumerated() {
             let key = try InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY\(String(format: "%03d", index))")

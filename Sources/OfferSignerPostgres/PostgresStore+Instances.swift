@@ -1,0 +1,146 @@
+import Crypto
+import Foundation
+import Logging
+import OfferSignerStorage
+import PostgresNIO
+
+/// What several `serve` instances on one database need from it: advisory locks and registry
+/// change notifications (see ``StoreCoordination``).
+///
+/// Rules: a ``StoreLock`` is a transaction-level advisory lock (`pg_advisory_xact_lock`) on a
+/// pooled connection of its own, taken inside a transaction that does nothing else and is rolled
+/// back when the caller's body has returned; so the lock is released when the body ends, and by
+/// the server when the connection or the process dies. The wait is bounded twice: by
+/// `lock_timeout` on the server, and by a timer here (for a database that does not answer at
+/// all). Keys use the two-integer form, which never meets the one-integer key the migrations
+/// lock. Registry changes are announced by a trigger on `registry` (NOTIFY in the transaction
+/// that changed it, delivered when it commits) and followed on one pooled connection that
+/// LISTENs.
+extension PostgresStore {
+    /// The channel a registry change is announced on (by the trigger on `registry`).
+    static let registryChannel = "offer_signer_registry"
+
+    /// The first key of every offer-signer advisory lock of this kind ("os" + 1 or 2).
+    static let customerLockClass: Int32 = 0x6F73_0001
+    static let checkpointLockClass: Int32 = 0x6F73_0002
+
+    /// The two-integer advisory key of a lock: its kind, and 32 bits of the SHA-256 of its name
+    /// (two customers that share them only wait for each other; they never get each other's
+    /// signatures).
+    static func advisoryKey(_ lock: StoreLock) -> (Int32, Int32) {
+        switch lock {
+        case .auditCheckpointWriter:
+            return (checkpointLockClass, 1)
+        case .customer:
+            let digest = Array(SHA256.hash(data: Data(lock.name.utf8)))
+            let bits = UInt32(digest[0]) << 24 | UInt32(digest[1]) << 16 | UInt32(digest[2]) << 8 | UInt32(digest[3])
+            return (customerLockClass, Int32(bitPattern: bits))
+        }
+    }
+
+    public func withExclusiveLock<T: Sendable>(_ lock: StoreLock, timeout: Duration, _ body: () async throws -> T) async throws -> T {
+        let held = try await AdvisoryLockHolding.acquire(lock, key: Self.advisoryKey(lock), timeout: timeout, client: client, logger: logger)
+        defer { held.release() }
+        return try await body()
+    }
+
+    /// Reachable, not a standby (`pg_is_in_recovery()`), and a new transaction is not read-only
+    /// (`default_transaction_read_only`, as set while a primary is being demoted).
+    public func checkWritable() async throws {
+        let rows = try await rows("checking the store is writable", "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'")
+        guard let readOnly = try rows.first?.decode(Bool.self) else {
+            throw StoreError(.unavailable, "checking the store is writable failed: no answer")
+        }
+        if readOnly {
+            throw StoreError(.unavailable, "the database is read-only (a standby, or a failover in progress); point the store at the primary")
+        }
+    }
+
+    public func registryChanges() -> AsyncThrowingStream<Void, any Error> {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: Void.self, throwing: (any Error).self)
+        let task = Task { [client] in
+            do {
+                try await client.withConnection { connection in
+                    try await connection.listen(on: Self.registryChannel) { notifications in
+                        // Listening now: a change made while nobody listened is found by the
+                        // version check the listener makes on every element.
+                        continuation.yield()
+                        for try await _ in notifications { continuation.yield() }
+                    }
+                }
+                if Task.isCancelled {
+                    continuation.finish()
+                } else {
+                    continuation.finish(throwing: StoreError(.unavailable, "listening for registry changes stopped: the connection was lost"))
+                }
+            } catch {
+                if Task.isCancelled {
+                    continuation.finish()
+                } else {
+                    continuation.finish(throwing: Self.storeError(error, "listening for registry changes"))
+                }
+            }
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+}
+
+/// One advisory lock held on a pooled connection by a task of its own until `release()`.
+///
+/// Rule: `acquire` returns only once the lock is held, or throws (`StoreError.timeout` when the
+/// wait passed `timeout`); a lock obtained after its caller gave up is released at once.
+final class AdvisoryLockHolding: Sendable {
+    private let released = AsyncStream.makeStream(of: Void.self)
+
+    /// Lets the holding task roll back (which releases the lock) and return its connection.
+    func release() { released.continuation.finish() }
+
+    static func acquire(
+        _ lock: StoreLock, key: (Int32, Int32), timeout: Duration, client: PostgresClient, logger: Logger
+    ) async throws -> AdvisoryLockHolding {
+        let holding = AdvisoryLockHolding()
+        let race = ResumeOnce<Void>()
+        let milliseconds = max(1, timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let timeoutError = StoreError(.timeout, "the \(lock.kind) lock was held elsewhere for more than \(timeout.millisecondsText)")
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                race.install(continuation)
+                let work = Task {
+                    do {
+                        try await client.withConnection { connection in
+                            try await connection.query("BEGIN", logger: logger)
+                            do {
+                                try await connection.query(PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = \(milliseconds)"), logger: logger)
+                                try await connection.query("SELECT pg_advisory_xact_lock(\(key.0), \(key.1))", logger: logger)
+                            } catch {
+                                _ = try? await connection.query("ROLLBACK", logger: logger)
+                                throw error
+                            }
+                            // Held. If the caller gave up meanwhile, `release()` was called already.
+                            race.resume(.success(()))
+                            for await _ in holding.released.stream {}
+                            _ = try? await connection.query("ROLLBACK", logger: logger)
+                        }
+                    } catch {
+                        let failure = PostgresStore.sqlState(error) == "55P03" ? timeoutError : PostgresStore.storeError(error, "taking the \(lock.kind) lock")
+                        race.resume(.failure(failure))
+                    }
+                }
+                race.setWork(work)
+                let timer = Task {
+                    do { try await Task.sleep(for: timeout + .milliseconds(50)) } catch { return }
+                    if race.resume(.failure(timeoutError)) {
+                        holding.release()
+                        work.cancel()
+                    }
+                }
+                race.setTimer(timer)
+            }
+        } onCancel: {
+            holding.release()
+            race.cancel()
+        }
+        return holding
+    }
+}

@@ -1,0 +1,130 @@
+import Foundation
+import Synchronization
+
+/// A lock that several serving processes on one database take to act as one service.
+public enum StoreLock: Sendable, Hashable {
+    /// One customer (appAccountToken) of one app: held from the read of the customer's ledger
+    /// until the audit commit of what was decided from it has returned, so that a rule counting
+    /// the signatures already issued holds however many instances serve the customer.
+    case customer(bundleID: String, appAccountToken: String)
+    /// The writer of signed audit checkpoints: held while one instance checks whether a
+    /// checkpoint is due and signs it, so the deployment keeps one checkpoint per interval.
+    case auditCheckpointWriter
+
+    /// What the lock is for, without the customer's identifiers (for messages and logs).
+    public var kind: String {
+        switch self {
+        case .customer: "customer"
+        case .auditCheckpointWriter: "audit checkpoint writer"
+        }
+    }
+
+    /// A stable text naming the lock (the same in every process and version).
+    public var name: String {
+        switch self {
+        case .customer(let bundleID, let appAccountToken): "customer\n\(bundleID)\n\(appAccountToken)"
+        case .auditCheckpointWriter: "audit-checkpoint-writer"
+        }
+    }
+}
+
+/// What a store does so that several `serve` processes on one database behave as one service.
+///
+/// Rules every implementation keeps: `withExclusiveLock` runs its body while no other process
+/// (and no other call in this process) holds the same lock through the same database, waits for
+/// it at most `timeout` and then throws `StoreError` with code `timeout`, and releases it however
+/// the body ends, or when the process or its connection dies. `registryChanges` reports key and
+/// client changes committed by any process; it is a shortcut, never the only way a server learns
+/// of them (servers keep polling `registryVersion`).
+public protocol StoreCoordination: Sendable {
+    /// Runs `body` while holding `lock` for the whole database.
+    ///
+    /// The SQLite store serves one process (several servers on one file are not supported), so
+    /// its lock is a lock in this process.
+    func withExclusiveLock<T: Sendable>(_ lock: StoreLock, timeout: Duration, _ body: () async throws -> T) async throws -> T
+
+    /// Succeeds when the store can be read and would accept writes now; throws `StoreError`
+    /// (`unavailable`) otherwise: unreachable, or read-only (a PostgreSQL standby, or a primary
+    /// being failed over). Readiness checks use it, since an instance that cannot write its audit
+    /// records cannot sign.
+    func checkWritable() async throws
+
+    /// One element per registry change (key or client) committed by any process, for as long as
+    /// the caller iterates. The sequence finishes at once when the store has no way to notify
+    /// (SQLite: polling covers it); it finishes when the iterating task is cancelled; it throws
+    /// when the store can no longer listen (a lost connection), and the caller may ask again.
+    func registryChanges() -> AsyncThrowingStream<Void, any Error>
+}
+
+/// A store call bounded in time: the caller gets an answer (or `StoreError.timeout`) within the
+/// time allowed, whatever the database does.
+///
+/// Rule: the operation is not abandoned half-way: it keeps running on its own task until the
+/// store answers, and only its result is dropped. So a bounded wait may give up on an audit commit
+/// that lands later (an audit record for a signature never sent), never the other way round.
+public enum StoreDeadline {
+    /// Runs `operation`, returning its result, or throwing `StoreError` with code `timeout` when
+    /// it has not finished after `timeout`. Cancelling the caller cancels the operation's task.
+    public static func run<T: Sendable>(
+        _ what: String, timeout: Duration, _ operation: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        let race = Race<T>()
+        let task = Task {
+            do {
+                race.finish(with: .success(try await operation()))
+            } catch {
+                race.finish(with: .failure(error))
+            }
+        }
+        let timer = Task {
+            try await Task.sleep(for: timeout)
+            race.finish(with: .failure(StoreError(.timeout, "\(what): the store did not answer within \(timeout.millisecondsText)")))
+        }
+        defer { timer.cancel() }
+        return try await withTaskCancellationHandler {
+            try await race.value()
+        } onCancel: {
+            task.cancel()
+            race.finish(with: .failure(CancellationError()))
+        }
+    }
+
+    /// The first of several results, handed to one waiter.
+    private final class Race<T: Sendable>: Sendable {
+        private enum State {
+            case waiting(CheckedContinuation<T, any Error>?)
+            case finished(Result<T, any Error>)
+        }
+
+        private let state = Mutex<State>(.waiting(nil))
+
+        func finish(with result: Result<T, any Error>) {
+            let waiter = state.withLock { state -> CheckedContinuation<T, any Error>? in
+                guard case .waiting(let waiter) = state else { return nil }
+                state = .finished(result)
+                return waiter
+            }
+            waiter?.resume(with: result)
+        }
+
+        func value() async throws -> T {
+            try await withCheckedThrowingContinuation { continuation in
+                let finished = state.withLock { state -> Result<T, any Error>? in
+                    switch state {
+                    case .finished(let result): return result
+                    case .waiting: state = .waiting(continuation); return nil
+                    }
+                }
+                if let finished { continuation.resume(with: finished) }
+            }
+        }
+    }
+}
+
+extension Duration {
+    /// "250 ms", for messages.
+    public var millisecondsText: String {
+        let (seconds, attoseconds) = components
+        return "\(seconds * 1000 + attoseconds / 1_000_000_000_000_000) ms"
+    }
+}

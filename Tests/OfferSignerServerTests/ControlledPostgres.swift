@@ -1,0 +1,89 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import TestChildProcess
+
+/// A PostgreSQL cluster of one test's own, which the test may stop (`-m immediate`: a crash, as
+/// far as clients can tell) and start again on the same port. For outage tests only; other tests
+/// use TestPostgres's shared server.
+///
+/// Rule: the cluster is removed by `remove()`; trust authentication on loopback (it exists for
+/// seconds, listens on 127.0.0.1 only, and holds test data).
+final class ControlledPostgres: Sendable {
+    let binaries: String
+    let directory: String
+    let port: Int
+    let asPostgres: Bool
+
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// The server binaries, or nil (the test is then skipped like other PostgreSQL tests).
+    static var binaries: String? {
+        let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql"))?.compactMap { Int($0) }.sorted(by: >) ?? []
+        return versions.map { "/usr/lib/postgresql/\($0)/bin" }.first { FileManager.default.isExecutableFile(atPath: "\($0)/pg_ctl") }
+    }
+
+    var url: String { "postgres://postgres@127.0.0.1:\(port)/postgres?sslmode=disable" }
+
+    init(binaries: String) throws {
+        self.binaries = binaries
+        asPostgres = getuid() == 0
+        directory = "/tmp/offer-signer-outage-pg-\(getpid())-\(UUID().uuidString.prefix(8).lowercased())"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        if asPostgres, let entry = getpwnam("postgres") {
+            _ = chown(directory, entry.pointee.pw_uid, entry.pointee.pw_gid)
+        }
+        port = try Self.freePort()
+        try run("initdb", ["-D", "\(directory)/data", "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"], timeout: .seconds(120))
+        try start()
+    }
+
+    func start() throws {
+        try run(
+            "pg_ctl",
+            ["-D", "\(directory)/data", "-l", "\(directory)/server.log", "-w", "-t", "60",
+             "-o", "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1 -c max_connections=200", "start"],
+            timeout: .seconds(90))
+    }
+
+    /// Stops the server at once, without a shutdown checkpoint: clients see their connections drop.
+    func stopImmediately() throws {
+        try run("pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "-t", "30", "stop"], timeout: .seconds(40))
+    }
+
+    /// Runs one SQL statement as the superuser, through psql on the cluster's socket.
+    func sql(_ statement: String) async throws {
+        try run("psql", ["-h", directory, "-p", String(port), "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", statement], timeout: .seconds(30))
+    }
+
+    func remove() {
+        if FileManager.default.fileExists(atPath: "\(directory)/data/postmaster.pid") { try? stopImmediately() }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    private func run(_ tool: String, _ arguments: [String], timeout: Duration) throws {
+        let executable = "\(binaries)/\(tool)"
+        let result =
+            asPostgres
+            ? try ChildProcess.run("/usr/sbin/runuser", ["-u", "postgres", "--", executable] + arguments, currentDirectory: "/tmp", timeout: timeout)
+            : try ChildProcess.run(executable, arguments, timeout: timeout)
+        guard result.status == 0 else {
+            throw Failure(description: "\(tool) \(arguments.joined(separator: " ")) failed (\(result.status)): \(result.stderrText.suffix(1500))")
+        }
+    }
+
+    static func freePort() throws -> Int {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) } }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
