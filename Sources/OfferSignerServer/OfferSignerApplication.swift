@@ -1,3 +1,4 @@
+import AppStoreServerAPI
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -28,6 +29,9 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         if let problem = limit.problem { throw ServerConfigurationError("the \(name) rate limit cannot be used: \(problem)") }
     }
     let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
+    if let eligibility = configuration.eligibility, let problem = eligibility.appStoreServerAPI.problem {
+        throw ServerConfigurationError("the App Store Server API settings cannot be used: \(problem)")
+    }
     try await store.bindMasterKey(configuration.masterKey)
     let metrics = ServerMetrics()
     let keyRing = KeyRingHolder(store: store, masterKey: configuration.masterKey, interval: configuration.registryPollInterval, logger: logger)
@@ -35,7 +39,9 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     let committer = AuditCommitter(
         store: store, batchLimit: configuration.auditBatchLimit, commitDelay: configuration.auditCommitDelay, metrics: metrics, logger: logger)
     let authenticator = RequestAuthenticator(developmentMode: configuration.developmentMode, userJWT: userJWT, limiter: RateLimiter(limit: configuration.clientRateLimit))
-    let eligibility = configuration.eligibility.map { EligibilityService(configuration: $0, store: store) }
+    // Made after the last step that can fail: an unused client must still be shut down.
+    let appleHistory = try AppleHistoryClientService.make(configuration.eligibility, metrics: metrics, logger: logger)
+    let eligibility = configuration.eligibility.map { EligibilityService(configuration: $0, store: store, appleHistory: appleHistory?.client) }
     let signing = SigningController(
         keyRing: keyRing, committer: committer, authenticator: authenticator,
         tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit), metrics: metrics,
@@ -67,8 +73,13 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
 
     var applicationConfiguration = ApplicationConfiguration(address: .hostname(configuration.host, port: configuration.port), serverName: "offer-signer")
     applicationConfiguration.serverName = "offer-signer"
+    var services: [any Service] = [
+        AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, logger: logger),
+        keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger),
+    ]
+    if let appleHistory { services.append(appleHistory) }
     return Application(
-        router: router, configuration: applicationConfiguration, services: [AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, logger: logger), keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger)],
+        router: router, configuration: applicationConfiguration, services: services,
         onServerRunning: { channel in
             logger.notice("offer-signer listening", metadata: ["address": "\(channel.localAddress?.description ?? "?")", "dev": "\(configuration.developmentMode)"])
         },
