@@ -283,6 +283,11 @@ public final class AppStoreServerAPIClient: Sendable {
     ) async -> Result<Body, CallFailure> {
         var attempt = 0
         var lastFailure = HistoryUnavailable(.timeBudgetExhausted, "no time left for \(endpoint.rawValue)")
+        /// Giving up: past the deadline that is the budget's doing, whatever the last attempt saw.
+        func givingUp() -> HistoryUnavailable {
+            guard ContinuousClock.now >= deadline, lastFailure.reason != .timeBudgetExhausted else { return lastFailure }
+            return .init(.timeBudgetExhausted, "the \(configuration.timeBudget) budget ran out; last: \(lastFailure.detail)")
+        }
         while attempt < configuration.maximumAttempts {
             attempt += 1
             guard ContinuousClock.now < deadline else { break }
@@ -336,7 +341,7 @@ public final class AppStoreServerAPIClient: Sendable {
             if let retryAfter, retryAfter > wait { wait = retryAfter }
             guard ContinuousClock.now + wait < deadline else {
                 if retryAfter != nil { lastFailure.detail += "; Retry-After would pass the time budget" }
-                return .failure(.unavailable(lastFailure))
+                return .failure(.unavailable(givingUp()))
             }
             do {
                 try await Task.sleep(for: wait)
@@ -344,7 +349,7 @@ public final class AppStoreServerAPIClient: Sendable {
                 return .failure(.unavailable(.init(.timeBudgetExhausted, "cancelled")))
             }
         }
-        return .failure(.unavailable(lastFailure))
+        return .failure(.unavailable(givingUp()))
     }
 
     private func backoff(attempt: Int) -> Duration {

@@ -69,6 +69,8 @@ struct AppleHistorySourceTests {
         let root = try chain.root.serializeAsPEM().pemString
         try await fake.run { port in
             var eligibility = try EligibilityConfiguration(catalogJSON: Data(Self.catalog(port: port).utf8), trustedRootPEMs: [root])
+            // Generous unless a test is about the budget: the suite runs in parallel on a loaded machine.
+            eligibility.appStoreServerAPI.timeBudget = .seconds(30)
             configure(&eligibility)
             var running = server
             running.configuration.eligibility = eligibility
@@ -133,7 +135,7 @@ struct AppleHistorySourceTests {
             periodStarts: SubscriptionFixture.monthlyStarts(count: 3, activeAt: Date(timeIntervalSinceNow: -75 * 86_400)))
         let evidence = #"{"signedTransactions":[\#(try lapsed.signedTransactions(chain).map { "\"\($0)\"" }.joined(separator: ","))],"signedRenewalInfos":[]}"#
         try await withServerAndApple(customer: customer, configure: { $0.appStoreServerAPI.timeBudget = .milliseconds(500) }) { server, fake, secret, client in
-            fake.setAnswerDelay(.seconds(5))
+            fake.setAnswerDelay(.seconds(600))
             let start = ContinuousClock.now
             let refused = try await client.postJSON(
                 "/v1/offers/signatures",
@@ -142,7 +144,8 @@ struct AppleHistorySourceTests {
             let elapsed = ContinuousClock.now - start
             expectProblem(refused, .forbidden, "not_eligible")
             #expect(refused.json["reasons"] as? [String] == ["history_unavailable"])
-            #expect(elapsed < .milliseconds(1500), "the 500 ms budget bounds the answer (took \(elapsed))")
+            // Far above the budget: the whole suite shares two cores, where a task can wait seconds to run.
+            #expect(elapsed < .seconds(60), "the 500 ms budget bounds the answer, not Apple's 600 s (took \(elapsed))")
             #expect(try server.issuedCount() == 0, "no signature")
 
             let signed = try await client.postJSON(
