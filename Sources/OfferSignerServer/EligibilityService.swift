@@ -49,6 +49,9 @@ public struct EligibilityConfiguration: Sendable {
 
 /// Decides whether a customer may get an offer, from Apple-signed history and our ledger.
 ///
+/// The history is, per offer (`historySource`), the app's verified evidence or Apple's own answer
+/// from the App Store Server API (see `HistorySourceResolver`).
+///
 /// Rules: every JWS is verified (x5c chain to a trusted root, Apple's marker OIDs, ES256,
 /// bundle); a transaction that names another appAccountToken than the customer's is another
 /// account's history and counts as unverified evidence; our ledger (signatures issued to the
@@ -91,9 +94,12 @@ struct EligibilityService: Sendable {
         ring: KeyRing, now: Date
     ) async throws -> [EligibilityOutcome] {
         try HistorySourceResolver.checkHandles(offers, evidence: evidence, transactionID: transactionID)
-        if let evidence, evidence.signedTransactions.count + evidence.signedRenewalInfos.count > configuration.maximumEvidenceItems {
+        // Refused whatever source decides: the app's evidence is only verified when it is used.
+        if let evidence {
             let count = evidence.signedTransactions.count + evidence.signedRenewalInfos.count
-            throw APIProblem.badRequest("too_much_evidence", "evidence holds \(count) JWS; at most \(configuration.maximumEvidenceItems) are accepted")
+            guard count <= configuration.maximumEvidenceItems else {
+                throw APIProblem.badRequest("too_much_evidence", "evidence holds \(count) JWS; at most \(configuration.maximumEvidenceItems) are accepted")
+            }
         }
         let ledger = try await self.ledger(appAccountToken: appAccountToken, bundleID: bundleID)
         let credentials = ring.activeKeys[bundleID].flatMap { active in
