@@ -37,6 +37,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
     ],
     targets: [
         // Signing core: payloads, signers, verifiers, key parsing, typed errors. swift-crypto only.
@@ -80,6 +81,7 @@ let package = Package(
                 "OfferSignerStorage",
                 "OfferSignerEligibility",
                 "OfferSignerEvidence",
+                "AppStoreServerAPI",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -137,6 +139,25 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // Apple's word on a customer's history: an App Store Server API client (ES256 JWT auth,
+        // paged transaction history, subscription statuses), bounded in time, retries, connections
+        // and failures; every signed item verified by OfferSignerEvidence.
+        .target(
+            name: "AppStoreServerAPI",
+            dependencies: [
+                "OfferSignerCore",
+                "OfferSignerEvidence",
+                "OfferSignerEligibility",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "X509", package: "swift-certificates"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // What apps ship: Foundation only.
         .target(
             name: "OfferSignerClient",
@@ -159,6 +180,9 @@ let package = Package(
                 "OfferSignerServer",
                 "TestChildProcess",
                 "TestPostgres",
+                "AppleTestChain",
+                "FakeAppStoreServerAPI",
+                "AppStoreServerAPI",
                 "OfferSignerStorage",
                 "OfferSignerPostgres",
                 "OfferSignerCore",
@@ -180,6 +204,7 @@ let package = Package(
         .testTarget(
             name: "OfferSignerEligibilityTests",
             dependencies: [
+                "AppleTestChain",
                 "OfferSignerEligibility",
                 "OfferSignerEvidence",
                 .product(name: "X509", package: "swift-certificates"),
@@ -210,6 +235,55 @@ let package = Package(
             path: "Tests/TestPostgres",
             swiftSettings: strictSettings
         ),
+        // Test-only: a stand-in for Apple's App Store signing chain (root, intermediate and leaf
+        // with Apple's marker OIDs) that signs JWS like the App Store. One copy for every test target.
+        .target(
+            name: "AppleTestChain",
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ],
+            path: "Tests/AppleTestChain",
+            swiftSettings: strictSettings
+        ),
+        // Test-only: a fake App Store Server API (a real HTTP server on loopback) that signs with
+        // AppleTestChain and checks the client's JWT as Apple does.
+        .target(
+            name: "FakeAppStoreServerAPI",
+            dependencies: [
+                "AppleTestChain",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Tests/FakeAppStoreServerAPI",
+            swiftSettings: strictSettings
+        ),
+        // The App Store Server API client against a fake Apple API: a real HTTP server on loopback.
+        .testTarget(
+            name: "AppStoreServerAPITests",
+            dependencies: [
+                "AppStoreServerAPI",
+                "AppleTestChain",
+                "FakeAppStoreServerAPI",
+                "OfferSignerCore",
+                "OfferSignerEvidence",
+                "OfferSignerEligibility",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "X509", package: "swift-certificates"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // Test-only stand-in for the StoreKit API the client uses (Linux has no StoreKit). Not named
         // `StoreKit` so it can never shadow the SDK framework on Apple platforms. OfferSignerClient
         // must never depend on it.
@@ -236,6 +310,7 @@ let package = Package(
             dependencies: [
                 "OfferSignerClient",
                 "TestChildProcess",
+                "AppleTestChain",
                 "OfferSignerServer",
                 "OfferSignerStorage",
                 "OfferSignerCore",

@@ -6,6 +6,13 @@ public enum EligibilityReason: String, Sendable, Codable, Hashable, CaseIterable
     /// At least one submitted JWS failed verification (offers with rules only); see
     /// `EligibilityDecision.evidenceFailures` for the specific failures.
     case evidenceUnverified = "evidence_unverified"
+    /// History source `apple`: Apple's App Store Server API could not answer for this customer
+    /// (unreachable, too slow for the time budget, failing, or its answer did not verify), so the
+    /// history is unknown and nothing is granted on it.
+    case historyUnavailable = "history_unavailable"
+    /// Apple's history of the customer carries an `appAccountToken` other than the request's: the
+    /// `transactionID` names another account's history.
+    case appAccountTokenMismatch = "app_account_token_mismatch"
     /// Rule `environment`: evidence comes from another environment, or there is no evidence.
     case environmentMismatch = "environment_mismatch"
     /// No verified transaction in the subscription group, where the kind or `lapsedMonths` needs one.

@@ -6,6 +6,14 @@ import Foundation
 ///
 /// ```json
 /// {
+///   "apps": {                                       // optional: per-app App Store Server API settings
+///     "com.example.app": {
+///       "appAppleID": 1234567890,                   // optional integer; Apple's answers must name it
+///       "environments": ["Production", "Sandbox"],  // optional, default ["Production"]; asked in this order
+///       "appStoreServerAPI": {                      // optional: other hosts (tests, a proxy)
+///         "productionURL": "http://127.0.0.1:9000", "sandboxURL": "http://127.0.0.1:9001" }
+///     }
+///   },
 ///   "offers": [
 ///     {
 ///       "offerID": "winback_50_3m",                 // required, non-empty; unique per bundleID
@@ -14,6 +22,7 @@ import Foundation
 ///       "subscriptionGroupID": "21345678",          // required, non-empty string
 ///       "kind": "win-back",                         // required: "win-back" | "retention" | "any"
 ///       "description": "50% off for 3 months",      // optional, ignored
+///       "historySource": "apple",                   // optional: "apple" | "apple-then-client" | "client" (default); needs rules
 ///       "rules": {                                  // optional; absent = always signable
 ///         "minPaidMonths": 3,                       // integer >= 0
 ///         "lapsedMonths": { "min": 1, "max": 12 },  // integers >= 0, at least one, min <= max
@@ -39,9 +48,13 @@ import Foundation
 public struct OfferCatalog: Sendable, Hashable {
     /// The offers, in file order.
     public var offers: [OfferDefinition]
+    /// Per-app App Store Server API settings, by bundle ID (`apps`). An app without an entry uses
+    /// the defaults of `AppStoreAppSettings` (Production only, Apple's hosts).
+    public var apps: [String: AppStoreAppSettings]
 
     /// Builds a catalog from already-validated definitions (checks uniqueness of offerID per bundleID).
-    public init(offers: [OfferDefinition]) throws(OfferCatalogError) {
+    public init(offers: [OfferDefinition], apps: [String: AppStoreAppSettings] = [:]) throws(OfferCatalogError) {
+        self.apps = apps
         var seen = Set<String>()
         for (index, offer) in offers.enumerated() {
             let key = offer.bundleID + "\u{0}" + offer.offerID
@@ -63,7 +76,13 @@ public struct OfferCatalog: Sendable, Hashable {
             throw OfferCatalogError(offerID: nil, index: nil, field: "", problem: .invalidJSON(String(describing: error)))
         }
         var parser = CatalogParser()
-        try self.init(offers: try parser.parseRoot(root))
+        let offers = try parser.parseRoot(root)
+        try self.init(offers: offers, apps: try parser.parseApps(root))
+    }
+
+    /// The App Store Server API settings of an app (its `apps` entry, or the defaults).
+    public func appSettings(bundleID: String) -> AppStoreAppSettings {
+        apps[bundleID] ?? AppStoreAppSettings(bundleID: bundleID)
     }
 
     /// The offer with this ID. With a `bundleID`, only that app's offer; without one, the offer only if
@@ -173,7 +192,8 @@ enum JSONValue: Decodable, Hashable {
 }
 
 private struct CatalogParser {
-    static let offerKeys = ["offerID", "bundleID", "productIDs", "subscriptionGroupID", "kind", "description", "rules"]
+    static let offerKeys = ["offerID", "bundleID", "productIDs", "subscriptionGroupID", "kind", "description", "rules", "historySource"]
+    static let appKeys = ["appAppleID", "environments", "appStoreServerAPI"]
     static let ruleKeys = [
         "minPaidMonths", "lapsedMonths", "waitBetweenOffersMonths", "waitScope", "maxRedemptions",
         "excludeFamilyShared", "excludeRefunded", "excludeBillingRetry", "storefronts", "environment",
@@ -192,7 +212,7 @@ private struct CatalogParser {
         guard case .object(let object) = root else {
             throw error("", .wrongType(expected: "a JSON object with an \"offers\" array"))
         }
-        try checkKeys(object, allowed: ["offers"], path: "")
+        try checkKeys(object, allowed: ["apps", "offers"], path: "")
         guard let offersValue = object["offers"] else { throw error("offers", .missingField) }
         guard case .array(let items) = offersValue else { throw error("offers", .wrongType(expected: "an array")) }
         var offers: [OfferDefinition] = []
@@ -226,9 +246,76 @@ private struct CatalogParser {
         if let value = object["rules"] {
             rules = try parseRules(value)
         }
+        var historySource = HistorySource.client
+        if let value = object["historySource"] {
+            guard case .string(let raw) = value else { throw error("historySource", .wrongType(expected: "a string")) }
+            guard let source = HistorySource(rawValue: raw) else {
+                throw error("historySource", .invalidValue("'\(raw)' is not one of: apple, apple-then-client, client"))
+            }
+            guard rules != nil || source == .client else {
+                throw error("historySource", .invalidValue("has no effect without \"rules\" (an offer without rules is always signable)"))
+            }
+            historySource = source
+        }
         return OfferDefinition(
             offerID: id, bundleID: bundleID, productIDs: productIDs, subscriptionGroupID: groupID,
-            kind: kind, description: description, rules: rules)
+            kind: kind, description: description, rules: rules, historySource: historySource)
+    }
+
+    /// `apps`: `{bundleID: {appAppleID?, environments?, appStoreServerAPI?}}`.
+    mutating func parseApps(_ root: JSONValue) throws(OfferCatalogError) -> [String: AppStoreAppSettings] {
+        index = nil
+        offerID = nil
+        guard case .object(let object) = root, let value = object["apps"] else { return [:] }
+        guard case .object(let entries) = value else { throw error("apps", .wrongType(expected: "an object keyed by bundle ID")) }
+        var apps: [String: AppStoreAppSettings] = [:]
+        for (bundleID, entry) in entries.sorted(by: { $0.key < $1.key }) {
+            let path = "apps.\(bundleID)"
+            guard !bundleID.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+                throw error("apps", .invalidValue("a bundle ID must not be empty"))
+            }
+            guard case .object(let settings) = entry else { throw error(path, .wrongType(expected: "an object")) }
+            try checkKeys(settings, allowed: Self.appKeys, path: path)
+            var app = AppStoreAppSettings(bundleID: bundleID)
+            if let value = settings["appAppleID"] {
+                guard case .integer(let number) = value else { throw error(path + ".appAppleID", .wrongType(expected: "an integer")) }
+                guard number > 0 else { throw error(path + ".appAppleID", .invalidValue("\(number) is not a positive App Apple ID")) }
+                app.appAppleID = number
+            }
+            if settings["environments"] != nil {
+                let names = try stringList(settings["environments"], path: path + ".environments", required: true)
+                app.environments = try names.map { name throws(OfferCatalogError) in
+                    guard name == AppleEnvironment.production.rawValue || name == AppleEnvironment.sandbox.rawValue,
+                        let environment = AppleEnvironment(rawValue: name)
+                    else {
+                        throw error(path + ".environments", .invalidValue("'\(name)' is not one of: Production, Sandbox"))
+                    }
+                    return environment
+                }
+            }
+            if let value = settings["appStoreServerAPI"] {
+                guard case .object(let urls) = value else {
+                    throw error(path + ".appStoreServerAPI", .wrongType(expected: "an object like {\"productionURL\": \"https://...\"}"))
+                }
+                try checkKeys(urls, allowed: ["productionURL", "sandboxURL"], path: path + ".appStoreServerAPI")
+                app.productionURL = try baseURL(urls["productionURL"], path: path + ".appStoreServerAPI.productionURL")
+                app.sandboxURL = try baseURL(urls["sandboxURL"], path: path + ".appStoreServerAPI.sandboxURL")
+            }
+            apps[bundleID] = app
+        }
+        return apps
+    }
+
+    /// An absolute `http` or `https` URL with a host and no query or fragment, without a trailing `/`.
+    func baseURL(_ value: JSONValue?, path: String) throws(OfferCatalogError) -> String? {
+        guard let value else { return nil }
+        guard case .string(let text) = value else { throw error(path, .wrongType(expected: "a string")) }
+        guard let url = URLComponents(string: text), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+            let host = url.host, !host.isEmpty, url.query == nil, url.fragment == nil, url.user == nil, url.password == nil
+        else {
+            throw error(path, .invalidValue("'\(text)' is not an http(s) base URL such as https://api.storekit.apple.com"))
+        }
+        return text.hasSuffix("/") ? String(text.dropLast()) : text
     }
 
     func parseRules(_ value: JSONValue) throws(OfferCatalogError) -> OfferRules {

@@ -30,6 +30,9 @@ public struct OfferDefinition: Sendable, Encodable, Hashable {
     /// needed. An empty object `{}` means "rules present, none configured": the kind precondition
     /// applies and unverified evidence makes the offer ineligible.
     public var rules: OfferRules?
+    /// `historySource`: whose word on the customer's history the rules are checked against:
+    /// `apple`, `apple-then-client` or `client` (the default). See `HistorySource`.
+    public var historySource: HistorySource
 
     public init(
         offerID: String,
@@ -38,7 +41,8 @@ public struct OfferDefinition: Sendable, Encodable, Hashable {
         subscriptionGroupID: String,
         kind: OfferKind,
         description: String? = nil,
-        rules: OfferRules? = nil
+        rules: OfferRules? = nil,
+        historySource: HistorySource = .client
     ) {
         self.offerID = offerID
         self.bundleID = bundleID
@@ -47,6 +51,7 @@ public struct OfferDefinition: Sendable, Encodable, Hashable {
         self.kind = kind
         self.description = description
         self.rules = rules
+        self.historySource = historySource
     }
 }
 

@@ -11,12 +11,15 @@ struct EligibilityRequest: Decodable, Sendable {
     var bundleID: String?
     var appAccountToken: String?
     var offerIDs: [String]?
-    var evidence: PurchaseEvidence
+    var evidence: PurchaseEvidence?
+    /// Any of the customer's transaction IDs (e.g. `Transaction.originalID`): their handle at Apple,
+    /// for offers whose `historySource` asks Apple.
+    var transactionID: String?
 
-    static let members: Set<String> = ["bundleID", "appAccountToken", "offerIDs", "evidence"]
+    static let members: Set<String> = ["bundleID", "appAccountToken", "offerIDs", "evidence", "transactionID"]
 
     enum CodingKeys: String, CodingKey {
-        case bundleID, appAccountToken, offerIDs, evidence
+        case bundleID, appAccountToken, offerIDs, evidence, transactionID
     }
 
     init(from decoder: any Decoder) throws {
@@ -25,15 +28,17 @@ struct EligibilityRequest: Decodable, Sendable {
         bundleID = try container.decodeIfPresent(String.self, forKey: .bundleID)
         appAccountToken = try container.decodeIfPresent(String.self, forKey: .appAccountToken)
         offerIDs = try container.decodeIfPresent([String].self, forKey: .offerIDs)
-        evidence = try container.decode(PurchaseEvidence.self, forKey: .evidence)
+        evidence = try container.decodeIfPresent(PurchaseEvidence.self, forKey: .evidence)
+        transactionID = try container.decodeIfPresent(String.self, forKey: .transactionID)
     }
 }
 
 /// `POST /v1/offers/eligibility`: the per-offer decision and reasons, without signing.
 ///
 /// Rules: the same authentication, rate limits, bundle resolution and appAccountToken binding
-/// as signing; offers default to every catalog offer of the bundle; nothing is signed or
-/// recorded in the ledger.
+/// as signing; offers default to every catalog offer of the bundle; each offer is decided on
+/// the history its `historySource` names (the app's `evidence`, Apple's history of the customer
+/// named by `transactionID`, or Apple's then the app's); nothing is signed or recorded in the ledger.
 struct EligibilityController: Sendable {
     let keyRing: KeyRingHolder
     let authenticator: RequestAuthenticator
@@ -48,6 +53,13 @@ struct EligibilityController: Sendable {
         let principal = try await authenticator.authenticate(request, ring: ring)
         let body = try await RequestBodyReader.json(request, limit: maximumBodyBytes)
         let eligibilityRequest = try RequestDecoding.decode(EligibilityRequest.self, from: body)
+        if let transactionID = eligibilityRequest.transactionID {
+            do {
+                try OfferFieldValidator.validateIdentifier(transactionID, field: "transactionID")
+            } catch {
+                throw APIProblem.field(error)
+            }
+        }
         var token: UUID?
         if let text = eligibilityRequest.appAccountToken {
             do {
@@ -73,7 +85,9 @@ struct EligibilityController: Sendable {
             throw APIProblem(.notFound, code: "eligibility_not_configured", detail: "this service has no offers catalog; start it with --offers FILE")
         }
         let offers = try eligibility.offers(bundleID: bundleID, named: eligibilityRequest.offerIDs)
-        let decisions = try await eligibility.decide(offers, bundleID: bundleID, appAccountToken: token, evidence: eligibilityRequest.evidence, now: Date())
+        let decisions = try await eligibility.decide(
+            offers, bundleID: bundleID, appAccountToken: token, evidence: eligibilityRequest.evidence, transactionID: eligibilityRequest.transactionID,
+            ring: ring, now: Date())
         var writer = JSONObjectWriter()
         writer.field("bundleID", bundleID)
         writer.field("appAccountToken", token?.lowercasedString)

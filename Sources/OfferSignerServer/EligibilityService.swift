@@ -1,3 +1,4 @@
+import AppStoreServerAPI
 import Foundation
 import OfferSignerCore
 import OfferSignerEligibility
@@ -14,6 +15,9 @@ public struct EligibilityConfiguration: Sendable {
     public var trustedRoots: [Certificate]
     /// Most JWS one request may carry.
     public var maximumEvidenceItems: Int = 1000
+    /// How Apple's App Store Server API is asked (offers with `historySource` `apple` or
+    /// `apple-then-client`; per-app settings are in the catalog's `apps`).
+    public var appStoreServerAPI = AppStoreServerAPIConfiguration()
 
     public init(catalog: OfferCatalog, trustedRoots: [Certificate] = [.appleRootCAG3]) {
         self.catalog = catalog
@@ -45,6 +49,9 @@ public struct EligibilityConfiguration: Sendable {
 
 /// Decides whether a customer may get an offer, from Apple-signed history and our ledger.
 ///
+/// The history is, per offer (`historySource`), the app's verified evidence or Apple's own answer
+/// from the App Store Server API (see `HistorySourceResolver`).
+///
 /// Rules: every JWS is verified (x5c chain to a trusted root, Apple's marker OIDs, ES256,
 /// bundle); a transaction that names another appAccountToken than the customer's is another
 /// account's history and counts as unverified evidence; our ledger (signatures issued to the
@@ -56,12 +63,15 @@ struct EligibilityService: Sendable {
     /// Longest wait for the ledger read (then the request is refused with 503).
     let storeTimeout: Duration
     let evaluator: EligibilityEvaluator
+    /// Apple's word on history, for offers whose `historySource` asks Apple.
+    let appleHistory: AppStoreServerAPIClient?
 
-    init(configuration: EligibilityConfiguration, store: any OfferSignerStore, storeTimeout: Duration) {
+    init(configuration: EligibilityConfiguration, store: any OfferSignerStore, storeTimeout: Duration, appleHistory: AppStoreServerAPIClient? = nil) {
         self.configuration = configuration
         self.store = store
         self.storeTimeout = storeTimeout
         self.evaluator = EligibilityEvaluator(catalog: configuration.catalog)
+        self.appleHistory = appleHistory
     }
 
     /// The catalog offers of a bundle, or those named.
@@ -81,15 +91,29 @@ struct EligibilityService: Sendable {
         return offer
     }
 
+    /// Each offer decided on the history its `historySource` names (see `HistorySourceResolver`).
     func decide(
-        _ offers: [OfferDefinition], bundleID: String, appAccountToken: UUID?, evidence: PurchaseEvidence?, now: Date
-    ) async throws -> [EligibilityDecision] {
-        let verified = try await self.evidence(evidence, bundleID: bundleID, appAccountToken: appAccountToken, now: now)
+        _ offers: [OfferDefinition], bundleID: String, appAccountToken: UUID?, evidence: PurchaseEvidence?, transactionID: String?,
+        ring: KeyRing, now: Date
+    ) async throws -> [EligibilityOutcome] {
+        try HistorySourceResolver.checkHandles(offers, evidence: evidence, transactionID: transactionID)
+        // Refused whatever source decides: the app's evidence is only verified when it is used.
+        if let evidence {
+            let count = evidence.signedTransactions.count + evidence.signedRenewalInfos.count
+            guard count <= configuration.maximumEvidenceItems else {
+                throw APIProblem.badRequest("too_much_evidence", "evidence holds \(count) JWS; at most \(configuration.maximumEvidenceItems) are accepted")
+            }
+        }
         let ledger = try await self.ledger(appAccountToken: appAccountToken, bundleID: bundleID)
-        return offers.map { evaluator.evaluate($0, evidence: verified, ledger: ledger, now: now) }
+        let credentials = ring.activeKeys[bundleID].flatMap { active in
+            active.issuerID.map { AppStoreServerAPICredentials(key: active.signer.key, issuerID: $0, bundleID: bundleID) }
+        }
+        return try await HistorySourceResolver(service: self).decide(
+            offers, bundleID: bundleID, appAccountToken: appAccountToken, evidence: evidence, transactionID: transactionID,
+            credentials: credentials, ledger: ledger, now: now)
     }
 
-    private func evidence(_ evidence: PurchaseEvidence?, bundleID: String, appAccountToken: UUID?, now: Date) async throws -> EligibilityEvidence {
+    func verifiedEvidence(_ evidence: PurchaseEvidence?, bundleID: String, appAccountToken: UUID?, now: Date) async throws -> EligibilityEvidence {
         guard let evidence else { return .empty }
         let count = evidence.signedTransactions.count + evidence.signedRenewalInfos.count
         guard count <= configuration.maximumEvidenceItems else {
@@ -124,7 +148,8 @@ struct EligibilityService: Sendable {
     }
 
     /// A decision as the API returns it.
-    static func json(_ decision: EligibilityDecision) -> String {
+    static func json(_ outcome: EligibilityOutcome) -> String {
+        let decision = outcome.decision
         var writer = JSONObjectWriter()
         writer.field("offerID", decision.offerID)
         writer.field("eligible", decision.eligible)
@@ -141,6 +166,7 @@ struct EligibilityService: Sendable {
             }
             writer.field("evidenceFailures", json: "[" + failures.joined(separator: ",") + "]")
         }
+        if let source = outcome.source { writer.field("historySource", source.rawValue) }
         return writer.finish()
     }
 
@@ -149,7 +175,15 @@ struct EligibilityService: Sendable {
     }
 
     /// The audit entry of a decision taken before signing.
-    static func auditEntry(_ decision: EligibilityDecision, bundleID: String, productID: String, appAccountToken: UUID?, principal: String, at time: Date) -> AuditEntry {
+    ///
+    /// It says whose word decided (`historySource`: `apple`, `client`, or `none` when Apple could
+    /// not answer and nothing else could decide) and, when Apple was asked and could not answer,
+    /// why (`appleUnavailable`).
+    static func auditEntry(
+        _ outcome: EligibilityOutcome, bundleID: String, productID: String, appAccountToken: UUID?, transactionID: String?, principal: String,
+        at time: Date
+    ) -> AuditEntry {
+        let decision = outcome.decision
         var writer = JSONObjectWriter()
         writer.field("decidedAt", time.unixMilliseconds)
         writer.field("client", principal)
@@ -159,6 +193,9 @@ struct EligibilityService: Sendable {
         writer.field("appAccountToken", appAccountToken?.lowercasedString)
         writer.field("eligible", decision.eligible)
         writer.field("reasons", json: reasonsJSON(decision.reasons))
+        if let source = outcome.source { writer.field("historySource", source.rawValue) }
+        if let transactionID { writer.field("transactionID", transactionID) }
+        if let unavailable = outcome.appleUnavailable { writer.field("appleUnavailable", unavailable.reason.rawValue) }
         return AuditEntry(kind: "eligibility.decided", body: writer.finish())
     }
 }

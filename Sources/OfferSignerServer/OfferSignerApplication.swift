@@ -1,3 +1,4 @@
+import AppStoreServerAPI
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -45,6 +46,9 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         throw ServerConfigurationError("the idle timeout must be more than zero and at most \(ServerConfiguration.longestIdleTimeout) (it is \(configuration.idleTimeout))")
     }
     let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
+    if let eligibility = configuration.eligibility, let problem = eligibility.appStoreServerAPI.problem {
+        throw ServerConfigurationError("the App Store Server API settings cannot be used: \(problem)")
+    }
     try await store.bindMasterKey(configuration.masterKey)
     let metrics = ServerMetrics()
     metrics.rateLimits([("client", configuration.clientRateLimit), ("app_account_token", configuration.appAccountTokenRateLimit)])
@@ -53,7 +57,9 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     let committer = AuditCommitter(
         store: store, batchLimit: configuration.auditBatchLimit, commitDelay: configuration.auditCommitDelay, metrics: metrics, logger: logger)
     let authenticator = RequestAuthenticator(developmentMode: configuration.developmentMode, userJWT: userJWT, limiter: RateLimiter(limit: configuration.clientRateLimit))
-    let eligibility = configuration.eligibility.map { EligibilityService(configuration: $0, store: store, storeTimeout: configuration.storeTimeout) }
+    // Made after the last step that can fail: an unused client must still be shut down.
+    let appleHistory = try AppleHistoryClientService.make(configuration.eligibility, metrics: metrics, logger: logger)
+    let eligibility = configuration.eligibility.map { EligibilityService(configuration: $0, store: store, storeTimeout: configuration.storeTimeout, appleHistory: appleHistory?.client) }
     let signing = SigningController(
         keyRing: keyRing, committer: committer, authenticator: authenticator,
         tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit), metrics: metrics,
@@ -97,8 +103,13 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         configuration: HTTP1Channel.Configuration(
             additionalChannelHandlers: [RequestDeadlineHandler(timeout: idleTimeout, onTimeout: { metrics.connectionTimedOut() })],
             idleTimeout: idleTimeout))
+    var services: [any Service] = [
+        AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, lockTimeout: configuration.storeTimeout, logger: logger),
+        keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger),
+    ]
+    if let appleHistory { services.append(appleHistory) }
     return Application(
-        router: router, server: server, configuration: applicationConfiguration, services: [AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, lockTimeout: configuration.storeTimeout, logger: logger), keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger)],
+        router: router, server: server, configuration: applicationConfiguration, services: services,
         onServerRunning: { channel in
             logger.notice("offer-signer listening", metadata: ["address": "\(channel.localAddress?.description ?? "?")", "dev": "\(configuration.developmentMode)"])
         },

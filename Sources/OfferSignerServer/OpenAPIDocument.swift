@@ -57,9 +57,12 @@ public enum OpenAPIDocument {
           operationId: checkEligibility
           summary: Decide which catalog offers a customer qualifies for
           description: |
-            Verifies the Apple-signed evidence (x5c chain to Apple Root CA - G3, Apple's marker OIDs, ES256, bundle)
-            and evaluates each offer's rules on it and on the signatures this service issued to the customer.
-            Nothing is signed. Needs an offers catalog (`serve --offers FILE`).
+            Evaluates each offer's rules on the customer's history, as the offer's historySource says: the
+            Apple-signed evidence the app sends (client; x5c chain to Apple Root CA - G3, Apple's marker OIDs,
+            ES256, bundle), Apple's own history of the customer named by transactionID, from the App Store
+            Server API (apple), or Apple's and, when Apple cannot answer, the app's evidence (apple-then-client);
+            and on the signatures this service issued to the customer. Nothing is signed. Needs an offers
+            catalog (`serve --offers FILE`).
           security:
             - bearer: []
             - {}
@@ -225,10 +228,16 @@ public enum OpenAPIDocument {
               items: {type: string, enum: [legacy, jws]}
               default: [legacy]
             transactionID:
-              description: Any transaction ID of the customer, put in the JWS (optional, recommended by Apple).
+              description: |
+                Any transaction ID of the customer (e.g. Transaction.originalID): put in the JWS (optional, recommended
+                by Apple), and the customer's handle at Apple for offers whose historySource is apple or
+                apple-then-client (400 transaction_id_required without it).
               $ref: '#/components/schemas/Identifier'
             evidence:
-              description: Required for offers whose catalog entry has eligibility rules (403 not_eligible with reasons when the customer does not qualify).
+              description: |
+                Required for offers with eligibility rules decided on the app's evidence (historySource client, the
+                default; 400 evidence_required), used by apple-then-client when Apple cannot answer. 403 not_eligible
+                with reasons when the customer does not qualify.
               $ref: '#/components/schemas/PurchaseEvidence'
         PurchaseEvidence:
           type: object
@@ -244,7 +253,6 @@ public enum OpenAPIDocument {
         EligibilityRequest:
           type: object
           additionalProperties: false
-          required: [evidence]
           properties:
             bundleID: {$ref: '#/components/schemas/Identifier'}
             appAccountToken: {$ref: '#/components/schemas/UUID'}
@@ -252,7 +260,12 @@ public enum OpenAPIDocument {
               type: array
               items: {$ref: '#/components/schemas/Identifier'}
               description: 'Default: every catalog offer of the bundle.'
-            evidence: {$ref: '#/components/schemas/PurchaseEvidence'}
+            evidence:
+              description: Needed by offers with rules decided on the app's evidence (400 evidence_required).
+              $ref: '#/components/schemas/PurchaseEvidence'
+            transactionID:
+              description: Any transaction ID of the customer; needed by offers decided on Apple's history (400 transaction_id_required).
+              $ref: '#/components/schemas/Identifier'
         EligibilityResponse:
           type: object
           additionalProperties: false
@@ -274,7 +287,7 @@ public enum OpenAPIDocument {
               type: array
               items:
                 type: string
-                enum: [evidence_unverified, environment_mismatch, no_history, currently_subscribed, not_subscribed, paid_too_short, lapsed_too_recently, lapsed_too_long_ago, redeemed_too_recently, max_redemptions, refunded, family_shared, billing_retry, storefront_excluded, apple_win_back_available]
+                enum: [evidence_unverified, history_unavailable, app_account_token_mismatch, environment_mismatch, no_history, currently_subscribed, not_subscribed, paid_too_short, lapsed_too_recently, lapsed_too_long_ago, redeemed_too_recently, max_redemptions, refunded, family_shared, billing_retry, storefront_excluded, apple_win_back_available]
             eligibleFrom:
               type: string
               format: date-time
@@ -289,6 +302,10 @@ public enum OpenAPIDocument {
                   index: {type: integer}
                   code: {type: string}
                   message: {type: string}
+            historySource:
+              type: string
+              enum: [apple, client, none]
+              description: Whose history decided (absent for offers without rules); none when Apple could not answer and nothing else could decide.
         SignatureResponse:
           type: object
           additionalProperties: false
@@ -352,6 +369,10 @@ public enum OpenAPIDocument {
               type: array
               items: {type: string}
               description: With code not_eligible, the eligibility reasons.
+            historySource:
+              type: string
+              enum: [apple, client, none]
+              description: With code not_eligible, whose history decided.
             eligibleFrom:
               type: string
               format: date-time

@@ -82,7 +82,7 @@ struct SigningController: Sendable {
             let decideAndIssue = {
                 try await checkEligibility(
                     offer, request: signatureRequest, bundleID: bundleID, token: token, principal: principal,
-                    eligibility: eligibility, context: context)
+                    eligibility: eligibility, ring: ring, context: context)
                 return try await issue(
                     signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context)
             }
@@ -182,19 +182,24 @@ struct SigningController: Sendable {
     /// reasons) when the customer does not qualify.
     private func checkEligibility(
         _ offer: OfferDefinition, request: SignatureRequest, bundleID: String, token: UUID?, principal: Principal,
-        eligibility: EligibilityService, context: some RequestContext
+        eligibility: EligibilityService, ring: KeyRing, context: some RequestContext
     ) async throws {
         guard offer.productIDs.isEmpty || offer.productIDs.contains(request.productID) else {
             throw APIProblem.badRequest("product_not_in_offer", "offer '\(offer.offerID)' does not apply to product '\(request.productID)'")
         }
-        guard let evidence = request.evidence else {
-            throw APIProblem.badRequest("evidence_required", "offer '\(offer.offerID)' has eligibility rules: send evidence.signedTransactions and evidence.signedRenewalInfos from StoreKit")
-        }
         let now = Date()
-        guard let decision = try await eligibility.decide([offer], bundleID: bundleID, appAccountToken: token, evidence: evidence, now: now).first else {
+        guard
+            let outcome = try await eligibility.decide(
+                [offer], bundleID: bundleID, appAccountToken: token, evidence: request.evidence, transactionID: request.transactionID, ring: ring,
+                now: now
+            ).first
+        else {
             throw APIProblem(.internalServerError, code: "internal_error", detail: "no eligibility decision")
         }
-        let entry = EligibilityService.auditEntry(decision, bundleID: bundleID, productID: request.productID, appAccountToken: token, principal: principal.identity, at: now)
+        let decision = outcome.decision
+        let entry = EligibilityService.auditEntry(
+            outcome, bundleID: bundleID, productID: request.productID, appAccountToken: token, transactionID: request.transactionID,
+            principal: principal.identity, at: now)
         do {
             _ = try await StoreDeadline.run("audit commit", timeout: storeTimeout) { [committer] in try await committer.commit(AuditAppend(entry: entry)) }
         } catch {
@@ -203,6 +208,7 @@ struct SigningController: Sendable {
         }
         guard decision.eligible else {
             var extensions = ["reasons": EligibilityService.reasonsJSON(decision.reasons)]
+            if let source = outcome.source { extensions["historySource"] = JSONObjectWriter.quoted(source.rawValue) }
             if let eligibleFrom = decision.eligibleFrom { extensions["eligibleFrom"] = JSONObjectWriter.quoted(Date.rfc3339(milliseconds: eligibleFrom.unixMilliseconds)) }
             let reasons = decision.reasons.map(\.rawValue).joined(separator: ", ")
             var detail = "the customer is not eligible for '\(offer.offerID)': \(reasons)"

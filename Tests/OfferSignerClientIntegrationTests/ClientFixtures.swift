@@ -1,3 +1,4 @@
+import AppleTestChain
 import Crypto
 import Foundation
 #if canImport(FoundationNetworking)

@@ -47,6 +47,9 @@ struct OfferCatalogTests {
         #expect(catalog.offer(id: "retention_1m_free", bundleID: nil)?.rules?.storefronts == .allow(["USA", "CAN", "GBR"]))
         #expect(catalog.offer(id: "support_goodwill", bundleID: nil)?.rules == nil)
         #expect(catalog.winBackOfferIDs == ["winback_50pct_3m"])
+        #expect(winBack.historySource == .apple)
+        #expect(catalog.offer(id: "retention_1m_free", bundleID: nil)?.historySource == .client, "client is the default")
+        #expect(catalog.appSettings(bundleID: "com.example.app") == AppStoreAppSettings(bundleID: "com.example.app", appAppleID: 1_234_567_890, environments: [.production]))
     }
 
     @Test func minimalOfferHasNoRules() throws {
@@ -149,6 +152,27 @@ struct OfferCatalogTests {
         #expect(parseError(noProducts)?.field == "productIDs")
         let numericGroup = offerJSON().replacingOccurrences(of: #""123""#, with: "123")
         #expect(parseError(numericGroup)?.problem == .wrongType(expected: "a string"))
+    }
+
+    @Test func historySourceAndAppSettings() throws {
+        #expect(try parse(offerJSON(rules: "{}", extra: #", "historySource": "apple-then-client""#)).offers[0].historySource == .appleThenClient)
+        #expect(try parse(offerJSON(rules: "{}")).offers[0].historySource == .client)
+        #expect(parseError(offerJSON(rules: "{}", extra: #", "historySource": "Apple""#))?.field == "historySource")
+        #expect(parseError(offerJSON(rules: "{}", extra: #", "historySource": 1"#))?.problem == .wrongType(expected: "a string"))
+        let withoutRules = parseError(offerJSON(extra: #", "historySource": "apple""#))
+        #expect(withoutRules?.field == "historySource", "an offer without rules is always signable: the source would mean nothing")
+
+        let offers = #""offers": []"#
+        let apps = try parse(#"{"apps": {"b": {"appAppleID": 7, "environments": ["Production", "Sandbox"], "appStoreServerAPI": {"productionURL": "http://127.0.0.1:9/p/", "sandboxURL": "https://sandbox.example"}}}, \#(offers)}"#)
+        #expect(apps.appSettings(bundleID: "b") == AppStoreAppSettings(bundleID: "b", appAppleID: 7, environments: [.production, .sandbox], productionURL: "http://127.0.0.1:9/p", sandboxURL: "https://sandbox.example"))
+        #expect(apps.appSettings(bundleID: "other").environments == [.production], "defaults: Production, Apple's hosts")
+        #expect(parseError(#"{"apps": {"b": {"environments": ["Xcode"]}}, \#(offers)}"#)?.field == "apps.b.environments")
+        #expect(parseError(#"{"apps": {"b": {"environments": []}}, \#(offers)}"#)?.field == "apps.b.environments")
+        #expect(parseError(#"{"apps": {"b": {"appAppleID": "7"}}, \#(offers)}"#)?.field == "apps.b.appAppleID")
+        #expect(parseError(#"{"apps": {"b": {"appAppleId": 7}}, \#(offers)}"#)?.field == "apps.b.appAppleId", "a typo is refused")
+        #expect(parseError(#"{"apps": {"b": {"appStoreServerAPI": {"productionURL": "ftp://x"}}}, \#(offers)}"#)?.field == "apps.b.appStoreServerAPI.productionURL")
+        #expect(parseError(#"{"apps": {"b": {"appStoreServerAPI": {"sandboxURL": "https://x/?q=1"}}}, \#(offers)}"#)?.field == "apps.b.appStoreServerAPI.sandboxURL")
+        #expect(parseError(#"{"apps": [], \#(offers)}"#)?.field == "apps")
     }
 
     @Test func duplicateOfferIsRejected() throws {

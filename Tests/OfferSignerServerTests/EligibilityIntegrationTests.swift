@@ -1,3 +1,4 @@
+import AppleTestChain
 import Crypto
 import Foundation
 import HTTPTypes

@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import OfferSignerEvidence
 import SwiftASN1
 import X509
 
@@ -10,24 +9,24 @@ import X509
 /// header `{"alg":"ES256","x5c":[leaf, intermediate, root]}` (standard base64 DER), base64url parts,
 /// raw r‖s signature. Pass `chain.root` as a trusted root to `AppleSignedDataVerifier`.
 ///
-/// Self-contained (Crypto, X509, SwiftASN1, Foundation) so other test targets can copy it.
-struct TestAppleChain: Sendable {
-    let rootKey: P256.Signing.PrivateKey
-    let root: Certificate
-    let intermediateKey: P256.Signing.PrivateKey
-    let intermediate: Certificate
-    let leafKey: P256.Signing.PrivateKey
-    let leaf: Certificate
+/// The one copy every test target uses (the test-support target `AppleTestChain`).
+public struct TestAppleChain: Sendable {
+    public let rootKey: P256.Signing.PrivateKey
+    public let root: Certificate
+    public let intermediateKey: P256.Signing.PrivateKey
+    public let intermediate: Certificate
+    public let leafKey: P256.Signing.PrivateKey
+    public let leaf: Certificate
 
-    static let leafMarkerOID: ASN1ObjectIdentifier = [1, 2, 840, 113_635, 100, 6, 11, 1]
-    static let intermediateMarkerOID: ASN1ObjectIdentifier = [1, 2, 840, 113_635, 100, 6, 2, 1]
+    public static let leafMarkerOID: ASN1ObjectIdentifier = [1, 2, 840, 113_635, 100, 6, 11, 1]
+    public static let intermediateMarkerOID: ASN1ObjectIdentifier = [1, 2, 840, 113_635, 100, 6, 2, 1]
 
     /// Default validity: 2020-01-01 ... 2040-01-01.
-    static let defaultNotBefore = Date(timeIntervalSince1970: 1_577_836_800)
-    static let defaultNotAfter = Date(timeIntervalSince1970: 2_208_988_800)
+    public static let defaultNotBefore = Date(timeIntervalSince1970: 1_577_836_800)
+    public static let defaultNotAfter = Date(timeIntervalSince1970: 2_208_988_800)
 
     /// A fresh chain with a new root.
-    init(
+    public init(
         rootName: String = "Test Apple Root CA",
         markerOIDs: Bool = true,
         leafNotBefore: Date = TestAppleChain.defaultNotBefore,
@@ -59,7 +58,7 @@ struct TestAppleChain: Sendable {
     }
 
     /// A new intermediate and leaf under an existing root (e.g. a trusted root, but without marker OIDs).
-    init(
+    public init(
         rootKey: P256.Signing.PrivateKey,
         root: Certificate,
         markerOIDs: Bool = true,
@@ -111,7 +110,7 @@ struct TestAppleChain: Sendable {
     }
 
     /// The same chain but with a self-signed leaf (same subject, marker OID included): a forgery.
-    func withSelfSignedLeaf() throws -> TestAppleChain {
+    public func withSelfSignedLeaf() throws -> TestAppleChain {
         let key = P256.Signing.PrivateKey()
         let dn = try DistinguishedName {
             CommonName("Prod ECC Mac App Store and iTunes Store Receipt Signing")
@@ -156,19 +155,19 @@ struct TestAppleChain: Sendable {
     }
 
     /// Standard base64 of a certificate's DER, as in `x5c`.
-    static func base64DER(_ certificate: Certificate) throws -> String {
+    public static func base64DER(_ certificate: Certificate) throws -> String {
         var serializer = DER.Serializer()
         try serializer.serialize(certificate)
         return Data(serializer.serializedBytes).base64EncodedString()
     }
 
     /// `x5c` as Apple sends it: leaf, intermediate, root.
-    func x5c() throws -> [String] {
+    public func x5c() throws -> [String] {
         try [leaf, intermediate, root].map(Self.base64DER)
     }
 
     /// Signs `payload` (JSON bytes) as a compact JWS, like the App Store.
-    func signJWS(payload: Data, alg: String = "ES256", x5c: [String]? = nil) throws -> String {
+    public func signJWS(payload: Data, alg: String = "ES256", x5c: [String]? = nil) throws -> String {
         let header: [String: Any] = ["alg": alg, "x5c": try x5c ?? self.x5c()]
         let headerData = try JSONSerialization.data(withJSONObject: header, options: [.sortedKeys])
         let signingInput = Self.base64URL(headerData) + "." + Self.base64URL(payload)
@@ -177,11 +176,11 @@ struct TestAppleChain: Sendable {
     }
 
     /// Signs a JSON object payload.
-    func signJWS(_ payload: [String: Any], alg: String = "ES256", x5c: [String]? = nil) throws -> String {
+    public func signJWS(_ payload: [String: Any], alg: String = "ES256", x5c: [String]? = nil) throws -> String {
         try signJWS(payload: JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys]), alg: alg, x5c: x5c)
     }
 
-    static func base64URL(_ data: some DataProtocol) -> String {
+    public static func base64URL(_ data: some DataProtocol) -> String {
         Data(data).base64EncodedString()
             .replacingOccurrences(of: "+", with: "-")
             .replacingOccurrences(of: "/", with: "_")
@@ -189,7 +188,7 @@ struct TestAppleChain: Sendable {
     }
 
     /// Milliseconds since 1970, as in Apple payloads.
-    static func milliseconds(_ date: Date) -> Int64 {
+    public static func milliseconds(_ date: Date) -> Int64 {
         Int64((date.timeIntervalSince1970 * 1000).rounded())
     }
 }

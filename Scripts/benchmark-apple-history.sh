@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# What asking Apple costs: POST /v1/offers/signatures for an offer decided on Apple's history
+# (`historySource: apple`), against a fake App Store Server API on loopback that answers each
+# call after DELAY_MS (Scripts/fake-app-store-server-api.py; every request names a new customer,
+# so none is served from the service's cache).
+#
+# Prints, for a latency run (CONNECTIONS) and a burst run (BURST_CONNECTIONS, 1,000 concurrent
+# requests for different customers by default): requests/s, p50/p99, non-2xx and socket errors,
+# the fake API's own p50/p99 at the same concurrency (the floor: what Apple's side costs), what
+# the service adds at p99 (service p99 − floor p99), and the most connections the service held
+# open to the fake API at once (bounded by its connection pool).
+#
+# Usage:   Scripts/benchmark-apple-history.sh
+# Env:     DURATION=15 (seconds per run)  CONNECTIONS=16  BURST_CONNECTIONS=1000  THREADS=2
+#          DELAY_MS=50  PORT=18191  FAKE_PORT=18192  CUSTOMERS=1000
+#          SKIP_BUILD=1 (use the existing .build/release/offer-signer)
+# Needs:   wrk, curl, openssl, python3 with the `cryptography` package.
+# Exit:    0 when every response was 2xx; non-zero otherwise.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH=/opt/swift/usr/bin:$PATH
+
+DURATION=${DURATION:-15}
+CONNECTIONS=${CONNECTIONS:-16}
+BURST_CONNECTIONS=${BURST_CONNECTIONS:-1000}
+THREADS=${THREADS:-2}
+DELAY_MS=${DELAY_MS:-50}
+PORT=${PORT:-18191}
+FAKE_PORT=${FAKE_PORT:-18192}
+CUSTOMERS=${CUSTOMERS:-1000}
+
+for tool in wrk curl openssl python3; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "error: '$tool' is not installed (apt-get install -y $tool)" >&2; exit 2; }
+done
+python3 -c 'import cryptography' 2>/dev/null || { echo "error: python3 lacks the 'cryptography' package (pip install cryptography)" >&2; exit 2; }
+
+BUILD=(swift build -c release --product offer-signer --static-swift-stdlib)
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    echo "==> ${BUILD[*]}"
+    "${BUILD[@]}"
+fi
+BIN="$(pwd)/.build/release/offer-signer"
+[ -x "$BIN" ] || { echo "error: $BIN not found; run ${BUILD[*]}" >&2; exit 2; }
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/offer-signer-apple-bench.XXXXXX")
+SERVER_PID=
+FAKE_PID=
+cleanup() {
+    for pid in "$SERVER_PID" "$FAKE_PID"; do
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+            kill "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+ulimit -n 8192 2>/dev/null || true
+
+# --- The fake App Store Server API -----------------------------------------------------
+python3 Scripts/fake-app-store-server-api.py "$FAKE_PORT" "$WORK/root.pem" "$CUSTOMERS" "$DELAY_MS" com.example.bench \
+    > "$WORK/fake.log" 2>&1 &
+FAKE_PID=$!
+for _ in $(seq 1 300); do
+    grep -q ready "$WORK/fake.log" 2>/dev/null && break
+    kill -0 "$FAKE_PID" 2>/dev/null || { echo "error: the fake API exited:" >&2; cat "$WORK/fake.log" >&2; exit 1; }
+    sleep 0.1
+done
+grep -q ready "$WORK/fake.log" || { echo "error: the fake API did not start" >&2; exit 1; }
+
+# --- Store, key, client, catalog -------------------------------------------------------
+STORE="$WORK/offer-signer.sqlite"
+MASTER="$WORK/master.key"
+KEY="$WORK/AuthKey_BENCH00001.p8"
+(umask 077 && openssl rand -base64 32 > "$MASTER")
+"$BIN" keys generate --key-id BENCH00001 --output "$KEY" 2>/dev/null
+"$BIN" keys import --store "$STORE" --master-key-file "$MASTER" --key-id BENCH00001 --bundle-id com.example.bench \
+    --issuer-id "$(python3 -c 'import uuid; print(uuid.uuid4())')" --file "$KEY" --development --actor benchmark --reason "benchmark run"
+SECRET=$("$BIN" clients create --store "$STORE" --name bench --bundle-id com.example.bench --json --actor benchmark \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["secret"])')
+cat > "$WORK/offers.json" <<JSON
+{"apps": {"com.example.bench": {"appAppleID": 1234567890, "environments": ["Production"],
+          "appStoreServerAPI": {"productionURL": "http://127.0.0.1:$FAKE_PORT/production"}}},
+ "offers": [{"offerID": "BENCH_APPLE", "bundleID": "com.example.bench", "productIDs": ["com.example.bench.monthly"],
+             "subscriptionGroupID": "BENCHGROUP", "kind": "win-back", "historySource": "apple",
+             "rules": {"minPaidMonths": 3, "lapsedMonths": {"min": 1, "max": 24}}}]}
+JSON
+
+"$BIN" serve --store "$STORE" --master-key-file "$MASTER" --port "$PORT" --offers "$WORK/offers.json" --apple-root "$WORK/root.pem" \
+    --log-level warning --client-rate 0 --token-rate 0 > "$WORK/server.log" 2>&1 &
+SERVER_PID=$!
+URL="http://127.0.0.1:$PORT"
+for _ in $(seq 1 100); do
+    curl -fsS "$URL/readyz" >/dev/null 2>&1 && break
+    kill -0 "$SERVER_PID" 2>/dev/null || { echo "error: the server exited:" >&2; cat "$WORK/server.log" >&2; exit 1; }
+    sleep 0.1
+done
+
+STATUS=$(curl -sS -o "$WORK/first.json" -w '%{http_code}' -X POST "$URL/v1/offers/signatures" -H 'Content-Type: application/json' \
+    -H "Authorization: Bearer $SECRET" -d '{"productID":"com.example.bench.monthly","offerID":"BENCH_APPLE","transactionID":"500000000"}')
+[ "$STATUS" = 201 ] || { echo "error: a single request answered $STATUS:" >&2; cat "$WORK/first.json" >&2; exit 1; }
+
+LUA=Scripts/benchmark-apple-history.lua
+field() { grep '^BENCH ' "$1" | grep -o "$2=[^ ]*" | head -n 1 | cut -d= -f2; }
+FAILED=0
+service() {
+    local label=$1 connections=$2
+    echo "==> $label: wrk -t$THREADS -c$connections -d${DURATION}s --latency -s $LUA $URL/v1/offers/signatures"
+    OFFER_SIGNER_BENCH_SECRET="$SECRET" wrk -t"$THREADS" -c"$connections" -d"${DURATION}s" --timeout 10s --latency -s "$LUA" \
+        "$URL/v1/offers/signatures" > "$WORK/$label.txt"
+    if [ "$(field "$WORK/$label.txt" non2xx)" != 0 ] || [ "$(field "$WORK/$label.txt" socket_errors)" != 0 ]; then FAILED=1; fi
+}
+floor() {
+    local label=$1 connections=$2
+    echo "==> $label floor (the fake API alone): wrk -t$THREADS -c$connections -d${DURATION}s --latency -s $LUA http://127.0.0.1:$FAKE_PORT"
+    OFFER_SIGNER_BENCH_SECRET="" wrk -t"$THREADS" -c"$connections" -d"${DURATION}s" --timeout 10s --latency -s "$LUA" \
+        "http://127.0.0.1:$FAKE_PORT" > "$WORK/$label-floor.txt"
+}
+report() {
+    local label=$1 p99 floor
+    p99=$(field "$WORK/$label.txt" p99_ms)
+    floor=$(field "$WORK/$label-floor.txt" p99_ms)
+    printf '%-8s %s requests/s, p50 %s ms, p99 %s ms, non-2xx %s, socket errors %s | fake API alone: p50 %s ms, p99 %s ms | added at p99: %s ms\n' \
+        "$label" "$(field "$WORK/$label.txt" rps)" "$(field "$WORK/$label.txt" p50_ms)" "$p99" \
+        "$(field "$WORK/$label.txt" non2xx)" "$(field "$WORK/$label.txt" socket_errors)" \
+        "$(field "$WORK/$label-floor.txt" p50_ms)" "$floor" "$(awk -v a="$p99" -v b="$floor" 'BEGIN { printf "%.1f", a - b }')"
+}
+service latency "$CONNECTIONS"
+service burst "$BURST_CONNECTIONS"
+# Before the floor runs, which connect to the fake directly.
+PEAK=$(curl -fsS "http://127.0.0.1:$FAKE_PORT/stats" | python3 -c 'import json, sys; print(json.load(sys.stdin)["peakConnections"])')
+curl -fsS "$URL/metrics" > "$WORK/metrics.txt"
+floor latency "$CONNECTIONS"
+floor burst "$BURST_CONNECTIONS"
+
+echo
+echo "== offer-signer with Apple's history (fake API answering in $DELAY_MS ms, $(nproc) cores, shared machine)"
+report latency
+report burst
+echo "most connections the service held open to the fake API at once: $PEAK"
+echo "lookups by outcome (service /metrics):"
+grep '^app_store_server_api_lookups_total' "$WORK/metrics.txt" | sed 's/^/  /'
+grep '^app_store_server_api_unavailable_total' "$WORK/metrics.txt" | sed 's/^/  /' || true
+if [ "$FAILED" != 0 ]; then
+    echo "FAILED: some requests were not answered 2xx (see above)" >&2
+    exit 1
+fi

@@ -1,0 +1,430 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import OfferSignerEligibility
+import OfferSignerEvidence
+import Synchronization
+import X509
+
+/// A client of Apple's App Store Server API for one purpose: a customer's verified history
+/// (Get Transaction History v2, every page, and Get All Subscription Statuses).
+///
+/// Rules:
+/// - Every signed item of every answer is verified with `AppleSignedDataVerifier` (x5c chain to
+///   `trustedRoots`, Apple's marker OIDs, ES256, bundle ID, environment); one that fails makes the
+///   whole answer `unverifiable`. The answer's `bundleId`, `environment` and (when configured)
+///   `appAppleId` must be the app's.
+/// - Environments are asked in the app's order (Production first); the next one only when the
+///   previous answered 4040010 (TransactionIdNotFoundError).
+/// - One lookup never outlasts `timeBudget`: pages, retries, waits and environments share it.
+///   5xx, 429 / 4290000 and network errors are retried with exponential backoff (a `Retry-After`
+///   is honoured, but a wait that would pass the budget ends the lookup instead).
+/// - After `circuitBreakerThreshold` consecutive failed lookups against a host, lookups fail fast
+///   for `circuitBreakerCoolDown`, then one trial goes through.
+/// - Answers are cached per app and transaction for `cacheTTL`; `invalidate(originalTransactionID:)`
+///   drops a customer's cached history (for App Store Server Notifications).
+/// - Expected failures are returned as `.unavailable`, never thrown.
+public final class AppStoreServerAPIClient: Sendable {
+    public let configuration: AppStoreServerAPIConfiguration
+    private let trustedRoots: [Certificate]
+    private let http: HTTPClient
+    private let tokens: AppStoreServerAPITokenMaker
+    private let metrics: AppStoreServerAPIMetrics
+    private let logger: Logger
+    private let breakers = Mutex([String: CircuitBreaker]())
+    private let cache: HistoryCache
+
+    /// - Parameters:
+    ///   - trustedRoots: the roots Apple's signed items must chain to (Apple Root CA - G3 in production).
+    ///   - metrics: where calls, errors and latency are counted (e.g. a Prometheus factory).
+    public init(
+        configuration: AppStoreServerAPIConfiguration, trustedRoots: [Certificate], metrics: AppStoreServerAPIMetrics,
+        logger: Logger
+    ) throws(AppStoreServerAPIConfigurationError) {
+        if let problem = configuration.problem { throw AppStoreServerAPIConfigurationError(problem) }
+        self.configuration = configuration
+        self.trustedRoots = trustedRoots
+        self.metrics = metrics
+        self.logger = logger
+        self.tokens = AppStoreServerAPITokenMaker(lifetime: configuration.tokenLifetime, renewBefore: configuration.tokenRenewBefore)
+        self.cache = HistoryCache(ttl: configuration.cacheTTL, capacity: configuration.maximumCachedHistories)
+        var httpConfiguration = HTTPClient.Configuration()
+        httpConfiguration.connectionPool = HTTPClient.Configuration.ConnectionPool(
+            idleTimeout: .nanoseconds(configuration.connectionIdleTimeout.wholeNanoseconds),
+            concurrentHTTP1ConnectionsPerHostSoftLimit: configuration.maximumConnectionsPerHost)
+        httpConfiguration.redirectConfiguration = .disallow
+        httpConfiguration.timeout = HTTPClient.Configuration.Timeout(
+            connect: .nanoseconds(configuration.timeBudget.wholeNanoseconds), read: .nanoseconds(configuration.timeBudget.wholeNanoseconds))
+        self.http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: httpConfiguration, backgroundActivityLogger: logger)
+    }
+
+    /// Closes the connection pool. Call once, when the service stops.
+    public func shutdown() async throws {
+        try await http.shutdown()
+    }
+
+    /// Drops every cached history that covers `originalTransactionID` (any app).
+    public func invalidate(originalTransactionID: String) {
+        cache.invalidate(originalTransactionID: originalTransactionID)
+    }
+
+    /// The customer's history as Apple states it, for the customer who owns `transactionID` (any of
+    /// their transactions, e.g. `Transaction.originalID`).
+    public func history(
+        transactionID: String, app: AppStoreAppSettings, credentials: AppStoreServerAPICredentials?, now: Date = Date()
+    ) async -> HistoryLookup {
+        let start = ContinuousClock.now
+        let result = await lookup(transactionID: transactionID, app: app, credentials: credentials, now: now, deadline: start + configuration.timeBudget)
+        let outcome: String
+        switch result {
+        case .history: outcome = "history"
+        case .unavailable(let unavailable):
+            outcome = unavailable.reason.rawValue
+            metrics.unavailable(reason: unavailable.reason.rawValue)
+            logger.notice(
+                "App Store Server API history unavailable",
+                metadata: ["bundle_id": "\(app.bundleID)", "reason": "\(unavailable.reason.rawValue)", "detail": "\(unavailable.detail)"])
+        }
+        metrics.lookup(outcome: outcome, duration: ContinuousClock.now - start)
+        return result
+    }
+
+    private func lookup(
+        transactionID: String, app: AppStoreAppSettings, credentials: AppStoreServerAPICredentials?, now: Date,
+        deadline: ContinuousClock.Instant
+    ) async -> HistoryLookup {
+        if let cached = cache.history(bundleID: app.bundleID, transactionID: transactionID) {
+            metrics.cache(hit: true)
+            return .history(cached)
+        }
+        metrics.cache(hit: false)
+        guard let credentials, credentials.bundleID == app.bundleID, !credentials.issuerID.isEmpty else {
+            return .unavailable(.init(.noCredentials, "\(app.bundleID) has no active In-App Purchase key with an issuer ID"))
+        }
+        guard Self.isPathSafe(transactionID) else {
+            return .unavailable(.init(.rejected, "the transaction ID is not a string of letters, digits, '-', '_' or '.'"))
+        }
+        var notFound: [String] = []
+        for environment in app.environments {
+            let baseURL = configuration.baseURL(for: environment, app: app)
+            let breaker = breaker(for: baseURL)
+            guard breaker.acquire() == .allowed else {
+                return .unavailable(.init(.circuitOpen, "recent lookups at \(environment.rawValue) failed; failing fast until the cool-down ends"))
+            }
+            let result = await lookup(
+                transactionID: transactionID, environment: environment, baseURL: baseURL, app: app, credentials: credentials, now: now,
+                deadline: deadline)
+            switch result {
+            case .found(let history):
+                breaker.record(success: true)
+                cache.store(history, bundleID: app.bundleID, transactionID: transactionID)
+                return .history(history)
+            case .notFound:
+                breaker.record(success: true)
+                notFound.append(environment.rawValue)
+            case .failed(let unavailable):
+                breaker.record(success: !Self.countsAgainstHost(unavailable.reason))
+                return .unavailable(unavailable)
+            }
+        }
+        return .unavailable(.init(.transactionNotFound, "no accepted environment (\(notFound.joined(separator: ", "))) knows the transaction ID"))
+    }
+
+    /// Failures that say the host is unwell (and so trip the breaker).
+    private static func countsAgainstHost(_ reason: HistoryUnavailable.Reason) -> Bool {
+        switch reason {
+        case .timeBudgetExhausted, .rateLimited, .serverError, .networkError: true
+        default: false
+        }
+    }
+
+    private func breaker(for baseURL: String) -> CircuitBreaker {
+        breakers.withLock { breakers in
+            if let breaker = breakers[baseURL] { return breaker }
+            let breaker = CircuitBreaker(threshold: configuration.circuitBreakerThreshold, coolDown: configuration.circuitBreakerCoolDown)
+            breakers[baseURL] = breaker
+            return breaker
+        }
+    }
+
+    private enum EnvironmentResult {
+        case found(VerifiedHistory)
+        case notFound
+        case failed(HistoryUnavailable)
+    }
+
+    /// Both endpoints in one environment, concurrently; the history's pages one after another.
+    private func lookup(
+        transactionID: String, environment: AppleEnvironment, baseURL: String, app: AppStoreAppSettings,
+        credentials: AppStoreServerAPICredentials, now: Date, deadline: ContinuousClock.Instant
+    ) async -> EnvironmentResult {
+        let verifier = AppleSignedDataVerifier(trustedRoots: trustedRoots, bundleID: app.bundleID, environment: environment)
+        async let statuses = subscriptionStatuses(
+            transactionID: transactionID, environment: environment, baseURL: baseURL, app: app, credentials: credentials,
+            verifier: verifier, now: now, deadline: deadline)
+        var history = VerifiedHistory(bundleID: app.bundleID, environment: environment, asOf: now)
+        var revision: String?
+        var page = 0
+        repeat {
+            page += 1
+            guard page <= configuration.maximumPages else {
+                return .failed(.init(.malformedResponse, "the transaction history has more than \(configuration.maximumPages) pages"))
+            }
+            var path = "/inApps/v2/history/\(transactionID)"
+            if let revision { path += "?revision=" + Self.queryEscaped(revision) }
+            let body: HistoryResponseBody
+            switch await call(HistoryResponseBody.self, endpoint: .transactionHistory, baseURL: baseURL, path: path, credentials: credentials, deadline: deadline) {
+            case .success(let decoded): body = decoded
+            case .failure(.notFound):
+                return .notFound
+            case .failure(.unavailable(let unavailable)):
+                return .failed(unavailable)
+            }
+            if let problem = checkEnvelope(bundleID: body.bundleId, appAppleID: body.appAppleId, environment: body.environment, expected: environment, app: app) {
+                return .failed(problem)
+            }
+            for jws in body.signedTransactions ?? [] {
+                switch await verifier.verifyTransaction(jws, now: now) {
+                case .success(let transaction): history.record(transaction)
+                case .failure(let failure):
+                    return .failed(.init(.unverifiable, "a transaction of the history did not verify: \(failure.code.rawValue): \(failure.message)"))
+                }
+            }
+            guard body.hasMore == true else { break }
+            guard let next = body.revision, !next.isEmpty, next != revision else {
+                return .failed(.init(.malformedResponse, "hasMore is true but the revision does not move on"))
+            }
+            revision = next
+        } while true
+
+        switch await statuses {
+        case .failure(.notFound): return .notFound
+        case .failure(.unavailable(let unavailable)): return .failed(unavailable)
+        case .success(let items):
+            for transaction in items.transactions { history.record(transaction) }
+            for renewalInfo in items.renewalInfos { history.record(renewalInfo) }
+            return .found(history)
+        }
+    }
+
+    private struct StatusItems: Sendable {
+        var transactions: [VerifiedTransaction] = []
+        var renewalInfos: [VerifiedRenewalInfo] = []
+    }
+
+    private func subscriptionStatuses(
+        transactionID: String, environment: AppleEnvironment, baseURL: String, app: AppStoreAppSettings,
+        credentials: AppStoreServerAPICredentials, verifier: AppleSignedDataVerifier, now: Date, deadline: ContinuousClock.Instant
+    ) async -> Result<StatusItems, CallFailure> {
+        let body: StatusResponseBody
+        switch await call(StatusResponseBody.self, endpoint: .subscriptionStatuses, baseURL: baseURL, path: "/inApps/v1/subscriptions/\(transactionID)", credentials: credentials, deadline: deadline) {
+        case .success(let decoded): body = decoded
+        case .failure(let failure): return .failure(failure)
+        }
+        if let problem = checkEnvelope(bundleID: body.bundleId, appAppleID: body.appAppleId, environment: body.environment, expected: environment, app: app) {
+            return .failure(.unavailable(problem))
+        }
+        var items = StatusItems()
+        for group in body.data ?? [] {
+            for last in group.lastTransactions ?? [] {
+                if let jws = last.signedTransactionInfo {
+                    switch await verifier.verifyTransaction(jws, now: now) {
+                    case .success(let transaction): items.transactions.append(transaction)
+                    case .failure(let failure):
+                        return .failure(.unavailable(.init(.unverifiable, "a subscription status transaction did not verify: \(failure.code.rawValue): \(failure.message)")))
+                    }
+                }
+                if let jws = last.signedRenewalInfo {
+                    switch await verifier.verifyRenewalInfo(jws, now: now) {
+                    case .success(let info): items.renewalInfos.append(info)
+                    case .failure(let failure):
+                        return .failure(.unavailable(.init(.unverifiable, "a renewal info did not verify: \(failure.code.rawValue): \(failure.message)")))
+                    }
+                }
+            }
+        }
+        return .success(items)
+    }
+
+    private func checkEnvelope(
+        bundleID: String?, appAppleID: Int64?, environment: String?, expected: AppleEnvironment, app: AppStoreAppSettings
+    ) -> HistoryUnavailable? {
+        if let bundleID, bundleID != app.bundleID {
+            return .init(.wrongApp, "the answer is for bundle '\(bundleID)', not '\(app.bundleID)'")
+        }
+        if let expectedID = app.appAppleID, let appAppleID, appAppleID != expectedID {
+            return .init(.wrongApp, "the answer is for App Apple ID \(appAppleID), not \(expectedID)")
+        }
+        if let environment, environment != expected.rawValue {
+            return .init(.wrongApp, "the answer is from environment '\(environment)', not '\(expected.rawValue)'")
+        }
+        return nil
+    }
+
+    // MARK: - HTTP
+
+    enum Endpoint: String {
+        case transactionHistory = "transaction_history"
+        case subscriptionStatuses = "subscription_statuses"
+    }
+
+    private enum CallFailure: Error {
+        /// 404 with error 4040010.
+        case notFound
+        case unavailable(HistoryUnavailable)
+    }
+
+    /// One GET with retries, decoded; within `deadline`.
+    private func call<Body: Decodable>(
+        _ type: Body.Type, endpoint: Endpoint, baseURL: String, path: String, credentials: AppStoreServerAPICredentials,
+        deadline: ContinuousClock.Instant
+    ) async -> Result<Body, CallFailure> {
+        var attempt = 0
+        var lastFailure = HistoryUnavailable(.timeBudgetExhausted, "no time left for \(endpoint.rawValue)")
+        /// Giving up: past the deadline that is the budget's doing, whatever the last attempt saw.
+        func givingUp() -> HistoryUnavailable {
+            guard ContinuousClock.now >= deadline, lastFailure.reason != .timeBudgetExhausted else { return lastFailure }
+            return .init(.timeBudgetExhausted, "the \(configuration.timeBudget) budget ran out; last: \(lastFailure.detail)")
+        }
+        while attempt < configuration.maximumAttempts {
+            attempt += 1
+            guard ContinuousClock.now < deadline else { break }
+            var request = HTTPClientRequest(url: baseURL + path)
+            request.method = .GET
+            request.headers.add(name: "Authorization", value: "Bearer " + tokens.token(for: credentials))
+            request.headers.add(name: "Accept", value: "application/json")
+            let start = ContinuousClock.now
+            let exchange = await send(request, deadline: deadline)
+            let elapsed = ContinuousClock.now - start
+            var retryAfter: Duration?
+            switch exchange {
+            case .timedOut:
+                metrics.call(endpoint: endpoint.rawValue, outcome: "timeout", duration: elapsed)
+                return .failure(.unavailable(.init(.timeBudgetExhausted, "\(endpoint.rawValue) did not answer within the \(configuration.timeBudget) budget")))
+            case .networkError(let description):
+                metrics.call(endpoint: endpoint.rawValue, outcome: "network_error", duration: elapsed)
+                lastFailure = .init(.networkError, "\(endpoint.rawValue): \(description)")
+            case .response(let status, let headers, let body):
+                let error = try? JSONDecoder().decode(ErrorResponseBody.self, from: body)
+                switch status {
+                case 200:
+                    metrics.call(endpoint: endpoint.rawValue, outcome: "ok", duration: elapsed)
+                    do {
+                        return .success(try JSONDecoder().decode(Body.self, from: body))
+                    } catch {
+                        return .failure(.unavailable(.init(.malformedResponse, "\(endpoint.rawValue) answered 200 with a body that is not the documented JSON")))
+                    }
+                case 404 where error?.errorCode == AppleErrorCode.transactionIDNotFound:
+                    metrics.call(endpoint: endpoint.rawValue, outcome: "not_found", duration: elapsed)
+                    return .failure(.notFound)
+                case 429:
+                    metrics.call(endpoint: endpoint.rawValue, outcome: "rate_limited", duration: elapsed)
+                    lastFailure = .init(.rateLimited, "\(endpoint.rawValue) answered 429 (error \(error?.errorCode.map(String.init) ?? "none"))")
+                    retryAfter = headers.first(name: "Retry-After").flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }.map { .seconds(max(0, $0)) }
+                case 401:
+                    metrics.call(endpoint: endpoint.rawValue, outcome: "unauthorized", duration: elapsed)
+                    return .failure(.unavailable(.init(.unauthorized, "\(endpoint.rawValue) refused the token (401); check the key and its issuer ID")))
+                case 500...599:
+                    metrics.call(endpoint: endpoint.rawValue, outcome: "server_error", duration: elapsed)
+                    lastFailure = .init(.serverError, "\(endpoint.rawValue) answered \(status) (error \(error?.errorCode.map(String.init) ?? "none"))")
+                default:
+                    metrics.call(endpoint: endpoint.rawValue, outcome: "rejected", duration: elapsed)
+                    let code = error?.errorCode.map { " error \($0)" } ?? ""
+                    let message = error?.errorMessage.map { ": \($0.prefix(200))" } ?? ""
+                    return .failure(.unavailable(.init(.rejected, "\(endpoint.rawValue) answered \(status)\(code)\(message)")))
+                }
+            }
+            guard attempt < configuration.maximumAttempts else { break }
+            var wait = backoff(attempt: attempt)
+            if let retryAfter, retryAfter > wait { wait = retryAfter }
+            guard ContinuousClock.now + wait < deadline else {
+                if retryAfter != nil { lastFailure.detail += "; Retry-After would pass the time budget" }
+                return .failure(.unavailable(givingUp()))
+            }
+            do {
+                try await Task.sleep(for: wait)
+            } catch {
+                return .failure(.unavailable(.init(.timeBudgetExhausted, "cancelled")))
+            }
+        }
+        return .failure(.unavailable(givingUp()))
+    }
+
+    private func backoff(attempt: Int) -> Duration {
+        let exponent = min(attempt - 1, 20)
+        let base = min(configuration.initialBackoff * (1 << exponent), configuration.maximumBackoff)
+        return base + base * Double.random(in: 0..<0.5)
+    }
+
+    private enum Exchange: Sendable {
+        case response(status: Int, headers: HTTPHeaders, body: Data)
+        case networkError(String)
+        case timedOut
+    }
+
+    /// One request and its whole body, raced against the deadline.
+    private func send(_ request: HTTPClientRequest, deadline: ContinuousClock.Instant) async -> Exchange {
+        let remaining = deadline - ContinuousClock.now
+        guard remaining > .zero else { return .timedOut }
+        let http = self.http
+        let limit = configuration.maximumResponseBytes
+        return await withTaskGroup(of: Exchange?.self) { group in
+            group.addTask {
+                do {
+                    let response = try await http.execute(request, deadline: .now() + .nanoseconds(remaining.wholeNanoseconds))
+                    let body = try await response.body.collect(upTo: limit)
+                    return .response(status: Int(response.status.code), headers: response.headers, body: Data(body.readableBytesView))
+                } catch is CancellationError {
+                    return nil
+                } catch let error as HTTPClientError where error == .deadlineExceeded || error == .cancelled {
+                    return .timedOut
+                } catch {
+                    return .networkError(Self.describe(error))
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(until: deadline, clock: .continuous)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first ?? .timedOut
+        }
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        if error is NIOTooManyBytesError { return "the answer is larger than the accepted size" }
+        if let error = error as? HTTPClientError { return "HTTP client error \(error)" }
+        return "connection failed (\(type(of: error)))"
+    }
+
+    /// Transaction IDs are Apple's digits (or test IDs); anything that could change the path is refused.
+    static func isPathSafe(_ transactionID: String) -> Bool {
+        !transactionID.isEmpty && transactionID.utf8.count <= 128
+            && transactionID.utf8.allSatisfy { byte in
+                (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || byte == 0x2D || byte == 0x5F || byte == 0x2E
+            } && transactionID != "." && transactionID != ".."
+    }
+
+    private static func queryEscaped(_ value: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? ""
+    }
+}
+
+/// An unusable `AppStoreServerAPIConfiguration`.
+public struct AppStoreServerAPIConfigurationError: Error, Sendable, CustomStringConvertible {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { "App Store Server API configuration: \(message)" }
+}
+
+extension Duration {
+    var wholeNanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
+}

@@ -1,0 +1,80 @@
+import Foundation
+import OfferSignerEligibility
+import Synchronization
+
+/// Looked-up histories, for a short time.
+///
+/// Rules: an entry is served only before its expiry (`ttl` after it was stored); it is found by the
+/// transaction ID it was asked for and by every original transaction ID it covers, for its app;
+/// `invalidate(originalTransactionID:)` removes every entry covering that ID; at most `capacity`
+/// entries are kept (expired ones go first, then the soonest to expire).
+final class HistoryCache: Sendable {
+    private struct Key: Hashable {
+        var bundleID: String
+        var transactionID: String
+    }
+
+    private struct Entry {
+        var history: VerifiedHistory
+        var expires: ContinuousClock.Instant
+        var keys: [Key]
+    }
+
+    private struct State {
+        var entries: [Int: Entry] = [:]
+        var index: [Key: Int] = [:]
+        var nextID = 0
+    }
+
+    private let ttl: Duration
+    private let capacity: Int
+    private let state = Mutex(State())
+
+    init(ttl: Duration, capacity: Int) {
+        self.ttl = ttl
+        self.capacity = max(1, capacity)
+    }
+
+    func history(bundleID: String, transactionID: String, now: ContinuousClock.Instant = .now) -> VerifiedHistory? {
+        state.withLock { state in
+            guard let id = state.index[Key(bundleID: bundleID, transactionID: transactionID)], let entry = state.entries[id] else { return nil }
+            guard now < entry.expires else {
+                Self.remove(id, from: &state)
+                return nil
+            }
+            return entry.history
+        }
+    }
+
+    func store(_ history: VerifiedHistory, bundleID: String, transactionID: String, now: ContinuousClock.Instant = .now) {
+        guard ttl > .zero else { return }
+        let keys = ([transactionID] + history.originalTransactionIDs.sorted()).map { Key(bundleID: bundleID, transactionID: $0) }
+        state.withLock { state in
+            for key in keys { if let old = state.index[key] { Self.remove(old, from: &state) } }
+            if state.entries.count >= capacity {
+                for (id, entry) in state.entries where entry.expires <= now { Self.remove(id, from: &state) }
+            }
+            while state.entries.count >= capacity, let soonest = state.entries.min(by: { $0.value.expires < $1.value.expires })?.key {
+                Self.remove(soonest, from: &state)
+            }
+            let id = state.nextID
+            state.nextID += 1
+            state.entries[id] = Entry(history: history, expires: now + ttl, keys: keys)
+            for key in keys { state.index[key] = id }
+        }
+    }
+
+    func invalidate(originalTransactionID: String) {
+        state.withLock { state in
+            let ids = Set(state.index.filter { $0.key.transactionID == originalTransactionID }.map(\.value))
+            for id in ids { Self.remove(id, from: &state) }
+        }
+    }
+
+    var count: Int { state.withLock { $0.entries.count } }
+
+    private static func remove(_ id: Int, from state: inout State) {
+        guard let entry = state.entries.removeValue(forKey: id) else { return }
+        for key in entry.keys where state.index[key] == id { state.index.removeValue(forKey: key) }
+    }
+}

@@ -1,0 +1,60 @@
+import Foundation
+import OfferSignerEligibility
+
+/// The outcome of asking Apple for a customer's history: expected failures are data, so the caller
+/// decides what they mean for an offer (see `HistorySource`).
+public enum HistoryLookup: Sendable {
+    /// Apple answered, and every signed item verified.
+    case history(VerifiedHistory)
+    /// Apple did not give a usable answer.
+    case unavailable(HistoryUnavailable)
+}
+
+/// Why Apple's history could not be had.
+public struct HistoryUnavailable: Error, Sendable, Hashable, CustomStringConvertible {
+    /// Stable reason codes (snake_case on the wire and in the audit log).
+    public enum Reason: String, Sendable, Hashable, CaseIterable {
+        /// The time budget ran out (slow answers, retries, `Retry-After`).
+        case timeBudgetExhausted = "time_budget_exhausted"
+        /// Apple kept answering 429 (or error 4290000) and the wait would pass the budget.
+        case rateLimited = "rate_limited"
+        /// Apple kept answering 5xx.
+        case serverError = "server_error"
+        /// The connection failed.
+        case networkError = "network_error"
+        /// The circuit breaker is open: recent lookups failed; failing fast.
+        case circuitOpen = "circuit_open"
+        /// Apple refused our token (401): wrong key, issuer ID or bundle.
+        case unauthorized = "unauthorized"
+        /// The app has no usable key to authenticate with (no active key, or no issuer ID).
+        case noCredentials = "no_credentials"
+        /// No accepted environment knows the transaction ID (error 4040010 everywhere).
+        case transactionNotFound = "transaction_not_found"
+        /// Apple refused the request (another 4xx, e.g. an invalid transaction ID).
+        case rejected = "rejected"
+        /// The answer is not the documented JSON.
+        case malformedResponse = "malformed_response"
+        /// The answer names another app (bundle ID or App Apple ID) or environment.
+        case wrongApp = "wrong_app"
+        /// A signed item of the answer did not verify (chain, signature, bundle, environment).
+        case unverifiable = "unverifiable"
+    }
+
+    public var reason: Reason
+    /// Human-readable explanation; never contains a token or key.
+    public var detail: String
+
+    public init(_ reason: Reason, _ detail: String) {
+        self.reason = reason
+        self.detail = detail
+    }
+
+    /// Whether falling back to the app's own evidence is allowed (`apple-then-client`).
+    ///
+    /// Rule: only when Apple could not answer. When Apple answered that the transaction ID is
+    /// unknown or invalid, the app chose that ID, so its evidence must not decide instead (else a
+    /// made-up ID would switch a tampered app back to its own word).
+    public var allowsFallback: Bool { reason != .transactionNotFound && reason != .rejected }
+
+    public var description: String { "\(reason.rawValue): \(detail)" }
+}

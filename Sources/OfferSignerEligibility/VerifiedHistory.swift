@@ -1,0 +1,88 @@
+import Foundation
+
+/// One customer's history in one app as Apple itself stated it: transactions and renewal infos
+/// that came from Apple (App Store Server API answers today; App Store Server Notifications can
+/// feed the same type later) and whose signatures were verified.
+///
+/// Rules: transactions are keyed by `transactionID` and renewal infos by `originalTransactionID`,
+/// so recording a later statement of the same item replaces it (the one with the later
+/// `signedDate` wins) instead of counting it twice; only items of this history's bundle and
+/// environment are kept (anything else is refused by `record`).
+public struct VerifiedHistory: Sendable, Hashable {
+    /// The app.
+    public let bundleID: String
+    /// The App Store environment every item comes from.
+    public let environment: AppleEnvironment
+    /// When Apple last stated (part of) this history.
+    public private(set) var asOf: Date
+    private var transactionsByID: [String: VerifiedTransaction] = [:]
+    private var renewalInfosByOriginalID: [String: VerifiedRenewalInfo] = [:]
+
+    public init(bundleID: String, environment: AppleEnvironment, asOf: Date) {
+        self.bundleID = bundleID
+        self.environment = environment
+        self.asOf = asOf
+    }
+
+    /// Adds or replaces a transaction. Returns `false` (and keeps nothing) for another bundle's or
+    /// environment's transaction.
+    @discardableResult
+    public mutating func record(_ transaction: VerifiedTransaction, statedAt: Date? = nil) -> Bool {
+        guard transaction.bundleID == bundleID, transaction.environment == environment else { return false }
+        if let existing = transactionsByID[transaction.transactionID], Self.isNewer(existing.signedDate, than: transaction.signedDate) {
+            return true
+        }
+        transactionsByID[transaction.transactionID] = transaction
+        if let statedAt, statedAt > asOf { asOf = statedAt }
+        return true
+    }
+
+    /// Adds or replaces a renewal info (by `originalTransactionID`). Returns `false` for another
+    /// environment's renewal info or one without `originalTransactionID`.
+    @discardableResult
+    public mutating func record(_ renewalInfo: VerifiedRenewalInfo, statedAt: Date? = nil) -> Bool {
+        guard renewalInfo.environment == environment, let key = renewalInfo.originalTransactionID else { return false }
+        if let existing = renewalInfosByOriginalID[key], Self.isNewer(existing.signedDate, than: renewalInfo.signedDate) {
+            return true
+        }
+        renewalInfosByOriginalID[key] = renewalInfo
+        if let statedAt, statedAt > asOf { asOf = statedAt }
+        return true
+    }
+
+    /// Transactions, oldest purchase first (ties by transaction ID).
+    public var transactions: [VerifiedTransaction] {
+        transactionsByID.values.sorted { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }
+    }
+
+    /// Renewal infos, by original transaction ID.
+    public var renewalInfos: [VerifiedRenewalInfo] {
+        renewalInfosByOriginalID.keys.sorted().compactMap { renewalInfosByOriginalID[$0] }
+    }
+
+    /// Every `originalTransactionID` this history holds (the subscriptions and purchases it covers).
+    public var originalTransactionIDs: Set<String> {
+        Set(transactionsByID.values.map(\.originalTransactionID)).union(renewalInfosByOriginalID.keys)
+    }
+
+    /// Whether `transactionID` is one of this history's transactions or original transactions.
+    public func covers(transactionID: String) -> Bool {
+        transactionsByID[transactionID] != nil || originalTransactionIDs.contains(transactionID)
+    }
+
+    /// The `appAccountToken`s (lowercased) Apple recorded on this history's transactions.
+    public var appAccountTokens: Set<String> {
+        Set(transactionsByID.values.compactMap { $0.appAccountToken.flatMap { $0.isEmpty ? nil : $0.lowercased() } })
+    }
+
+    /// This history as evaluator input: every item verified, no failures.
+    public var evidence: EligibilityEvidence {
+        EligibilityEvidence(transactions: transactions, renewalInfos: renewalInfos, failures: [])
+    }
+
+    private static func isNewer(_ existing: Date?, than candidate: Date?) -> Bool {
+        guard let existing else { return false }
+        guard let candidate else { return true }
+        return existing > candidate
+    }
+}

@@ -1,0 +1,33 @@
+import AppStoreServerAPI
+import Logging
+import OfferSignerEligibility
+import Prometheus
+import ServiceLifecycle
+
+/// Owns the App Store Server API client of a running server: made only when an offer of the
+/// catalog asks Apple (`historySource` `apple` or `apple-then-client`), with its metrics in the
+/// server's registry, and shut down (its connection pool closed) when the server stops.
+final class AppleHistoryClientService: Service, Sendable {
+    let client: AppStoreServerAPIClient
+
+    private init(client: AppStoreServerAPIClient) {
+        self.client = client
+    }
+
+    static func make(_ eligibility: EligibilityConfiguration?, metrics: ServerMetrics, logger: Logger) throws -> AppleHistoryClientService? {
+        guard let eligibility, eligibility.catalog.offers.contains(where: { $0.rules != nil && $0.historySource.asksApple }) else { return nil }
+        do {
+            let client = try AppStoreServerAPIClient(
+                configuration: eligibility.appStoreServerAPI, trustedRoots: eligibility.trustedRoots,
+                metrics: AppStoreServerAPIMetrics(factory: PrometheusMetricsFactory(registry: metrics.registry)), logger: logger)
+            return AppleHistoryClientService(client: client)
+        } catch {
+            throw ServerConfigurationError(error.description)
+        }
+    }
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        try await client.shutdown()
+    }
+}

@@ -1,0 +1,112 @@
+import AppStoreServerAPI
+import Foundation
+import OfferSignerCore
+import OfferSignerEligibility
+import OfferSignerStorage
+
+/// One offer's decision and whose word on the customer's history decided it.
+struct EligibilityOutcome: Sendable {
+    var decision: EligibilityDecision
+    /// `nil` for an offer without rules (no history is consulted).
+    var source: DecidingHistorySource?
+    /// Why Apple could not answer, when it was asked and could not.
+    var appleUnavailable: HistoryUnavailable?
+}
+
+/// Applies each offer's `historySource` (see `HistorySource`).
+///
+/// Rules:
+/// - The request must carry what every offer with rules needs: `evidence` for `client`, a
+///   `transactionID` for `apple`, one of them for `apple-then-client` (400 `evidence_required` /
+///   `transaction_id_required` otherwise).
+/// - Apple is asked at most once per request, and only when an offer needs it.
+/// - `apple`: Apple's verified history decides; when Apple cannot answer, the offer is not eligible
+///   (`history_unavailable`). `apple-then-client`: the app's evidence decides when Apple could not
+///   answer (never when Apple answered that the transaction ID is unknown or invalid: the app chose
+///   that ID), or when the request has no `transactionID`.
+/// - Apple's history that carries an `appAccountToken` other than the request's belongs to another
+///   account: not eligible (`app_account_token_mismatch`).
+struct HistorySourceResolver: Sendable {
+    let service: EligibilityService
+
+    static func checkHandles(_ offers: [OfferDefinition], evidence: PurchaseEvidence?, transactionID: String?) throws(APIProblem) {
+        for offer in offers where offer.rules != nil {
+            switch offer.historySource {
+            case .client where evidence == nil:
+                throw APIProblem.badRequest(
+                    "evidence_required",
+                    "offer '\(offer.offerID)' has eligibility rules: send evidence.signedTransactions and evidence.signedRenewalInfos from StoreKit")
+            case .apple where transactionID == nil:
+                throw APIProblem.badRequest(
+                    "transaction_id_required",
+                    "offer '\(offer.offerID)' is decided on Apple's history: send transactionID (any of the customer's, e.g. Transaction.originalID)")
+            case .appleThenClient where transactionID == nil && evidence == nil:
+                throw APIProblem.badRequest(
+                    "transaction_id_required",
+                    "offer '\(offer.offerID)' is decided on Apple's history, or the app's evidence when Apple cannot answer: send transactionID (and evidence)")
+            default: continue
+            }
+        }
+    }
+
+    func decide(
+        _ offers: [OfferDefinition], bundleID: String, appAccountToken: UUID?, evidence: PurchaseEvidence?, transactionID: String?,
+        credentials: AppStoreServerAPICredentials?, ledger: [IssuedOfferRecord], now: Date
+    ) async throws -> [EligibilityOutcome] {
+        let needsApple = transactionID != nil && offers.contains { $0.rules != nil && $0.historySource.asksApple }
+        var apple: HistoryLookup?
+        if needsApple, let transactionID {
+            if let client = service.appleHistory {
+                apple = await client.history(
+                    transactionID: transactionID, app: service.configuration.catalog.appSettings(bundleID: bundleID), credentials: credentials, now: now)
+            } else {
+                apple = .unavailable(HistoryUnavailable(.noCredentials, "this service has no App Store Server API client"))
+            }
+        }
+        var clientEvidence: EligibilityEvidence?
+        func appEvidence() async throws -> EligibilityEvidence {
+            if let clientEvidence { return clientEvidence }
+            let verified = try await service.verifiedEvidence(evidence, bundleID: bundleID, appAccountToken: appAccountToken, now: now)
+            clientEvidence = verified
+            return verified
+        }
+
+        var outcomes: [EligibilityOutcome] = []
+        for offer in offers {
+            guard offer.rules != nil else {
+                outcomes.append(EligibilityOutcome(decision: service.evaluator.evaluate(offer, evidence: .empty, ledger: ledger, now: now), source: nil))
+                continue
+            }
+            switch (offer.historySource, apple) {
+            case (.client, _), (.appleThenClient, nil):
+                let decision = service.evaluator.evaluate(offer, evidence: try await appEvidence(), ledger: ledger, now: now)
+                outcomes.append(EligibilityOutcome(decision: decision, source: .client))
+            case (_, .history(let history)?):
+                outcomes.append(EligibilityOutcome(decision: decideOnApple(offer, history: history, appAccountToken: appAccountToken, ledger: ledger, now: now), source: .apple))
+            case (.appleThenClient, .unavailable(let unavailable)?) where unavailable.allowsFallback && evidence != nil:
+                let decision = service.evaluator.evaluate(offer, evidence: try await appEvidence(), ledger: ledger, now: now)
+                outcomes.append(EligibilityOutcome(decision: decision, source: .client, appleUnavailable: unavailable))
+            case (_, .unavailable(let unavailable)?):
+                let decision = EligibilityDecision(offerID: offer.offerID, eligible: false, reasons: [.historyUnavailable])
+                outcomes.append(EligibilityOutcome(decision: decision, source: DecidingHistorySource.undecided, appleUnavailable: unavailable))
+            case (.apple, nil):
+                // checkHandles refuses this request before it gets here.
+                let decision = EligibilityDecision(offerID: offer.offerID, eligible: false, reasons: [.historyUnavailable])
+                outcomes.append(EligibilityOutcome(decision: decision, source: DecidingHistorySource.undecided))
+            }
+        }
+        return outcomes
+    }
+
+    private func decideOnApple(
+        _ offer: OfferDefinition, history: VerifiedHistory, appAccountToken: UUID?, ledger: [IssuedOfferRecord], now: Date
+    ) -> EligibilityDecision {
+        if let appAccountToken {
+            let customer = appAccountToken.lowercasedString
+            if history.appAccountTokens.contains(where: { $0 != customer }) {
+                return EligibilityDecision(offerID: offer.offerID, eligible: false, reasons: [.appAccountTokenMismatch])
+            }
+        }
+        return service.evaluator.evaluate(offer, evidence: history.evidence, ledger: ledger, now: now)
+    }
+}

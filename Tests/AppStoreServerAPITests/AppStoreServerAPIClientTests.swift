@@ -1,0 +1,420 @@
+import AppStoreServerAPI
+import AppleTestChain
+import Crypto
+import FakeAppStoreServerAPI
+import Foundation
+import Logging
+import MetricsTestKit
+import OfferSignerCore
+import OfferSignerEligibility
+import Testing
+import X509
+
+/// The client against a fake App Store Server API on loopback: paging, the JWT Apple checks,
+/// Sandbox fallback, retries, the time budget, the circuit breaker, the cache and verification.
+@Suite struct AppStoreServerAPIClientTests {
+    static let bundleID = "com.example.app"
+    static let issuerID = "57246542-96fe-1a63-e053-0824d011072a"
+    static let generousBudget: Duration = .seconds(30)
+    let chain: TestAppleChain
+    let key: InAppPurchaseKey
+    let now = Date()
+
+    init() throws {
+        chain = try TestAppleChain()
+        key = try InAppPurchaseKey.generateForDevelopment(keyID: "APIKEY0001")
+    }
+
+    var credentials: AppStoreServerAPICredentials { AppStoreServerAPICredentials(key: key, issuerID: Self.issuerID, bundleID: Self.bundleID) }
+
+    func fake(pageSize: Int = 2) -> FakeAppStoreServerAPI {
+        FakeAppStoreServerAPI(bundleID: Self.bundleID, keyID: key.keyID, issuerID: Self.issuerID, publicKey: key.publicKey, pageSize: pageSize)
+    }
+
+    func subscriber(_ id: String = "2000000001", months: Int = 7, environment: String = "Production") -> SubscriptionFixture {
+        SubscriptionFixture(
+            bundleID: Self.bundleID, productID: "com.example.app.monthly", subscriptionGroupID: "21345678", originalTransactionID: id,
+            environment: environment, periodStarts: SubscriptionFixture.monthlyStarts(count: months, activeAt: now))
+    }
+
+    func app(port: Int, environments: [AppleEnvironment] = [.production]) -> AppStoreAppSettings {
+        AppStoreAppSettings(
+            bundleID: Self.bundleID, appAppleID: 1_234_567_890, environments: environments,
+            productionURL: "http://127.0.0.1:\(port)/production", sandboxURL: "http://127.0.0.1:\(port)/sandbox")
+    }
+
+    func client(_ configure: (inout AppStoreServerAPIConfiguration) -> Void = { _ in }, metrics: TestMetrics = TestMetrics(), roots: [Certificate]? = nil) throws -> AppStoreServerAPIClient {
+        var configuration = AppStoreServerAPIConfiguration()
+        configuration.initialBackoff = .milliseconds(10)
+        // Generous unless a test is about the budget: the whole suite runs in parallel on a
+        // shared, loaded machine, where 2 s for several pages is not always enough.
+        configuration.timeBudget = Self.generousBudget
+        configure(&configuration)
+        var logger = Logger(label: "app-store-server-api-test")
+        logger.logLevel = .critical
+        return try AppStoreServerAPIClient(
+            configuration: configuration, trustedRoots: roots ?? [chain.root], metrics: AppStoreServerAPIMetrics(factory: metrics), logger: logger)
+    }
+
+    func withClient<T: Sendable>(_ client: AppStoreServerAPIClient, _ body: () async throws -> T) async throws -> T {
+        do {
+            let value = try await body()
+            try await client.shutdown()
+            return value
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+    }
+
+    @Test func followsEveryPageAndSendsTheTokenAppleChecks() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 7)
+        fake.add(try customer.customer(chain, now: now))
+        let metrics = TestMetrics()
+        let client = try client(metrics: metrics)
+        try await fake.run { port in
+            try await withClient(client) {
+                let lookup = await client.history(transactionID: customer.transactionID(3), app: app(port: port), credentials: credentials, now: now)
+                guard case .history(let history) = lookup else {
+                    Issue.record("expected history, got \(lookup)")
+                    return
+                }
+                #expect(history.transactions.map(\.transactionID) == (0..<7).map(customer.transactionID))
+                #expect(history.renewalInfos.count == 1)
+                #expect(history.renewalInfos.first?.autoRenewEnabled == true)
+                #expect(history.environment == .production)
+            }
+        }
+        let historyRequests = fake.requests.filter { $0.endpoint == .history }
+        #expect(historyRequests.map(\.revision) == [nil, "rev-2", "rev-4", "rev-6"], "7 transactions at 2 a page: 4 pages")
+        #expect(fake.requests.filter { $0.endpoint == .subscriptions }.count == 1)
+        for request in fake.requests {
+            let token = try #require(request.token)
+            #expect(token.problems.isEmpty, "\(token.problems)")
+            #expect(token.signatureVerified, "the fake verified the ES256 signature with the key's public half")
+            #expect(token.header == ["alg": "ES256", "kid": key.keyID, "typ": "JWT"])
+            #expect(token.issuer == Self.issuerID)
+            #expect(token.audience == "appstoreconnect-v1")
+            #expect(token.bundleID == Self.bundleID)
+            let issuedAt = try #require(token.issuedAt)
+            let expiresAt = try #require(token.expiresAt)
+            #expect(expiresAt - issuedAt == 300, "5 minutes")
+            #expect(abs(Double(issuedAt) - Date().timeIntervalSince1970) < 60)
+        }
+        #expect(Set(fake.requests.compactMap(\.token?.issuedAt)).count == 1, "one token reused for every call")
+        #expect(try metrics.expectCounter("app_store_server_api_calls_total", [("endpoint", "transaction_history"), ("outcome", "ok")]).totalValue == 4)
+        #expect(try metrics.expectCounter("app_store_server_api_lookups_total", [("outcome", "history")]).totalValue == 1)
+        #expect(try metrics.expectTimer("app_store_server_api_call_duration_seconds", [("endpoint", "transaction_history"), ("outcome", "ok")]).values.count == 4)
+    }
+
+    @Test func asksSandboxWhenProductionDoesNotKnowTheTransaction() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 3, environment: "Sandbox")
+        fake.add(try customer.customer(chain, now: now))
+        let client = try client()
+        try await fake.run { port in
+            try await withClient(client) {
+                let lookup = await client.history(
+                    transactionID: customer.originalTransactionID, app: app(port: port, environments: [.production, .sandbox]), credentials: credentials,
+                    now: now)
+                guard case .history(let history) = lookup else {
+                    Issue.record("expected history, got \(lookup)")
+                    return
+                }
+                #expect(history.environment == .sandbox)
+                #expect(history.transactions.count == 3)
+
+                // An app that accepts Production only never asks Sandbox.
+                fake.clearRequests()
+                let productionOnly = await client.history(
+                    transactionID: customer.transactionID(1), app: app(port: port), credentials: credentials, now: now)
+                guard case .unavailable(let unavailable) = productionOnly else {
+                    Issue.record("expected unavailable, got \(productionOnly)")
+                    return
+                }
+                #expect(unavailable.reason == .transactionNotFound)
+                #expect(!unavailable.allowsFallback)
+                #expect(fake.requests.allSatisfy { $0.environment == "Production" })
+            }
+        }
+        let history = fake.requests.filter { $0.endpoint == .history }
+        #expect(history.first?.environment == "Production")
+        #expect(history.first?.answeredStatus == 404)
+    }
+
+    @Test func honoursRetryAfterWithinTheBudget() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 2)
+        fake.add(try customer.customer(chain, now: now))
+        fake.script(.history, [.status(429, errorCode: 4_290_000, retryAfterSeconds: 1)])
+        let client = try client()
+        try await fake.run { port in
+            try await withClient(client) {
+                let start = ContinuousClock.now
+                let lookup = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                let elapsed = ContinuousClock.now - start
+                guard case .history = lookup else {
+                    Issue.record("expected history after the wait, got \(lookup)")
+                    return
+                }
+                #expect(elapsed >= .seconds(1), "Retry-After: 1 was honoured")
+            }
+        }
+        #expect(fake.requests.filter { $0.endpoint == .history }.map(\.answeredStatus) == [429, 200])
+    }
+
+    @Test func aRetryAfterPastTheBudgetEndsTheLookupAtOnce() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 2)
+        fake.add(try customer.customer(chain, now: now))
+        fake.script(.history, [.status(429, errorCode: 4_290_000, retryAfterSeconds: 600)])
+        let client = try client { $0.timeBudget = .seconds(120) }
+        try await fake.run { port in
+            try await withClient(client) {
+                let start = ContinuousClock.now
+                let lookup = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                guard case .unavailable(let unavailable) = lookup else {
+                    Issue.record("expected unavailable, got \(lookup)")
+                    return
+                }
+                #expect(unavailable.reason == .rateLimited)
+                #expect(unavailable.allowsFallback)
+                // Far below the budget: the whole suite shares two cores, where a task can wait seconds to run.
+                #expect(ContinuousClock.now - start < .seconds(60), "no waiting for a Retry-After that passes the 120 s budget")
+            }
+        }
+    }
+
+    @Test func retriesServerErrorsThenGivesUpWithinTheBudget() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 2)
+        fake.add(try customer.customer(chain, now: now))
+        fake.script(.history, [.status(503), .status(500, errorCode: 5_000_000)])
+        let metrics = TestMetrics()
+        let client = try client(metrics: metrics)
+        try await fake.run { port in
+            try await withClient(client) {
+                let lookup = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                guard case .history = lookup else {
+                    Issue.record("expected history after two retries, got \(lookup)")
+                    return
+                }
+                #expect(fake.requests.filter { $0.endpoint == .history }.map(\.answeredStatus) == [503, 500, 200])
+
+                fake.always(.subscriptions, .status(503))
+                client.invalidate(originalTransactionID: customer.originalTransactionID)
+                let start = ContinuousClock.now
+                let failing = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                guard case .unavailable(let unavailable) = failing else {
+                    Issue.record("expected unavailable, got \(failing)")
+                    return
+                }
+                #expect(unavailable.reason == .serverError)
+                #expect(ContinuousClock.now - start < .seconds(10), "four attempts with short backoffs, not the whole budget")
+            }
+        }
+        #expect(try metrics.expectCounter("app_store_server_api_calls_total", [("endpoint", "subscription_statuses"), ("outcome", "server_error")]).totalValue == 4, "four attempts")
+        #expect(try metrics.expectCounter("app_store_server_api_unavailable_total", [("reason", "server_error")]).totalValue == 1)
+    }
+
+    @Test func aSlowAnswerEndsAtTheBudget() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 2)
+        fake.add(try customer.customer(chain, now: now))
+        fake.setAnswerDelay(.seconds(600))
+        let client = try client { $0.timeBudget = .milliseconds(400) }
+        try await fake.run { port in
+            try await withClient(client) {
+                let start = ContinuousClock.now
+                let lookup = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                let elapsed = ContinuousClock.now - start
+                guard case .unavailable(let unavailable) = lookup else {
+                    Issue.record("expected unavailable, got \(lookup)")
+                    return
+                }
+                #expect(unavailable.reason == .timeBudgetExhausted)
+                #expect(elapsed >= .milliseconds(350))
+                // Far above the budget: the whole suite shares two cores, where a task can wait seconds to run.
+                #expect(elapsed < .seconds(60), "ended at the 400 ms budget, not the 600 s answer (took \(elapsed))")
+            }
+        }
+    }
+
+    @Test func aTokenFromAnotherKeyIsRefusedWith401() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 2)
+        fake.add(try customer.customer(chain, now: now))
+        let impostor = AppStoreServerAPICredentials(
+            key: try InAppPurchaseKey.generateForDevelopment(keyID: key.keyID), issuerID: Self.issuerID, bundleID: Self.bundleID)
+        let client = try client()
+        try await fake.run { port in
+            try await withClient(client) {
+                let lookup = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: impostor, now: now)
+                guard case .unavailable(let unavailable) = lookup else {
+                    Issue.record("expected unavailable, got \(lookup)")
+                    return
+                }
+                #expect(unavailable.reason == .unauthorized)
+            }
+        }
+        #expect(!fake.requests.isEmpty)
+        for request in fake.requests {
+            #expect(request.answeredStatus == 401)
+            #expect(request.token?.signatureVerified == false)
+            #expect(request.token?.problems == ["signature does not verify with the key"])
+        }
+    }
+
+    @Test func theCircuitOpensAfterConsecutiveFailuresAndLetsOneTrialThrough() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 2)
+        fake.add(try customer.customer(chain, now: now))
+        fake.always(.history, .status(502))
+        let client = try client {
+            $0.maximumAttempts = 1
+            $0.circuitBreakerThreshold = 2
+            $0.circuitBreakerCoolDown = .seconds(3)
+        }
+        try await fake.run { port in
+            try await withClient(client) {
+                for _ in 0..<2 {
+                    let lookup = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                    guard case .unavailable(let unavailable) = lookup else {
+                        Issue.record("expected unavailable, got \(lookup)")
+                        return
+                    }
+                    #expect(unavailable.reason == .serverError)
+                }
+                let seen = fake.requests.count
+                let open = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                guard case .unavailable(let unavailable) = open else {
+                    Issue.record("expected unavailable, got \(open)")
+                    return
+                }
+                #expect(unavailable.reason == .circuitOpen)
+                #expect(fake.requests.count == seen, "an open circuit sends nothing")
+
+                fake.always(.history, nil)
+                try await Task.sleep(for: .milliseconds(3100))
+                let trial = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                guard case .history = trial else {
+                    Issue.record("expected the trial to succeed, got \(trial)")
+                    return
+                }
+            }
+        }
+    }
+
+    @Test func cachesPerCustomerUntilInvalidated() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 3)
+        fake.add(try customer.customer(chain, now: now))
+        let client = try client()
+        try await fake.run { port in
+            try await withClient(client) {
+                for id in [customer.transactionID(2), customer.transactionID(2), customer.originalTransactionID] {
+                    guard case .history = await client.history(transactionID: id, app: app(port: port), credentials: credentials, now: now) else {
+                        Issue.record("expected history")
+                        return
+                    }
+                }
+                #expect(fake.requests.filter { $0.endpoint == .history }.count == 2, "asked once (two pages); then served from the cache, also by original ID")
+                client.invalidate(originalTransactionID: customer.originalTransactionID)
+                guard case .history = await client.history(transactionID: customer.transactionID(2), app: app(port: port), credentials: credentials, now: now) else {
+                    Issue.record("expected history")
+                    return
+                }
+                #expect(fake.requests.filter { $0.endpoint == .history }.count == 4, "asked again after invalidate")
+            }
+        }
+    }
+
+    @Test func itemsSignedOutsideTheTrustedRootAreUnverifiable() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 2)
+        fake.add(try customer.customer(chain, now: now))
+        let otherRoot = try TestAppleChain().root
+        let client = try client(roots: [otherRoot])
+        try await fake.run { port in
+            try await withClient(client) {
+                let lookup = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                guard case .unavailable(let unavailable) = lookup else {
+                    Issue.record("expected unavailable, got \(lookup)")
+                    return
+                }
+                #expect(unavailable.reason == .unverifiable)
+                #expect(unavailable.detail.contains("untrusted_chain"))
+            }
+        }
+    }
+
+    @Test func anAnswerForAnotherAppIsRefused() async throws {
+        let fake = FakeAppStoreServerAPI(bundleID: Self.bundleID, appAppleID: 42, keyID: key.keyID, issuerID: Self.issuerID, publicKey: key.publicKey)
+        let customer = subscriber(months: 1)
+        fake.add(try customer.customer(chain, now: now))
+        let client = try client()
+        try await fake.run { port in
+            try await withClient(client) {
+                let lookup = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                guard case .unavailable(let unavailable) = lookup else {
+                    Issue.record("expected unavailable, got \(lookup)")
+                    return
+                }
+                #expect(unavailable.reason == .wrongApp)
+            }
+        }
+    }
+
+    @Test func aTransactionIDThatCouldChangeThePathIsNeverSent() async throws {
+        let client = try client()
+        try await withClient(client) {
+            for id in ["../../v1/other", "1 2", "", "a?b=c", String(repeating: "9", count: 200)] {
+                let lookup = await client.history(transactionID: id, app: app(port: 9), credentials: credentials, now: now)
+                guard case .unavailable(let unavailable) = lookup else {
+                    Issue.record("expected unavailable for \(id)")
+                    continue
+                }
+                #expect(unavailable.reason == .rejected)
+            }
+        }
+    }
+}
+
+@Suite struct AppStoreServerAPITokenTests {
+    @Test func tokensLiveFiveMinutesAndAreRenewedInTheirLastMinute() throws {
+        let key = try InAppPurchaseKey.generateForDevelopment(keyID: "APIKEY0002")
+        let credentials = AppStoreServerAPICredentials(key: key, issuerID: "issuer", bundleID: "com.example.app")
+        let maker = AppStoreServerAPITokenMaker(lifetime: .seconds(300), renewBefore: .seconds(60))
+        let start = Date(timeIntervalSince1970: 1_800_000_000)
+        let first = maker.token(for: credentials, now: start)
+        #expect(maker.token(for: credentials, now: start.addingTimeInterval(239)) == first, "reused while more than 60 s are left")
+        let renewed = maker.token(for: credentials, now: start.addingTimeInterval(241))
+        #expect(renewed != first)
+        let claims = try Self.claims(renewed)
+        #expect(claims["iat"] as? Int == 1_800_000_241)
+        #expect(claims["exp"] as? Int == 1_800_000_541)
+
+        // A key rotation (same key ID, new key) gets a new token at once.
+        let rotated = AppStoreServerAPICredentials(key: try InAppPurchaseKey.generateForDevelopment(keyID: "APIKEY0002"), issuerID: "issuer", bundleID: "com.example.app")
+        #expect(maker.token(for: rotated, now: start.addingTimeInterval(242)) != renewed)
+    }
+
+    @Test func aLifetimeOverSixtyMinutesIsRefusedOrClamped() throws {
+        var configuration = AppStoreServerAPIConfiguration()
+        configuration.tokenLifetime = .seconds(3601)
+        #expect(configuration.problem != nil)
+        let key = try InAppPurchaseKey.generateForDevelopment(keyID: "APIKEY0003")
+        let maker = AppStoreServerAPITokenMaker(lifetime: .seconds(7200), renewBefore: .seconds(60))
+        let claims = try Self.claims(maker.token(for: .init(key: key, issuerID: "issuer", bundleID: "b"), now: Date(timeIntervalSince1970: 1_800_000_000)))
+        #expect((claims["exp"] as? Int ?? 0) - (claims["iat"] as? Int ?? 0) == 3600)
+    }
+
+    static func claims(_ token: String) throws -> [String: Any] {
+        let part = token.split(separator: ".")[1]
+        var base64 = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        let data = try #require(Data(base64Encoded: base64))
+        return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+    }
+}

@@ -1,1 +1,0 @@
-../OfferSignerEligibilityTests/TestAppleChain.swift
