@@ -21,7 +21,7 @@ import Testing
             // them from one another exactly as it excludes two processes.
             let results = try await withThrowingTaskGroup(of: PythonTestEnvironment.self) { group in
                 for _ in 0..<6 {
-                    group.addTask { try await PythonTestEnvironment.onOwnThread { try PythonTestEnvironment.provision(requirements: "", baseDirectory: base) } }
+                    group.addTask { try await onOwnThread { try PythonTestEnvironment.provision(requirements: "", baseDirectory: base) } }
                 }
                 return try await group.reduce(into: []) { $0.append($1) }
             }
@@ -42,9 +42,9 @@ import Testing
     @Test("An environment without its completion marker is made again, not used")
     func halfMadeEnvironmentIsReplaced() async throws {
         try await Self.withBase { base in
-            let first = try await PythonTestEnvironment.onOwnThread { try PythonTestEnvironment.provision(requirements: "", baseDirectory: base) }
+            let first = try await onOwnThread { try PythonTestEnvironment.provision(requirements: "", baseDirectory: base) }
             #expect(first.created)
-            let again = try await PythonTestEnvironment.onOwnThread { try PythonTestEnvironment.provision(requirements: "", baseDirectory: base) }
+            let again = try await onOwnThread { try PythonTestEnvironment.provision(requirements: "", baseDirectory: base) }
             #expect(!again.created)
             #expect(again.directory == first.directory)
 
@@ -53,7 +53,7 @@ import Testing
             try FileManager.default.removeItem(atPath: "\(first.directory)/.offer-signer-complete")
             let leftover = "\(first.directory)/leftover-from-a-crash"
             #expect(FileManager.default.createFile(atPath: leftover, contents: Data()))
-            let remade = try await PythonTestEnvironment.onOwnThread { try PythonTestEnvironment.provision(requirements: "", baseDirectory: base) }
+            let remade = try await onOwnThread { try PythonTestEnvironment.provision(requirements: "", baseDirectory: base) }
             #expect(remade.created)
             #expect(remade.directory == first.directory)
             #expect(!FileManager.default.fileExists(atPath: leftover))
@@ -64,8 +64,8 @@ import Testing
     @Test("Other requirements get an environment of their own")
     func requirementsNameTheEnvironment() async throws {
         try await Self.withBase { base in
-            let plain = try await PythonTestEnvironment.onOwnThread { try PythonTestEnvironment.provision(requirements: "", baseDirectory: base) }
-            let commented = try await PythonTestEnvironment.onOwnThread { try PythonTestEnvironment.provision(requirements: "# nothing to install\n", baseDirectory: base) }
+            let plain = try await onOwnThread { try PythonTestEnvironment.provision(requirements: "", baseDirectory: base) }
+            let commented = try await onOwnThread { try PythonTestEnvironment.provision(requirements: "# nothing to install\n", baseDirectory: base) }
             #expect(plain.directory != commented.directory)
             #expect(plain.created && commented.created)
         }
@@ -77,7 +77,7 @@ import Testing
             // A local path that does not exist: pip refuses it without going to the network.
             let requirement = "/nonexistent/offer-signer-test-package"
             let error = await #expect(throws: PythonTestEnvironment.Failure.self) {
-                try await PythonTestEnvironment.onOwnThread { try PythonTestEnvironment.provision(requirements: requirement, baseDirectory: base) }
+                try await onOwnThread { try PythonTestEnvironment.provision(requirements: requirement, baseDirectory: base) }
             }
             let message = try #require(error?.description)
             #expect(message.contains("pip install \(requirement) exited"))

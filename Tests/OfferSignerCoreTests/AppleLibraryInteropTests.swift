@@ -21,7 +21,7 @@ struct AppleLibraryInteropTests {
     /// the child never holds one of the concurrency pool's threads.
     static func oracle(_ cases: [[String: Any]], python: String) async throws -> [[String: Any]] {
         let input = try JSONSerialization.data(withJSONObject: cases)
-        let result = try await PythonTestEnvironment.onOwnThread {
+        let result = try await onOwnThread {
             try ChildProcess.run(python, [oracleScript.path], stdin: input, timeout: .seconds(300))
         }
         guard result.status == 0 else {

@@ -1,5 +1,6 @@
 import Foundation
 import OfferSignerCore
+import TestChildProcess
 import Testing
 
 @testable import OfferSignerStorage

@@ -1,3 +1,4 @@
+import AppleTestChain
 import Foundation
 import HTTPTypes
 import Hummingbird

@@ -40,7 +40,7 @@ struct SchemathesisTests {
             let port = try #require(client.port)
             var environment = ProcessInfo.processInfo.environment
             environment["SCHEMATHESIS_HOOKS"] = nil
-            let result = try await PythonTestEnvironment.onOwnThread { [environment] in
+            let result = try await onOwnThread { [environment] in
                 try ChildProcess.run(
                     schemathesis,
                     [

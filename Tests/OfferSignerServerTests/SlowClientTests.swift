@@ -3,19 +3,12 @@ import HummingbirdTesting
 import OfferSignerCore
 import OfferSignerServer
 import Synchronization
+import TestChildProcess
 import Testing
 
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// Runs blocking socket work on a thread of its own, never on the concurrency pool (which the
-/// server under test needs for its requests).
-func onOwnThread<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread { continuation.resume(with: Result { try work() }) }.start()
-    }
-}
 
 /// A connection a test opened and watches until the server closes it.
 struct WatchedConnection: Sendable {

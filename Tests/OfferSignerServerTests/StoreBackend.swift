@@ -4,6 +4,7 @@ import Logging
 import OfferSignerPostgres
 import OfferSignerStorage
 import TestPostgres
+import TestChildProcess
 import Testing
 
 /// The two store engines every engine-independent store test runs against.
@@ -164,17 +165,3 @@ extension OfferSignerStore {
     }
 }
 
-/// Runs `work` on a thread of its own, as the audit committer runs `appendAuditBlocking`
-/// (which must never block a thread of the concurrency pool), and returns its result.
-func onOwnThread<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-        let thread = Thread {
-            do {
-                continuation.resume(returning: try work())
-            } catch {
-                continuation.resume(throwing: error)
-            }
-        }
-        thread.start()
-    }
-}

@@ -64,15 +64,6 @@ public struct PythonTestEnvironment: Sendable {
 
     private static let sharedTask = Mutex<Task<PythonTestEnvironment, any Error>?>(nil)
 
-    /// Runs blocking work (file locks, child processes) on a thread of its own, so waiting for
-    /// `pip` never holds one of the few threads of Swift's concurrency pool.
-    public static func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            let thread = Thread { continuation.resume(with: Result { try body() }) }
-            thread.start()
-        }
-    }
-
     /// Creates (or reuses) the environment for `requirements` (pip requirements text; with no
     /// requirement the environment gets no pip either) under `baseDirectory`. Blocks: call it off the concurrency pool.
     public static func provision(requirements: String, baseDirectory: String) throws -> PythonTestEnvironment {
