@@ -175,12 +175,25 @@ extension PostgresStore {
     /// Blocks the calling thread (the audit committer's own, never one of the concurrency pool)
     /// until ``appendAudit(_:at:)`` has committed or failed; bounded by the operation timeout.
     public func appendAuditBlocking(_ batch: [AuditAppend], at time: Date) throws -> [AuditRecord] {
+        try blocking("appending to the audit log") { try await self.appendAudit(batch, at: time) }
+    }
+
+    /// The audit committer's write test while commits are failing: the database answers and a
+    /// new transaction may write (not a standby, not read-only), checked on the commit path's
+    /// own terms (blocking its thread, as ``appendAuditBlocking(_:at:)`` does).
+    public func checkAuditWritable() throws {
+        try blocking("checking the audit log is writable") { try await self.checkWritable() }
+    }
+
+    /// Runs `work` on the concurrency pool and blocks the calling thread (never one of the pool's)
+    /// until it ends.
+    private func blocking<T: Sendable>(_ what: String, _ work: @escaping @Sendable () async throws -> T) throws -> T {
         let done = DispatchSemaphore(value: 0)
-        let outcome = Mutex<Result<[AuditRecord], any Error>?>(nil)
+        let outcome = Mutex<Result<T, any Error>?>(nil)
         Task {
-            let result: Result<[AuditRecord], any Error>
+            let result: Result<T, any Error>
             do {
-                result = .success(try await self.appendAudit(batch, at: time))
+                result = .success(try await work())
             } catch {
                 result = .failure(error)
             }
@@ -188,7 +201,7 @@ extension PostgresStore {
             done.signal()
         }
         done.wait()
-        guard let result = outcome.withLock({ $0 }) else { throw StoreError(.unavailable, "appending to the audit log failed: no outcome") }
+        guard let result = outcome.withLock({ $0 }) else { throw StoreError(.unavailable, "\(what) failed: no outcome") }
         return try result.get()
     }
 

@@ -102,6 +102,10 @@ public enum ProblemCatalog {
             meaning: "the catalog offer has eligibility rules, and the request carries no evidence",
             action: "send `evidence.signedTransactions` and `evidence.signedRenewalInfos` from StoreKit"),
         ProblemType(
+            code: "transaction_id_required", status: .badRequest, title: "Transaction ID required",
+            meaning: "the catalog offer is decided on Apple's history (`historySource` `apple`, or `apple-then-client` without evidence), and the request names no transaction of the customer",
+            action: "send `transactionID` (any of the customer's, for example `Transaction.originalID`)"),
+        ProblemType(
             code: "product_not_in_offer", status: .badRequest, title: "Offer does not apply to this product",
             meaning: "the offers catalog says this offer is not for the requested product",
             action: "ask for the offer with one of its products (see the offers catalog)"),
@@ -174,6 +178,14 @@ public enum ProblemCatalog {
             code: "audit_unavailable", status: .serviceUnavailable, title: "Audit log unavailable",
             meaning: "the audit record could not be committed, so no signature was issued",
             action: "retry later; operators: check the store's disk and the server log"),
+        ProblemType(
+            code: "store_unavailable", status: .serviceUnavailable, title: "Store unavailable",
+            meaning: "the store failed, or did not answer within `--store-timeout-ms`; nothing was issued",
+            action: "retry after `Retry-After`; operators: check the database (reachable, primary, not read-only)"),
+        ProblemType(
+            code: "customer_busy", status: .serviceUnavailable, title: "Customer busy",
+            meaning: "another request for the same customer was still being decided (eligibility rules are decided one request at a time per customer, across instances); nothing was issued",
+            action: "retry after `Retry-After`"),
         ProblemType(
             code: "not_ready", status: .serviceUnavailable, title: "Not ready",
             meaning: "`GET /readyz`: the store does not answer, or an app has no usable active key; `detail` lists what is wrong",

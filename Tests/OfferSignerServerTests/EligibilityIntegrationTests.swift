@@ -179,7 +179,8 @@ struct EligibilityIntegrationTests {
             #expect(try await client.postJSON("/v1/offers/eligibility", question, bearer: secret).status == .ok)
             let limited = try await client.postJSON("/v1/offers/eligibility", question, bearer: secret)
             expectProblem(limited, .tooManyRequests, "rate_limited")
-            #expect(limited.headers[.retryAfter] == "100")
+            // 100 s for a whole token at 0.01/s, or 99 when the machine took a second or more between the requests.
+            #expect(["99", "100"].contains(limited.headers[.retryAfter] ?? ""))
             // Another customer is not affected, and this one can still get a signature.
             let other = #"{"appAccountToken":"0ad246b5-54d1-4e1b-88d4-ab934587435f","evidence":{}}"#
             #expect(try await client.postJSON("/v1/offers/eligibility", other, bearer: secret).status == .ok)

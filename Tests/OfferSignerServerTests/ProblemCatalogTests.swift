@@ -40,7 +40,7 @@ import Testing
                 let status = try #require(statuses[groups[0]], "\(name): status .\(groups[0]) is not in this test's table")
                 found.append((groups[1], status, name))
             }
-            for groups in try matches(#"APIProblem\.badRequest\("([a-z_]+)""#, in: text) { found.append((groups[0], .badRequest, name)) }
+            for groups in try matches(#"APIProblem\.badRequest\(\s*"([a-z_]+)""#, in: text) { found.append((groups[0], .badRequest, name)) }
         }
         return found
     }
