@@ -109,18 +109,21 @@ final class AdvisoryLockHolding: Sendable {
                 let work = Task {
                     do {
                         try await client.withConnection { connection in
-                            try await connection.query("BEGIN", logger: logger)
+                            try await connection.run("BEGIN", logger: logger)
                             do {
-                                try await connection.query(PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = \(milliseconds)"), logger: logger)
-                                try await connection.query("SELECT pg_advisory_xact_lock(\(key.0), \(key.1))", logger: logger)
+                                try await connection.run(PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = \(milliseconds)"), logger: logger)
+                                // `run` reads the statement to its end: `query` returns at BindComplete, and
+                                // a lock_timeout (55P03) would then be lost in the unread rows, so the
+                                // caller would go on without the lock.
+                                try await connection.run("SELECT pg_advisory_xact_lock(\(key.0), \(key.1))", logger: logger)
                             } catch {
-                                _ = try? await connection.query("ROLLBACK", logger: logger)
+                                _ = try? await connection.run("ROLLBACK", logger: logger)
                                 throw error
                             }
                             // Held. If the caller gave up meanwhile, `release()` was called already.
                             race.resume(.success(()))
                             for await _ in holding.released.stream {}
-                            _ = try? await connection.query("ROLLBACK", logger: logger)
+                            _ = try? await connection.run("ROLLBACK", logger: logger)
                         }
                     } catch {
                         let failure = PostgresStore.sqlState(error) == "55P03" ? timeoutError : PostgresStore.storeError(error, "taking the \(lock.kind) lock")
