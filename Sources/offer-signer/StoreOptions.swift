@@ -77,7 +77,13 @@ struct StoreOptions: ParsableArguments {
         }
     }
 
+    /// Rule: a location that looks like a URL but is not a PostgreSQL one is refused, never taken
+    /// as a file name, and only its scheme is shown (the rest may hold a password).
     static func open(sqlite path: String, mustExist: Bool) throws -> any OfferSignerStore {
+        if let schemeEnd = path.range(of: "://") {
+            let scheme = path[..<schemeEnd.lowerBound]
+            throw CLIFailure("the store '\(scheme)://…' is neither a SQLite file path nor a postgres:// or postgresql:// URL")
+        }
         if mustExist && !FileManager.default.fileExists(atPath: path) {
             throw CLIFailure("store '\(path)' does not exist; `offer-signer serve --store \(path)` or `keys import` creates it")
         }

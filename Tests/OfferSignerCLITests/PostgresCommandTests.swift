@@ -52,6 +52,9 @@ extension StoreCommandTests {
                 ("postgres://:\(secret)@localhost/db", [], ["user"]),
                 ("postgresql://user:\(secret)@localhost/db?application=x", [], ["application"]),
                 ("postgres://user:\(secret)@localhost/db", ["--store-pool-size", "0"], ["pool size"]),
+                // Not a PostgreSQL URL, so not taken as one, nor as a file name shown whole.
+                ("postgresql+psycopg://user:\(secret)@localhost/db", [], ["'postgresql+psycopg://…'", "neither a SQLite file path"]),
+                ("jdbc:postgresql://user:\(secret)@localhost/db", [], ["'jdbc:postgresql://…'"]),
             ]
             for (url, extra, mentions) in cases {
                 let result = try run(["keys", "list", "--store", url] + extra)
