@@ -96,7 +96,7 @@ struct KeyRotationUnderLoadTests {
         let activatedAt = try #require(activation)
         let failures = samples.filter { !$0.ok }
         #expect(failures.isEmpty, "\(failures.count) failed requests, e.g. \(failures.prefix(3).map(\.detail))")
-        #expect(samples.count > 300, "too little load to mean anything: \(samples.count) requests")
+        #expect(samples.count > 100, "too little load to mean anything: \(samples.count) requests")
 
         let publicKeys = [oldKey.keyID: oldKey.publicKey, newKey.keyID: newKey.publicKey]
         var late = 0
