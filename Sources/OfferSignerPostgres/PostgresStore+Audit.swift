@@ -80,19 +80,8 @@ extension PostgresStore {
         if !signatures.isEmpty {
             sql += ", ledger AS (INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format) VALUES "
             for (offset, (signature, sequence)) in signatures.enumerated() {
-                let base = binds.count
                 if offset > 0 { sql += ", " }
-                sql += "(" + (1...10).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
-                binds.append(signature.nonce)
-                binds.append(sequence)
-                binds.append(signature.issuedAt.unixMilliseconds)
-                binds.append(signature.client)
-                binds.append(signature.bundleID)
-                binds.append(signature.productID)
-                binds.append(signature.offerID)
-                binds.append(signature.appAccountToken)
-                binds.append(signature.keyID)
-                binds.append(signature.format)
+                sql += ledgerRow(signature, sequence, into: &binds)
             }
             sql += ")"
         }
@@ -101,6 +90,24 @@ extension PostgresStore {
         binds.append(head.sequence)
         binds.append(head.hash)
         return PostgresQuery(unsafeSQL: sql, binds: binds)
+    }
+
+    /// Appends one ledger row's ten values to `binds` and returns its placeholders, `($n, …)`, in
+    /// the column order of `issued_signatures (nonce, audit_seq, issued_at, client, bundle_id,
+    /// product_id, offer_id, app_account_token, key_id, format)`.
+    static func ledgerRow(_ signature: IssuedSignature, _ sequence: Int64, into binds: inout PostgresBindings) -> String {
+        let base = binds.count
+        binds.append(signature.nonce)
+        binds.append(sequence)
+        binds.append(signature.issuedAt.unixMilliseconds)
+        binds.append(signature.client)
+        binds.append(signature.bundleID)
+        binds.append(signature.productID)
+        binds.append(signature.offerID)
+        binds.append(signature.appAccountToken)
+        binds.append(signature.keyID)
+        binds.append(signature.format)
+        return "(" + (1...10).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
     }
 
     /// Multi-row INSERTs of audit records, as they are (sequence and hashes included).
@@ -134,19 +141,8 @@ extension PostgresStore {
             var sql = "INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format) VALUES "
             var binds = PostgresBindings(capacity: chunk.count * 10)
             for (offset, (signature, sequence)) in chunk.enumerated() {
-                let base = offset * 10
                 if offset > 0 { sql += ", " }
-                sql += "(" + (1...10).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
-                binds.append(signature.nonce)
-                binds.append(sequence)
-                binds.append(signature.issuedAt.unixMilliseconds)
-                binds.append(signature.client)
-                binds.append(signature.bundleID)
-                binds.append(signature.productID)
-                binds.append(signature.offerID)
-                binds.append(signature.appAccountToken)
-                binds.append(signature.keyID)
-                binds.append(signature.format)
+                sql += ledgerRow(signature, sequence, into: &binds)
             }
             try await connection.run(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
             start += chunk.count
