@@ -35,19 +35,26 @@ public final class AppStoreServerAPIClient: Sendable {
     private let logger: Logger
     private let breakers = Mutex([String: CircuitBreaker]())
     private let cache: HistoryCache
+    private let chainCache: AppleChainValidationCache?
+    private let onFetch: (@Sendable (VerifiedHistory) -> Void)?
 
     /// - Parameters:
     ///   - trustedRoots: the roots Apple's signed items must chain to (Apple Root CA - G3 in production).
     ///   - metrics: where calls, errors and latency are counted (e.g. a Prometheus factory).
+    ///   - chainCache: where validated certificate chains are remembered (Apple signs every item of
+    ///     an answer with the same chain, so only the first is validated in full).
+    ///   - onFetch: called with every history fetched from Apple (not with cached ones), e.g. to store it.
     public init(
         configuration: AppStoreServerAPIConfiguration, trustedRoots: [Certificate], metrics: AppStoreServerAPIMetrics,
-        logger: Logger
+        logger: Logger, chainCache: AppleChainValidationCache? = nil, onFetch: (@Sendable (VerifiedHistory) -> Void)? = nil
     ) throws(AppStoreServerAPIConfigurationError) {
         if let problem = configuration.problem { throw AppStoreServerAPIConfigurationError(problem) }
         self.configuration = configuration
         self.trustedRoots = trustedRoots
         self.metrics = metrics
         self.logger = logger
+        self.chainCache = chainCache
+        self.onFetch = onFetch
         self.tokens = AppStoreServerAPITokenMaker(lifetime: configuration.tokenLifetime, renewBefore: configuration.tokenRenewBefore)
         self.cache = HistoryCache(ttl: configuration.cacheTTL, capacity: configuration.maximumCachedHistories)
         var httpConfiguration = HTTPClient.Configuration()
@@ -120,6 +127,7 @@ public final class AppStoreServerAPIClient: Sendable {
             case .found(let history):
                 breaker.record(success: true)
                 cache.store(history, bundleID: app.bundleID, transactionID: transactionID)
+                onFetch?(history)
                 return .history(history)
             case .notFound:
                 breaker.record(success: true)
@@ -160,7 +168,7 @@ public final class AppStoreServerAPIClient: Sendable {
         transactionID: String, environment: AppleEnvironment, baseURL: String, app: AppStoreAppSettings,
         credentials: AppStoreServerAPICredentials, now: Date, deadline: ContinuousClock.Instant
     ) async -> EnvironmentResult {
-        let verifier = AppleSignedDataVerifier(trustedRoots: trustedRoots, bundleID: app.bundleID, environment: environment)
+        let verifier = AppleSignedDataVerifier(trustedRoots: trustedRoots, bundleID: app.bundleID, environment: environment, chainCache: chainCache)
         async let statuses = subscriptionStatuses(
             transactionID: transactionID, environment: environment, baseURL: baseURL, app: app, credentials: credentials,
             verifier: verifier, now: now, deadline: deadline)
@@ -187,7 +195,7 @@ public final class AppStoreServerAPIClient: Sendable {
             }
             for jws in body.signedTransactions ?? [] {
                 switch await verifier.verifyTransaction(jws, now: now) {
-                case .success(let transaction): history.record(transaction)
+                case .success(let transaction): history.record(transaction, jws: jws)
                 case .failure(let failure):
                     return .failed(.init(.unverifiable, "a transaction of the history did not verify: \(failure.code.rawValue): \(failure.message)"))
                 }
@@ -203,15 +211,15 @@ public final class AppStoreServerAPIClient: Sendable {
         case .failure(.notFound): return .notFound
         case .failure(.unavailable(let unavailable)): return .failed(unavailable)
         case .success(let items):
-            for transaction in items.transactions { history.record(transaction) }
-            for renewalInfo in items.renewalInfos { history.record(renewalInfo) }
+            for (transaction, jws) in items.transactions { history.record(transaction, jws: jws) }
+            for (renewalInfo, jws) in items.renewalInfos { history.record(renewalInfo, jws: jws) }
             return .found(history)
         }
     }
 
     private struct StatusItems: Sendable {
-        var transactions: [VerifiedTransaction] = []
-        var renewalInfos: [VerifiedRenewalInfo] = []
+        var transactions: [(VerifiedTransaction, String)] = []
+        var renewalInfos: [(VerifiedRenewalInfo, String)] = []
     }
 
     private func subscriptionStatuses(
@@ -231,14 +239,14 @@ public final class AppStoreServerAPIClient: Sendable {
             for last in group.lastTransactions ?? [] {
                 if let jws = last.signedTransactionInfo {
                     switch await verifier.verifyTransaction(jws, now: now) {
-                    case .success(let transaction): items.transactions.append(transaction)
+                    case .success(let transaction): items.transactions.append((transaction, jws))
                     case .failure(let failure):
                         return .failure(.unavailable(.init(.unverifiable, "a subscription status transaction did not verify: \(failure.code.rawValue): \(failure.message)")))
                     }
                 }
                 if let jws = last.signedRenewalInfo {
                     switch await verifier.verifyRenewalInfo(jws, now: now) {
-                    case .success(let info): items.renewalInfos.append(info)
+                    case .success(let info): items.renewalInfos.append((info, jws))
                     case .failure(let failure):
                         return .failure(.unavailable(.init(.unverifiable, "a renewal info did not verify: \(failure.code.rawValue): \(failure.message)")))
                     }

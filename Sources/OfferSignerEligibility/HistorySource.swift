@@ -42,6 +42,12 @@ public struct AppStoreAppSettings: Sendable, Hashable, Encodable {
     /// they are asked: Production first, then Sandbox when Production does not know the transaction
     /// (error 4040010). Default: Production only.
     public var environments: [AppleEnvironment]
+    /// `notificationHistory`: Apple's App Store Server Notifications V2 for this app come to this
+    /// service, so a subscription's stored history, once complete (fetched in full from the App
+    /// Store Server API once, or followed from its first purchase), is kept current by them and
+    /// decides without asking Apple's API. Default `false`: the API is asked (the stored history
+    /// is then only kept, for redemption tracking).
+    public var notificationHistory: Bool
     /// `appStoreServerAPI.productionURL`: overrides Apple's production host (tests, a proxy).
     public var productionURL: String?
     /// `appStoreServerAPI.sandboxURL`: overrides Apple's sandbox host (tests, a proxy).
@@ -49,8 +55,9 @@ public struct AppStoreAppSettings: Sendable, Hashable, Encodable {
 
     public init(
         bundleID: String, appAppleID: Int64? = nil, environments: [AppleEnvironment] = [.production],
-        productionURL: String? = nil, sandboxURL: String? = nil
+        productionURL: String? = nil, sandboxURL: String? = nil, notificationHistory: Bool = false
     ) {
+        self.notificationHistory = notificationHistory
         self.bundleID = bundleID
         self.appAppleID = appAppleID
         self.environments = environments

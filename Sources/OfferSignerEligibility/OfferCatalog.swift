@@ -10,6 +10,9 @@ import Foundation
 ///     "com.example.app": {
 ///       "appAppleID": 1234567890,                   // optional integer; Apple's answers must name it
 ///       "environments": ["Production", "Sandbox"],  // optional, default ["Production"]; asked in this order
+///       "notificationHistory": true,                // optional, default false: Apple sends this app's
+///                                                   // Server Notifications V2 here, so a stored, complete
+///                                                   // history decides without asking Apple's API
 ///       "appStoreServerAPI": {                      // optional: other hosts (tests, a proxy)
 ///         "productionURL": "http://127.0.0.1:9000", "sandboxURL": "http://127.0.0.1:9001" }
 ///     }
@@ -193,7 +196,7 @@ enum JSONValue: Decodable, Hashable {
 
 private struct CatalogParser {
     static let offerKeys = ["offerID", "bundleID", "productIDs", "subscriptionGroupID", "kind", "description", "rules", "historySource"]
-    static let appKeys = ["appAppleID", "environments", "appStoreServerAPI"]
+    static let appKeys = ["appAppleID", "environments", "appStoreServerAPI", "notificationHistory"]
     static let ruleKeys = [
         "minPaidMonths", "lapsedMonths", "waitBetweenOffersMonths", "waitScope", "maxRedemptions",
         "excludeFamilyShared", "excludeRefunded", "excludeBillingRetry", "storefronts", "environment",
@@ -292,6 +295,10 @@ private struct CatalogParser {
                     }
                     return environment
                 }
+            }
+            if let value = settings["notificationHistory"] {
+                guard case .bool(let flag) = value else { throw error(path + ".notificationHistory", .wrongType(expected: "true or false")) }
+                app.notificationHistory = flag
             }
             if let value = settings["appStoreServerAPI"] {
                 guard case .object(let urls) = value else {

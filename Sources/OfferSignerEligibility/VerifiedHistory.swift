@@ -17,6 +17,7 @@ public struct VerifiedHistory: Sendable, Hashable {
     public private(set) var asOf: Date
     private var transactionsByID: [String: VerifiedTransaction] = [:]
     private var renewalInfosByOriginalID: [String: VerifiedRenewalInfo] = [:]
+    private var signedForms: [String: String] = [:]
 
     public init(bundleID: String, environment: AppleEnvironment, asOf: Date) {
         self.bundleID = bundleID
@@ -27,12 +28,13 @@ public struct VerifiedHistory: Sendable, Hashable {
     /// Adds or replaces a transaction. Returns `false` (and keeps nothing) for another bundle's or
     /// environment's transaction.
     @discardableResult
-    public mutating func record(_ transaction: VerifiedTransaction, statedAt: Date? = nil) -> Bool {
+    public mutating func record(_ transaction: VerifiedTransaction, statedAt: Date? = nil, jws: String? = nil) -> Bool {
         guard transaction.bundleID == bundleID, transaction.environment == environment else { return false }
         if let existing = transactionsByID[transaction.transactionID], Self.isNewer(existing.signedDate, than: transaction.signedDate) {
             return true
         }
         transactionsByID[transaction.transactionID] = transaction
+        signedForms["t:" + transaction.transactionID] = jws
         if let statedAt, statedAt > asOf { asOf = statedAt }
         return true
     }
@@ -40,12 +42,13 @@ public struct VerifiedHistory: Sendable, Hashable {
     /// Adds or replaces a renewal info (by `originalTransactionID`). Returns `false` for another
     /// environment's renewal info or one without `originalTransactionID`.
     @discardableResult
-    public mutating func record(_ renewalInfo: VerifiedRenewalInfo, statedAt: Date? = nil) -> Bool {
+    public mutating func record(_ renewalInfo: VerifiedRenewalInfo, statedAt: Date? = nil, jws: String? = nil) -> Bool {
         guard renewalInfo.environment == environment, let key = renewalInfo.originalTransactionID else { return false }
         if let existing = renewalInfosByOriginalID[key], Self.isNewer(existing.signedDate, than: renewalInfo.signedDate) {
             return true
         }
         renewalInfosByOriginalID[key] = renewalInfo
+        signedForms["r:" + key] = jws
         if let statedAt, statedAt > asOf { asOf = statedAt }
         return true
     }
@@ -59,6 +62,12 @@ public struct VerifiedHistory: Sendable, Hashable {
     public var renewalInfos: [VerifiedRenewalInfo] {
         renewalInfosByOriginalID.keys.sorted().compactMap { renewalInfosByOriginalID[$0] }
     }
+
+    /// The JWS a transaction was verified from, when it was recorded with one.
+    public func jws(ofTransaction transactionID: String) -> String? { signedForms["t:" + transactionID] }
+
+    /// The JWS a renewal info was verified from, when it was recorded with one.
+    public func jws(ofRenewalInfo originalTransactionID: String) -> String? { signedForms["r:" + originalTransactionID] }
 
     /// Every `originalTransactionID` this history holds (the subscriptions and purchases it covers).
     public var originalTransactionIDs: Set<String> {

@@ -34,15 +34,30 @@ public struct AppleSignedDataVerifier: Sendable {
     public let bundleID: String
     /// The required environment, or `nil` for Production or Sandbox.
     public let environment: AppleEnvironment?
+    /// Chains validated before (shared by the verifiers of one process), or nil to validate every chain.
+    public let chainCache: AppleChainValidationCache?
+    private let rootsDigest: [UInt8]
 
     /// - Parameters:
     ///   - trustedRoots: trusted roots; Apple Root CA - G3 by default (tests pass their own).
     ///   - bundleID: the expected `bundleId` of transactions.
     ///   - environment: the expected `environment`, or `nil` to accept Production and Sandbox.
-    public init(trustedRoots: [Certificate] = [.appleRootCAG3], bundleID: String, environment: AppleEnvironment?) {
+    ///   - chainCache: where validated chains are remembered (see ``AppleChainValidationCache``).
+    public init(
+        trustedRoots: [Certificate] = [.appleRootCAG3], bundleID: String, environment: AppleEnvironment?, chainCache: AppleChainValidationCache? = nil
+    ) {
         self.trustedRoots = trustedRoots
         self.bundleID = bundleID
         self.environment = environment
+        self.chainCache = chainCache
+        var hasher = SHA256()
+        if chainCache != nil {
+            for root in trustedRoots {
+                var serializer = DER.Serializer()
+                if (try? serializer.serialize(root)) != nil { hasher.update(data: serializer.serializedBytes) }
+            }
+        }
+        self.rootsDigest = Array(hasher.finalize())
     }
 
     /// Verifies all submitted items (`{"signedTransactions": [...], "signedRenewalInfos": [...]}`).
@@ -121,6 +136,15 @@ public struct AppleSignedDataVerifier: Sendable {
 
     // MARK: - Steps
 
+    func checkEnvironmentName(_ raw: String) -> Result<AppleEnvironment, VerificationFailure> {
+        checkEnvironment(raw)
+    }
+
+    /// Checks structure, header, chain and signature of any Apple JWS; returns the signed payload bytes.
+    func verifySignedPayload(_ jws: String, now: Date) async -> Result<Data, VerificationFailure> {
+        await verifySignedData(jws, now: now)
+    }
+
     private func checkEnvironment(_ raw: String) -> Result<AppleEnvironment, VerificationFailure> {
         guard let value = AppleEnvironment(rawValue: raw) else {
             return .failure(.init(.environmentMismatch, "unknown environment '\(raw)'"))
@@ -177,6 +201,7 @@ public struct AppleSignedDataVerifier: Sendable {
 
         // Certificates.
         var certificates: [Certificate] = []
+        var ders: [[UInt8]] = []
         for (position, entry) in x5c.enumerated() {
             let name = Self.certificateNames[position]
             guard let der = Data(base64Encoded: entry) else {
@@ -184,6 +209,7 @@ public struct AppleSignedDataVerifier: Sendable {
             }
             do {
                 certificates.append(try Certificate(derEncoded: Array(der)))
+                ders.append(Array(der))
             } catch {
                 return .failure(.init(.malformedCertificate, "x5c[\(position)] (\(name)) is not a DER X.509 certificate"))
             }
@@ -193,8 +219,14 @@ public struct AppleSignedDataVerifier: Sendable {
 
         // Chain, at the signing time when the payload states it (as Apple's library does offline).
         let validationTime = (probe.signedDate ?? probe.receiptCreationDate).map(date) ?? now
-        if let failure = await verifyChain(leaf: leaf, intermediate: intermediate, at: validationTime) {
-            return .failure(failure)
+        let cacheKey = chainCache.map { _ in AppleChainValidationCache.key(leaf: ders[0], intermediate: ders[1], rootsDigest: rootsDigest) }
+        if let chainCache, let cacheKey, chainCache.isValid(cacheKey, at: validationTime) {
+            // Validated before; the signing time is inside every certificate's validity.
+        } else {
+            switch await verifyChain(leaf: leaf, intermediate: intermediate, at: validationTime) {
+            case .failure(let failure): return .failure(failure)
+            case .success(let chain): if let chainCache, let cacheKey { chainCache.remember(cacheKey, chain: chain) }
+            }
         }
 
         // Signature.
@@ -215,8 +247,8 @@ public struct AppleSignedDataVerifier: Sendable {
 
     private static let certificateNames = ["leaf", "intermediate", "root"]
 
-    /// Returns `nil` when the chain is trusted and carries Apple's marker OIDs.
-    private func verifyChain(leaf: Certificate, intermediate: Certificate, at time: Date) async -> VerificationFailure? {
+    /// The validated chain when it is trusted and carries Apple's marker OIDs.
+    private func verifyChain(leaf: Certificate, intermediate: Certificate, at time: Date) async -> Result<[Certificate], VerificationFailure> {
         var verifier = Verifier(rootCertificates: CertificateStore(trustedRoots)) {
             RFC5280Policy(fixedExpiryValidationTime: time)
             AppleMarkerOIDPolicy()
@@ -227,9 +259,9 @@ public struct AppleSignedDataVerifier: Sendable {
         case .validCertificate(let chain):
             // Defence in depth: the policy already enforced this shape.
             guard chain.count == 3, chain[0] == leaf, chain[1] == intermediate else {
-                return .init(.untrustedChain, "validated chain is not leaf, intermediate, trusted root")
+                return .failure(.init(.untrustedChain, "validated chain is not leaf, intermediate, trusted root"))
             }
-            return nil
+            return .success(Array(chain))
         case .couldNotValidate(let policyFailures):
             failures = policyFailures
         }
@@ -238,18 +270,18 @@ public struct AppleSignedDataVerifier: Sendable {
         let timestamp = ISO8601DateFormatter().string(from: time)
         for (certificate, name) in [(leaf, "leaf"), (intermediate, "intermediate")] {
             if time > certificate.notValidAfter {
-                return .init(.certificateExpired, "\(name) certificate expired at \(ISO8601DateFormatter().string(from: certificate.notValidAfter)), checked at \(timestamp)")
+                return .failure(.init(.certificateExpired, "\(name) certificate expired at \(ISO8601DateFormatter().string(from: certificate.notValidAfter)), checked at \(timestamp)"))
             }
             if time < certificate.notValidBefore {
-                return .init(.certificateNotYetValid, "\(name) certificate is not valid before \(ISO8601DateFormatter().string(from: certificate.notValidBefore)), checked at \(timestamp)")
+                return .failure(.init(.certificateNotYetValid, "\(name) certificate is not valid before \(ISO8601DateFormatter().string(from: certificate.notValidBefore)), checked at \(timestamp)"))
             }
         }
         let reasons = failures.map(\.policyFailureReason.description)
         if let marker = reasons.first(where: { $0.hasPrefix(AppleMarkerOIDPolicy.failurePrefix) }) {
-            return .init(.missingAppleMarkerOID, String(marker.dropFirst(AppleMarkerOIDPolicy.failurePrefix.count)))
+            return .failure(.init(.missingAppleMarkerOID, String(marker.dropFirst(AppleMarkerOIDPolicy.failurePrefix.count))))
         }
         if reasons.contains(where: { $0.contains("expired") || $0.contains("not yet valid") }) {
-            return .init(.certificateExpired, "a certificate of the chain is not valid at \(timestamp)")
+            return .failure(.init(.certificateExpired, "a certificate of the chain is not valid at \(timestamp)"))
         }
         var message = "certificate chain does not lead to a trusted root"
         if leaf.extensions[oid: AppleCertificateMarkers.leaf] == nil
@@ -257,7 +289,7 @@ public struct AppleSignedDataVerifier: Sendable {
         {
             message += " (and lacks Apple's marker OIDs)"
         }
-        return .init(.untrustedChain, message)
+        return .failure(.init(.untrustedChain, message))
     }
 
     private static func describe(_ error: any Error) -> String {

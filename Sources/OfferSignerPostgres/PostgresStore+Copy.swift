@@ -9,7 +9,7 @@ extension PostgresStore {
     static let copiedTables = ["signing_keys", "api_clients", "audit_log", "issued_signatures", "audit_checkpoints", "audit_signing_key"]
 
     static func hasRows(_ connection: PostgresConnection, _ logger: Logger) async throws -> String? {
-        for table in copiedTables {
+        for table in copiedTables + AppleHistorySchema.tables {
             if try await connection.query(PostgresQuery(unsafeSQL: "SELECT 1 FROM \(table) LIMIT 1"), logger: logger).collect().count > 0 { return table }
         }
         if try await connection.query("SELECT 1 FROM meta WHERE name = 'master_key_check'", logger: logger).collect().count > 0 { return "meta" }

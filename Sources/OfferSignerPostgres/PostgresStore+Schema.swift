@@ -116,6 +116,9 @@ extension PostgresStore {
             """,
             "CREATE TRIGGER registry_changed AFTER UPDATE ON registry FOR EACH ROW EXECUTE FUNCTION offer_signer_registry_changed()",
         ],
+        // 3: Apple's history (App Store Server Notifications V2, App Store Server API answers) and
+        // offer redemptions, the same tables as SQLite's "v3".
+        AppleHistorySchema.statements,
     ]
 
     /// The newest schema version this build knows.

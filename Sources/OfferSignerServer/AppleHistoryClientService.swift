@@ -1,5 +1,6 @@
 import AppStoreServerAPI
 import Logging
+import OfferSignerEvidence
 import OfferSignerEligibility
 import Prometheus
 import ServiceLifecycle
@@ -14,12 +15,16 @@ final class AppleHistoryClientService: Service, Sendable {
         self.client = client
     }
 
-    static func make(_ eligibility: EligibilityConfiguration?, metrics: ServerMetrics, logger: Logger) throws -> AppleHistoryClientService? {
+    static func make(
+        _ eligibility: EligibilityConfiguration?, metrics: ServerMetrics, logger: Logger, chainCache: AppleChainValidationCache,
+        onFetch: @escaping @Sendable (VerifiedHistory) -> Void
+    ) throws -> AppleHistoryClientService? {
         guard let eligibility, eligibility.catalog.offers.contains(where: { $0.rules != nil && $0.historySource.asksApple }) else { return nil }
         do {
             let client = try AppStoreServerAPIClient(
                 configuration: eligibility.appStoreServerAPI, trustedRoots: eligibility.trustedRoots,
-                metrics: AppStoreServerAPIMetrics(factory: PrometheusMetricsFactory(registry: metrics.registry)), logger: logger)
+                metrics: AppStoreServerAPIMetrics(factory: PrometheusMetricsFactory(registry: metrics.registry)), logger: logger,
+                chainCache: chainCache, onFetch: onFetch)
             return AppleHistoryClientService(client: client)
         } catch {
             throw ServerConfigurationError(error.description)

@@ -65,13 +65,31 @@ struct EligibilityService: Sendable {
     let evaluator: EligibilityEvaluator
     /// Apple's word on history, for offers whose `historySource` asks Apple.
     let appleHistory: AppStoreServerAPIClient?
+    /// Certificate chains validated before (shared with the API client and the notifications endpoint).
+    let chainCache: AppleChainValidationCache
 
-    init(configuration: EligibilityConfiguration, store: any OfferSignerStore, storeTimeout: Duration, appleHistory: AppStoreServerAPIClient? = nil) {
+    init(
+        configuration: EligibilityConfiguration, store: any OfferSignerStore, storeTimeout: Duration, appleHistory: AppStoreServerAPIClient? = nil,
+        chainCache: AppleChainValidationCache = AppleChainValidationCache()
+    ) {
         self.configuration = configuration
         self.store = store
         self.storeTimeout = storeTimeout
         self.evaluator = EligibilityEvaluator(catalog: configuration.catalog)
         self.appleHistory = appleHistory
+        self.chainCache = chainCache
+    }
+
+    /// The complete stored history of the subscription `transactionID` belongs to, in the first of
+    /// the app's environments that has one (nil when none is complete).
+    func storedHistory(transactionID: String, app: AppStoreAppSettings) async throws -> VerifiedHistory? {
+        for environment in app.environments {
+            let stored = try await StoreDeadline.run("stored history read", timeout: storeTimeout) { [store] in
+                try await store.appleHistory(bundleID: app.bundleID, environment: environment.rawValue, transactionID: transactionID)
+            }
+            if let stored, stored.isComplete, let history = AppleHistoryConversion.history(stored) { return history }
+        }
+        return nil
     }
 
     /// The catalog offers of a bundle, or those named.
@@ -119,7 +137,7 @@ struct EligibilityService: Sendable {
         guard count <= configuration.maximumEvidenceItems else {
             throw APIProblem.badRequest("too_much_evidence", "evidence holds \(count) JWS; at most \(configuration.maximumEvidenceItems) are accepted")
         }
-        let verifier = AppleSignedDataVerifier(trustedRoots: configuration.trustedRoots, bundleID: bundleID, environment: nil)
+        let verifier = AppleSignedDataVerifier(trustedRoots: configuration.trustedRoots, bundleID: bundleID, environment: nil, chainCache: chainCache)
         var verified = await verifier.verify(signedTransactions: evidence.signedTransactions, signedRenewalInfos: evidence.signedRenewalInfos, now: now)
         if let appAccountToken {
             let customer = appAccountToken.lowercasedString
@@ -195,6 +213,7 @@ struct EligibilityService: Sendable {
         writer.field("reasons", json: reasonsJSON(decision.reasons))
         if let source = outcome.source { writer.field("historySource", source.rawValue) }
         if let transactionID { writer.field("transactionID", transactionID) }
+        if let via = outcome.appleVia { writer.field("appleHistoryVia", via) }
         if let unavailable = outcome.appleUnavailable { writer.field("appleUnavailable", unavailable.reason.rawValue) }
         return AuditEntry(kind: "eligibility.decided", body: writer.finish())
     }

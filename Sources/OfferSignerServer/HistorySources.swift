@@ -11,6 +11,9 @@ struct EligibilityOutcome: Sendable {
     var source: DecidingHistorySource?
     /// Why Apple could not answer, when it was asked and could not.
     var appleUnavailable: HistoryUnavailable?
+    /// Where Apple's word came from when it decided: `api` (the App Store Server API) or `store`
+    /// (the stored history that notifications keep current).
+    var appleVia: String?
 }
 
 /// Applies each offer's `historySource` (see `HistorySource`).
@@ -19,7 +22,9 @@ struct EligibilityOutcome: Sendable {
 /// - The request must carry what every offer with rules needs: `evidence` for `client`, a
 ///   `transactionID` for `apple`, one of them for `apple-then-client` (400 `evidence_required` /
 ///   `transaction_id_required` otherwise).
-/// - Apple is asked at most once per request, and only when an offer needs it.
+/// - Apple is asked at most once per request, and only when an offer needs it. When the app's
+///   notifications come here (`apps.<bundle>.notificationHistory`) and the store holds the
+///   subscription's complete history, that history is Apple's word and the API is not asked.
 /// - `apple`: Apple's verified history decides; when Apple cannot answer, the offer is not eligible
 ///   (`history_unavailable`). `apple-then-client`: the app's evidence decides when Apple could not
 ///   answer (never when Apple answered that the transaction ID is unknown or invalid: the app chose
@@ -55,10 +60,14 @@ struct HistorySourceResolver: Sendable {
     ) async throws -> [EligibilityOutcome] {
         let needsApple = transactionID != nil && offers.contains { $0.rules != nil && $0.historySource.asksApple }
         var apple: HistoryLookup?
-        if needsApple, let transactionID {
+        var appleVia = "api"
+        let app = service.configuration.catalog.appSettings(bundleID: bundleID)
+        if needsApple, let transactionID, app.notificationHistory, let stored = try await service.storedHistory(transactionID: transactionID, app: app) {
+            apple = .history(stored)
+            appleVia = "store"
+        } else if needsApple, let transactionID {
             if let client = service.appleHistory {
-                apple = await client.history(
-                    transactionID: transactionID, app: service.configuration.catalog.appSettings(bundleID: bundleID), credentials: credentials, now: now)
+                apple = await client.history(transactionID: transactionID, app: app, credentials: credentials, now: now)
             } else {
                 apple = .unavailable(HistoryUnavailable(.noCredentials, "this service has no App Store Server API client"))
             }
@@ -82,7 +91,8 @@ struct HistorySourceResolver: Sendable {
                 let decision = service.evaluator.evaluate(offer, evidence: try await appEvidence(), ledger: ledger, now: now)
                 outcomes.append(EligibilityOutcome(decision: decision, source: .client))
             case (_, .history(let history)?):
-                outcomes.append(EligibilityOutcome(decision: decideOnApple(offer, history: history, appAccountToken: appAccountToken, ledger: ledger, now: now), source: .apple))
+                outcomes.append(EligibilityOutcome(
+                    decision: decideOnApple(offer, history: history, appAccountToken: appAccountToken, ledger: ledger, now: now), source: .apple, appleVia: appleVia))
             case (.appleThenClient, .unavailable(let unavailable)?) where unavailable.allowsFallback && evidence != nil:
                 let decision = service.evaluator.evaluate(offer, evidence: try await appEvidence(), ledger: ledger, now: now)
                 outcomes.append(EligibilityOutcome(decision: decision, source: .client, appleUnavailable: unavailable))

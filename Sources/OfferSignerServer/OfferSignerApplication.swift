@@ -6,6 +6,7 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import OfferSignerCore
+import OfferSignerEvidence
 import OfferSignerStorage
 import ServiceLifecycle
 
@@ -19,6 +20,7 @@ public enum OfferSignerRoutes {
         (.get, "/metrics"),
         (.get, "/openapi.yaml"),
         (.get, "/problems/{code}"),
+        (.post, "/v1/apple/notifications"),
     ]
 
     /// The methods the routes take on `path` (`{name}` in a route matches one path segment).
@@ -58,8 +60,17 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         store: store, batchLimit: configuration.auditBatchLimit, commitDelay: configuration.auditCommitDelay, metrics: metrics, logger: logger)
     let authenticator = RequestAuthenticator(developmentMode: configuration.developmentMode, userJWT: userJWT, limiter: RateLimiter(limit: configuration.clientRateLimit))
     // Made after the last step that can fail: an unused client must still be shut down.
-    let appleHistory = try AppleHistoryClientService.make(configuration.eligibility, metrics: metrics, logger: logger)
-    let eligibility = configuration.eligibility.map { EligibilityService(configuration: $0, store: store, storeTimeout: configuration.storeTimeout, appleHistory: appleHistory?.client) }
+    let chainCache = AppleChainValidationCache()
+    let historyRecorder = AppleHistoryRecorder(store: store, metrics: metrics, logger: logger)
+    let appleHistory = try AppleHistoryClientService.make(
+        configuration.eligibility, metrics: metrics, logger: logger, chainCache: chainCache, onFetch: { historyRecorder.submit($0) })
+    let eligibility = configuration.eligibility.map {
+        EligibilityService(configuration: $0, store: store, storeTimeout: configuration.storeTimeout, appleHistory: appleHistory?.client, chainCache: chainCache)
+    }
+    let notifications = AppleNotificationController(
+        store: store, keyRing: keyRing, catalog: configuration.eligibility?.catalog, trustedRoots: configuration.eligibility?.trustedRoots ?? [.appleRootCAG3],
+        chainCache: chainCache, appleHistory: appleHistory?.client, metrics: metrics, storeTimeout: configuration.storeTimeout,
+        maximumBodyBytes: ServerConfiguration.maximumNotificationBytes)
     let signing = SigningController(
         keyRing: keyRing, committer: committer, authenticator: authenticator,
         tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit), metrics: metrics,
@@ -75,6 +86,9 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     }
     router.post("/v1/offers/eligibility") { request, context in
         try await eligibilityController.decide(request, context: context)
+    }
+    router.post("/v1/apple/notifications") { request, context in
+        try await notifications.receive(request, context: context)
     }
     router.get("/healthz") { _, _ in
         Response.json(#"{"status":"ok"}"#)
@@ -107,7 +121,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, lockTimeout: configuration.storeTimeout, logger: logger),
         keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger),
     ]
-    if let appleHistory { services.append(appleHistory) }
+    if let appleHistory { services.append(contentsOf: [appleHistory, historyRecorder] as [any Service]) }
     return Application(
         router: router, server: server, configuration: applicationConfiguration, services: services,
         onServerRunning: { channel in

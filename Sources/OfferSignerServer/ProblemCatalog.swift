@@ -119,9 +119,17 @@ public enum ProblemCatalog {
             action: "send the subscription group's transactions only"),
         // 401, 403: who is asking.
         ProblemType(
+            code: "notification_unverified", status: .badRequest, title: "Notification not signed by Apple",
+            meaning: "an App Store Server Notification's `signedPayload`, or a JWS inside it, did not verify (chain to Apple's root, Apple's marker OIDs, ES256 signature, readable payload); nothing was stored",
+            action: "nothing, if it was not Apple; otherwise check the trusted roots (`--apple-root` is for tests only)"),
+        ProblemType(
             code: "unauthorized", status: .unauthorized, title: "Missing or invalid credentials",
             meaning: "no `Authorization: Bearer`, or an unknown or revoked API key, or a user JWT that does not verify; comes with `WWW-Authenticate: Bearer`",
             action: "send a valid API key or user JWT; do not retry unchanged"),
+        ProblemType(
+            code: "notification_foreign", status: .forbidden, title: "Notification for another app or environment",
+            meaning: "a verified App Store Server Notification names an app this service does not serve, an environment the app does not accept (`apps.<bundle>.environments`), or, in Production, another App Apple ID than `apps.<bundle>.appAppleID` (which Production notifications require); nothing was stored",
+            action: "point the app's notification URL at the right service, or complete the app's entry in the offers catalog"),
         ProblemType(
             code: "bundle_not_allowed", status: .forbidden, title: "Client not allowed for this app",
             meaning: "the API client is limited to other apps (`clients create --bundle-id`)",

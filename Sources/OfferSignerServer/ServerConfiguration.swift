@@ -16,6 +16,9 @@ public struct ServerConfiguration: Sendable {
     /// Largest accepted request body, in bytes (413 above it). Evidence of a long-time
     /// subscriber (a JWS per renewal) needs room.
     public var maximumBodyBytes: Int = 1024 * 1024
+    /// Largest App Store Server Notification body accepted (Apple's are a few KiB per JWS, and one
+    /// holds three JWS at most).
+    public static let maximumNotificationBytes = 256 * 1024
     /// Win-back eligibility rules; nil signs every offer as before.
     public var eligibility: EligibilityConfiguration?
     /// Token bucket per API client / user: sustained requests per second and burst.

@@ -24,6 +24,22 @@ final class ServerMetrics: Sendable {
         var latency: [String: DurationHistogram] = [:]
         var signatures: [String: Counter] = [:]
         var rejections: [String: Counter] = [:]
+        var labelled: [String: Counter] = [:]
+        var offerLabels: Set<String> = []
+    }
+
+    /// Most distinct offer IDs the per-offer metrics name; further ones are counted as `other`
+    /// (offer IDs come from requests, so they must not grow the metrics without bound).
+    static let maximumOfferLabels = 500
+
+    private func offerLabel(_ bundleID: String, _ offerID: String) -> String {
+        handles.withLock { handles in
+            let key = bundleID + "\u{1F}" + offerID
+            if handles.offerLabels.contains(key) { return offerID }
+            guard handles.offerLabels.count < Self.maximumOfferLabels else { return "other" }
+            handles.offerLabels.insert(key)
+            return offerID
+        }
     }
 
     private let handles = Mutex(Handles())
@@ -67,6 +83,39 @@ final class ServerMetrics: Sendable {
             handles.signatures[key] = counter
             return counter
         }.increment()
+    }
+
+    /// One issuance (one audit record, whatever its formats) of an offer.
+    func offerIssued(bundleID: String, offerID: String) {
+        counter("offer_issuances", help: "Offer issuances (one per signing request, whatever its formats) by bundle and offer", labels: [("bundle_id", bundleID), ("offer_id", offerLabel(bundleID, offerID))]).increment()
+    }
+
+    /// A recorded redemption of a promotional offer; `matched` when the issuance that enabled it was found.
+    func offerRedeemed(bundleID: String, offerID: String, matched: Bool) {
+        counter(
+            "offer_redemptions", help: "Promotional offer redemptions Apple reported, by bundle, offer and whether the issuance that enabled them was found",
+            labels: [("bundle_id", bundleID), ("offer_id", offerLabel(bundleID, offerID)), ("matched", matched ? "true" : "false")]
+        ).increment()
+    }
+
+    /// An App Store Server Notification by type and outcome (`recorded`, `duplicate`, or the problem code).
+    func appleNotification(type: String, outcome: String) {
+        counter("apple_notifications", help: "App Store Server Notifications V2 received, by type and outcome", labels: [("type", type), ("outcome", outcome)]).increment()
+    }
+
+    /// A history fetched from Apple, stored (`recorded`) or not (`failed`, `dropped`).
+    func appleHistoryStored(_ outcome: String) {
+        counter("apple_histories_stored", help: "Histories fetched from the App Store Server API and written to the store, by outcome", labels: [("outcome", outcome)]).increment()
+    }
+
+    private func counter(_ name: String, help: String, labels: [(String, String)]) -> Counter {
+        let key = name + labels.map { "\u{1F}\($0.0)=\($0.1)" }.joined()
+        return handles.withLock { handles in
+            if let counter = handles.labelled[key] { return counter }
+            let counter = registry.makeCounter(descriptor: Self.name(name, unit: "total", help: help), labels: labels)
+            handles.labelled[key] = counter
+            return counter
+        }
     }
 
     func rejection(_ code: String) {

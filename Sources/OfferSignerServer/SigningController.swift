@@ -166,6 +166,7 @@ struct SigningController: Sendable {
             throw APIProblem(.serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")
         }
         for signature in issued { metrics.signatureIssued(format: signature.format, keyID: signature.keyID) }
+        metrics.offerIssued(bundleID: bundleID, offerID: signatureRequest.offerID)
         context.logger.info(
             "signature issued",
             metadata: [

@@ -81,6 +81,25 @@ public protocol OfferSignerStore: StoreCoordination {
     /// The signatures issued for a customer (appAccountToken) of a bundle.
     func issuedSignatures(appAccountToken: String, bundleID: String) async throws -> [IssuedSignatureRecord]
 
+    // MARK: Apple's history (App Store Server Notifications V2 and App Store Server API answers)
+
+    /// Records, in one durable transaction, what a verified notification or a fetched history
+    /// says: the notification's UUID (a UUID recorded before makes the call a no-op,
+    /// `.duplicateNotification`), the items (a later `signedDate` replaces an earlier one), which
+    /// subscriptions are complete, and each redemption not recorded before, matched to its
+    /// issuance (see ``OfferRedemption``) with its `offer.redeemed` audit record.
+    func recordAppleHistory(_ update: AppleHistoryUpdate, at time: Date) async throws -> AppleHistoryUpdateResult
+
+    /// The stored history of the subscription that `transactionID` belongs to (a transaction ID
+    /// or an original transaction ID), or nil when the store knows neither.
+    func appleHistory(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistory?
+
+    /// Recorded redemptions whose purchase date is at or after `since` (all when nil), oldest first.
+    func offerRedemptions(since: Date?) async throws -> [OfferRedemption]
+
+    /// Issuances per bundle and offer, issued at or after `since` (all when nil).
+    func offerIssuances(since: Date?) async throws -> [OfferIssuanceCount]
+
     // MARK: Signed audit checkpoints
 
     /// The key that signs audit checkpoints: generated on first need, sealed under the master key

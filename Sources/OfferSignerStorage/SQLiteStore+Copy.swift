@@ -6,7 +6,7 @@ import OfferSignerCore
 extension SQLiteStore {
     public func isEmpty() async throws -> Bool {
         try await read { db in
-            for table in ["signing_keys", "api_clients", "audit_log", "issued_signatures", "audit_checkpoints", "audit_signing_key"] {
+            for table in ["signing_keys", "api_clients", "audit_log", "issued_signatures", "audit_checkpoints", "audit_signing_key"] + AppleHistorySchema.tables {
                 if try Row.fetchOne(db, sql: "SELECT 1 FROM \(table) LIMIT 1") != nil { return false }
             }
             return try String.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'master_key_check'") == nil
@@ -56,7 +56,7 @@ extension SQLiteStore {
     public func importVerbatim(_ batch: VerbatimImport) async throws {
         try await write { db in
             if let registry = batch.registry {
-                for table in ["signing_keys", "api_clients", "audit_log", "issued_signatures", "audit_checkpoints", "audit_signing_key"] {
+                for table in ["signing_keys", "api_clients", "audit_log", "issued_signatures", "audit_checkpoints", "audit_signing_key"] + AppleHistorySchema.tables {
                     if try Row.fetchOne(db, sql: "SELECT 1 FROM \(table) LIMIT 1") != nil {
                         throw StoreError(.conflict, "the target store is not empty (\(table) has rows)")
                     }

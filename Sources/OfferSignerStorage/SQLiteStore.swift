@@ -124,6 +124,9 @@ public final class SQLiteStore: OfferSignerStore {
         migrator.registerMigration("v2") { db in
             try Self.migrateAuditCheckpoints(db)
         }
+        migrator.registerMigration("v3") { db in
+            try Self.migrateAppleHistory(db)
+        }
         return migrator
     }
 

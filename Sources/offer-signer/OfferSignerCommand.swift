@@ -13,6 +13,7 @@ struct OfferSignerCommand: AsyncParsableCommand {
             ExplainCommand.self,
             KeysCommand.self,
             ClientsCommand.self,
+            OffersCommand.self,
             AuditCommand.self,
             StoreCommand.self,
             EligibilityCommand.self,

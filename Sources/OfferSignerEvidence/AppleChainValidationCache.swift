@@ -1,0 +1,59 @@
+import Crypto
+import Foundation
+import Synchronization
+import X509
+
+/// Remembers certificate chains (leaf, intermediate) that were found to lead to a trusted root
+/// with Apple's marker OIDs, so the same chain is not validated again for every signed item.
+///
+/// Rules: an entry is keyed by the SHA-256 of the leaf's and the intermediate's DER and of the
+/// trusted roots; only the time check depends on when the item was signed, so a hit still
+/// requires the signing time to be inside every certificate's validity period (the latest
+/// `notBefore` to the earliest `notAfter` of the validated chain); a chain that failed is never
+/// remembered; at most `capacity` chains are kept (the oldest is dropped first).
+public final class AppleChainValidationCache: Sendable {
+    struct Validity {
+        var notBefore: Date
+        var notAfter: Date
+    }
+
+    private let capacity: Int
+    private let state = Mutex<(entries: [SHA256Digest: Validity], order: [SHA256Digest])>(([:], []))
+
+    public init(capacity: Int = 64) {
+        self.capacity = max(1, capacity)
+    }
+
+    static func key(leaf: [UInt8], intermediate: [UInt8], rootsDigest: [UInt8]) -> SHA256Digest {
+        var hasher = SHA256()
+        hasher.update(data: withUnsafeBytes(of: UInt64(leaf.count).bigEndian) { Array($0) })
+        hasher.update(data: leaf)
+        hasher.update(data: withUnsafeBytes(of: UInt64(intermediate.count).bigEndian) { Array($0) })
+        hasher.update(data: intermediate)
+        hasher.update(data: rootsDigest)
+        return hasher.finalize()
+    }
+
+    /// Whether the chain was validated before and `time` is inside its validity.
+    func isValid(_ key: SHA256Digest, at time: Date) -> Bool {
+        state.withLock { state in
+            guard let validity = state.entries[key] else { return false }
+            return validity.notBefore <= time && time <= validity.notAfter
+        }
+    }
+
+    func remember(_ key: SHA256Digest, chain: [Certificate]) {
+        guard let notBefore = chain.map(\.notValidBefore).max(), let notAfter = chain.map(\.notValidAfter).min() else { return }
+        state.withLock { state in
+            if state.entries.updateValue(Validity(notBefore: notBefore, notAfter: notAfter), forKey: key) == nil {
+                state.order.append(key)
+            }
+            while state.order.count > capacity {
+                state.entries.removeValue(forKey: state.order.removeFirst())
+            }
+        }
+    }
+
+    /// Chains remembered (for tests and metrics).
+    public var count: Int { state.withLock { $0.entries.count } }
+}

@@ -1,0 +1,174 @@
+import Foundation
+import Logging
+import OfferSignerCore
+import OfferSignerStorage
+import PostgresNIO
+
+/// Apple's history in PostgreSQL (migration 3; see ``OfferSignerStore/recordAppleHistory(_:at:)``).
+///
+/// Rule: a notification's UUID is inserted first (`ON CONFLICT DO NOTHING`), so two instances that
+/// receive the same notification at once write it once: the second waits for the first's commit
+/// and then finds the UUID. A redemption's `offer.redeemed` record locks the audit chain head in
+/// the same transaction, like every audit append.
+extension PostgresStore {
+    public func recordAppleHistory(_ update: AppleHistoryUpdate, at time: Date) async throws -> AppleHistoryUpdateResult {
+        try await transaction("recording Apple's history") { connection, logger in
+            let now = time.unixMilliseconds
+            if let notification = update.notification {
+                let inserted = try await connection.query(
+                    """
+                    INSERT INTO apple_notifications (notification_uuid, bundle_id, environment, notification_type, subtype, original_transaction_id, signed_date, received_at)
+                    VALUES (\(notification.notificationUUID), \(notification.bundleID), \(notification.environment), \(notification.notificationType),
+                            \(notification.subtype), \(notification.originalTransactionID), \(notification.signedDate.unixMilliseconds), \(notification.receivedAt.unixMilliseconds))
+                    ON CONFLICT (notification_uuid) DO NOTHING RETURNING 1
+                    """, logger: logger
+                ).collect()
+                if inserted.isEmpty { return .duplicateNotification }
+            }
+            for subscription in update.subscriptions {
+                let complete = update.completeSubscriptions.contains(subscription) ? 1 : 0
+                try await connection.run(
+                    """
+                    INSERT INTO apple_subscriptions (bundle_id, environment, original_transaction_id, complete, updated_at)
+                    VALUES (\(subscription.bundleID), \(subscription.environment), \(subscription.originalTransactionID), \(complete), \(now))
+                    ON CONFLICT (bundle_id, environment, original_transaction_id) DO UPDATE SET
+                        complete = GREATEST(apple_subscriptions.complete, excluded.complete), updated_at = excluded.updated_at
+                    """, logger: logger)
+            }
+            for item in update.transactions {
+                try await connection.run(
+                    """
+                    INSERT INTO apple_transactions (bundle_id, environment, transaction_id, original_transaction_id, signed_date, decoded, jws)
+                    VALUES (\(item.bundleID), \(item.environment), \(item.key), \(item.originalTransactionID), \(item.signedDate?.unixMilliseconds), \(item.decoded), \(item.jws))
+                    ON CONFLICT (bundle_id, environment, transaction_id) DO UPDATE SET
+                        original_transaction_id = excluded.original_transaction_id, signed_date = excluded.signed_date,
+                        decoded = excluded.decoded, jws = excluded.jws
+                    WHERE apple_transactions.signed_date IS NULL OR excluded.signed_date >= apple_transactions.signed_date
+                    """, logger: logger)
+            }
+            for item in update.renewalInfos {
+                try await connection.run(
+                    """
+                    INSERT INTO apple_renewal_infos (bundle_id, environment, original_transaction_id, signed_date, decoded, jws)
+                    VALUES (\(item.bundleID), \(item.environment), \(item.key), \(item.signedDate?.unixMilliseconds), \(item.decoded), \(item.jws))
+                    ON CONFLICT (bundle_id, environment, original_transaction_id) DO UPDATE SET
+                        signed_date = excluded.signed_date, decoded = excluded.decoded, jws = excluded.jws
+                    WHERE apple_renewal_infos.signed_date IS NULL OR excluded.signed_date >= apple_renewal_infos.signed_date
+                    """, logger: logger)
+            }
+            var redemptions: [OfferRedemption] = []
+            for candidate in update.redemptions {
+                var issuance: (Int64, Int64)?
+                if let token = candidate.appAccountToken {
+                    let from = candidate.purchaseDate.addingTimeInterval(-RedemptionMatching.signatureLifetime).unixMilliseconds
+                    let until = candidate.purchaseDate.addingTimeInterval(RedemptionMatching.clockSkew).unixMilliseconds
+                    let row = try await connection.query(
+                        """
+                        SELECT audit_seq, issued_at FROM issued_signatures
+                        WHERE bundle_id = \(candidate.bundleID) AND offer_id = \(candidate.offerID) AND product_id = \(candidate.productID)
+                          AND app_account_token = \(token) AND issued_at BETWEEN \(from) AND \(until)
+                          AND audit_seq NOT IN (SELECT issuance_seq FROM offer_redemptions WHERE issuance_seq IS NOT NULL)
+                        ORDER BY issued_at DESC, audit_seq DESC LIMIT 1
+                        """, logger: logger
+                    ).collect().first
+                    if let row { issuance = try row.decode((Int64, Int64).self) }
+                }
+                // Inserted first: a transaction recorded before (or by another instance now) is skipped.
+                let inserted = try await connection.query(
+                    """
+                    INSERT INTO offer_redemptions (bundle_id, environment, transaction_id, original_transaction_id, product_id, offer_id,
+                        app_account_token, purchase_date, issuance_seq, signature_issued_at, source, recorded_at)
+                    VALUES (\(candidate.bundleID), \(candidate.environment), \(candidate.transactionID), \(candidate.originalTransactionID),
+                        \(candidate.productID), \(candidate.offerID), \(candidate.appAccountToken), \(candidate.purchaseDate.unixMilliseconds),
+                        \(issuance?.0), \(issuance?.1), \(update.source), \(now))
+                    ON CONFLICT (bundle_id, environment, transaction_id) DO NOTHING RETURNING 1
+                    """, logger: logger
+                ).collect()
+                guard !inserted.isEmpty else { continue }
+                let redemption = OfferRedemption(
+                    candidate: candidate, issuanceSequence: issuance?.0, signatureIssuedAt: issuance.map { Self.date($0.1) }, source: update.source,
+                    recordedAt: Self.date(now))
+                _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: redemption.auditEntry)], at: time)
+                redemptions.append(redemption)
+            }
+            return .recorded(redemptions: redemptions)
+        }
+    }
+
+    public func appleHistory(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistory? {
+        try await transaction("reading Apple's history") { connection, logger in
+            let original =
+                try await connection.query(
+                    """
+                    SELECT original_transaction_id FROM apple_transactions
+                    WHERE bundle_id = \(bundleID) AND environment = \(environment) AND transaction_id = \(transactionID)
+                    """, logger: logger
+                ).collect().first?.decode(String.self) ?? transactionID
+            guard
+                let subscription = try await connection.query(
+                    """
+                    SELECT complete, updated_at FROM apple_subscriptions
+                    WHERE bundle_id = \(bundleID) AND environment = \(environment) AND original_transaction_id = \(original)
+                    """, logger: logger
+                ).collect().first
+            else { return nil }
+            let (complete, updatedAt) = try subscription.decode((Int, Int64).self)
+            var transactions: [AppleSignedItem] = []
+            for row in try await connection.query(
+                """
+                SELECT transaction_id, signed_date, decoded, jws FROM apple_transactions
+                WHERE bundle_id = \(bundleID) AND environment = \(environment) AND original_transaction_id = \(original)
+                """, logger: logger
+            ).collect() {
+                let (key, signed, decoded, jws) = try row.decode((String, Int64?, String, String).self)
+                transactions.append(AppleSignedItem(
+                    bundleID: bundleID, environment: environment, key: key, originalTransactionID: original, signedDate: Self.optionalDate(signed), decoded: decoded, jws: jws))
+            }
+            var renewalInfos: [AppleSignedItem] = []
+            for row in try await connection.query(
+                """
+                SELECT signed_date, decoded, jws FROM apple_renewal_infos
+                WHERE bundle_id = \(bundleID) AND environment = \(environment) AND original_transaction_id = \(original)
+                """, logger: logger
+            ).collect() {
+                let (signed, decoded, jws) = try row.decode((Int64?, String, String).self)
+                renewalInfos.append(AppleSignedItem(
+                    bundleID: bundleID, environment: environment, key: original, originalTransactionID: original, signedDate: Self.optionalDate(signed), decoded: decoded, jws: jws))
+            }
+            return StoredAppleHistory(
+                subscription: AppleSubscriptionKey(bundleID: bundleID, environment: environment, originalTransactionID: original), isComplete: complete != 0,
+                updatedAt: Self.date(updatedAt), transactions: transactions, renewalInfos: renewalInfos)
+        }
+    }
+
+    public func offerRedemptions(since: Date?) async throws -> [OfferRedemption] {
+        try await rows(
+            "reading redemptions",
+            """
+            SELECT bundle_id, environment, transaction_id, original_transaction_id, product_id, offer_id, app_account_token, purchase_date,
+                issuance_seq, signature_issued_at, source, recorded_at
+            FROM offer_redemptions WHERE purchase_date >= \(since?.unixMilliseconds ?? Int64.min) ORDER BY purchase_date, transaction_id
+            """
+        ).map { row in
+            let c = try row.decode((String, String, String, String, String, String, String?, Int64, Int64?, Int64?, String, Int64).self)
+            return OfferRedemption(
+                candidate: RedemptionCandidate(
+                    transactionID: c.2, originalTransactionID: c.3, bundleID: c.0, environment: c.1, productID: c.4, offerID: c.5, appAccountToken: c.6,
+                    purchaseDate: Self.date(c.7)),
+                issuanceSequence: c.8, signatureIssuedAt: Self.optionalDate(c.9), source: c.10, recordedAt: Self.date(c.11))
+        }
+    }
+
+    public func offerIssuances(since: Date?) async throws -> [OfferIssuanceCount] {
+        try await rows(
+            "counting issuances",
+            """
+            SELECT bundle_id, offer_id, COUNT(DISTINCT \(unescaped: AppleHistorySchema.issuanceKey)) FROM issued_signatures
+            WHERE issued_at >= \(since?.unixMilliseconds ?? Int64.min) GROUP BY bundle_id, offer_id ORDER BY bundle_id, offer_id
+            """
+        ).map { row in
+            let (bundleID, offerID, count) = try row.decode((String, String, Int64).self)
+            return OfferIssuanceCount(bundleID: bundleID, offerID: offerID, issuances: count)
+        }
+    }
+}

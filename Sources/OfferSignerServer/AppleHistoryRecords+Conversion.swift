@@ -1,0 +1,110 @@
+import Foundation
+import OfferSignerEligibility
+import OfferSignerEvidence
+import OfferSignerStorage
+
+/// Converts between verified Apple data and what the store keeps of it.
+///
+/// Rule: only verified items are ever stored (a notification or an App Store Server API answer
+/// whose every JWS verified), and what is read back is trusted as verified; the JWS is stored
+/// beside the decoded form so an operator can verify an item again.
+enum AppleHistoryConversion {
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .millisecondsSince1970
+        encoder.outputFormatting = .sortedKeys
+        return encoder
+    }()
+
+    private static let decoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .millisecondsSince1970
+        return decoder
+    }()
+
+    static func item(_ transaction: VerifiedTransaction, jws: String?) -> AppleSignedItem? {
+        guard let decoded = try? encoder.encode(transaction) else { return nil }
+        return AppleSignedItem(
+            bundleID: transaction.bundleID, environment: transaction.environment.rawValue, key: transaction.transactionID,
+            originalTransactionID: transaction.originalTransactionID, signedDate: transaction.signedDate, decoded: String(decoding: decoded, as: UTF8.self),
+            jws: jws ?? "")
+    }
+
+    static func item(_ renewalInfo: VerifiedRenewalInfo, bundleID: String, jws: String?) -> AppleSignedItem? {
+        guard let original = renewalInfo.originalTransactionID, let decoded = try? encoder.encode(renewalInfo) else { return nil }
+        return AppleSignedItem(
+            bundleID: bundleID, environment: renewalInfo.environment.rawValue, key: original, originalTransactionID: original,
+            signedDate: renewalInfo.signedDate, decoded: String(decoding: decoded, as: UTF8.self), jws: jws ?? "")
+    }
+
+    /// A redeemed promotional offer of ours: `offerType` 2 with an `offerIdentifier`.
+    static func redemption(_ transaction: VerifiedTransaction) -> RedemptionCandidate? {
+        guard transaction.offerType == .promotional, let offerID = transaction.offerIdentifier, !offerID.isEmpty else { return nil }
+        let token = transaction.appAccountToken.flatMap { $0.isEmpty ? nil : $0.lowercased() }
+        return RedemptionCandidate(
+            transactionID: transaction.transactionID, originalTransactionID: transaction.originalTransactionID, bundleID: transaction.bundleID,
+            environment: transaction.environment.rawValue, productID: transaction.productID, offerID: offerID, appAccountToken: token,
+            purchaseDate: transaction.purchaseDate)
+    }
+
+    /// What a verified notification adds. A first purchase (`SUBSCRIBED` / `INITIAL_BUY`) starts a
+    /// complete history of its subscription.
+    static func update(_ notification: VerifiedNotification, receivedAt: Date) -> AppleHistoryUpdate {
+        let original = notification.transaction?.value.originalTransactionID ?? notification.renewalInfo?.value.originalTransactionID
+        var update = AppleHistoryUpdate(
+            notification: AppleNotificationReceipt(
+                notificationUUID: notification.notificationUUID, bundleID: notification.bundleID, environment: notification.environment.rawValue,
+                notificationType: notification.notificationType, subtype: notification.subtype, originalTransactionID: original,
+                signedDate: notification.signedDate, receivedAt: receivedAt),
+            source: "notification")
+        if let signed = notification.transaction, let item = item(signed.value, jws: signed.jws) {
+            update.transactions.append(item)
+            if let candidate = redemption(signed.value) { update.redemptions.append(candidate) }
+        }
+        if let signed = notification.renewalInfo, let item = item(signed.value, bundleID: notification.bundleID, jws: signed.jws) {
+            update.renewalInfos.append(item)
+        }
+        if let original {
+            let key = AppleSubscriptionKey(bundleID: notification.bundleID, environment: notification.environment.rawValue, originalTransactionID: original)
+            update.subscriptions.append(key)
+            if notification.notificationType == "SUBSCRIBED" && notification.subtype == "INITIAL_BUY" { update.completeSubscriptions.append(key) }
+        }
+        return update
+    }
+
+    /// What a history fetched from the App Store Server API adds: it is the customer's whole
+    /// history, so every subscription in it is complete.
+    static func update(_ history: VerifiedHistory) -> AppleHistoryUpdate {
+        var update = AppleHistoryUpdate(source: "history")
+        for transaction in history.transactions {
+            if let item = item(transaction, jws: history.jws(ofTransaction: transaction.transactionID)) { update.transactions.append(item) }
+            if let candidate = redemption(transaction) { update.redemptions.append(candidate) }
+        }
+        for info in history.renewalInfos {
+            if let original = info.originalTransactionID, let item = item(info, bundleID: history.bundleID, jws: history.jws(ofRenewalInfo: original)) {
+                update.renewalInfos.append(item)
+            }
+        }
+        let keys = history.originalTransactionIDs.sorted().map {
+            AppleSubscriptionKey(bundleID: history.bundleID, environment: history.environment.rawValue, originalTransactionID: $0)
+        }
+        update.subscriptions = keys
+        update.completeSubscriptions = keys
+        return update
+    }
+
+    /// A stored history as verified history (nil when an item cannot be read back).
+    static func history(_ stored: StoredAppleHistory) -> VerifiedHistory? {
+        guard let environment = AppleEnvironment(rawValue: stored.subscription.environment) else { return nil }
+        var history = VerifiedHistory(bundleID: stored.subscription.bundleID, environment: environment, asOf: stored.updatedAt)
+        for item in stored.transactions {
+            guard let transaction = try? decoder.decode(VerifiedTransaction.self, from: Data(item.decoded.utf8)) else { return nil }
+            history.record(transaction, jws: item.jws)
+        }
+        for item in stored.renewalInfos {
+            guard let info = try? decoder.decode(VerifiedRenewalInfo.self, from: Data(item.decoded.utf8)) else { return nil }
+            history.record(info, jws: item.jws)
+        }
+        return history
+    }
+}

@@ -1,0 +1,121 @@
+import AppStoreServerAPI
+import Foundation
+import Hummingbird
+import Logging
+import OfferSignerCore
+import OfferSignerEligibility
+import OfferSignerEvidence
+import OfferSignerStorage
+import X509
+
+/// `POST /v1/apple/notifications`: App Store Server Notifications V2 (`{"signedPayload": "…"}`).
+///
+/// Rules:
+/// - Apple sends no credentials, so authenticity comes from the payload alone: its x5c chain to
+///   a trusted root, Apple's marker OIDs and its ES256 signature, then every JWS inside it.
+/// - The app it names must be one of this service's (a key's bundle or an `apps` entry of the
+///   catalog); its environment must be one the app accepts (`apps.<bundle>.environments`); a
+///   Production notification must name the app's `appAppleID`. Anything else is refused (4xx)
+///   and nothing is stored.
+/// - Idempotent by `notificationUUID`: Apple retries until it gets a 200, and a repeat is
+///   answered 200 without a second write.
+/// - A valid notification of any type is answered 200, once its content is durably stored
+///   (its transaction, renewal info and any redemption); a store failure is a 503, so Apple
+///   sends it again.
+struct AppleNotificationController: Sendable {
+    let store: any OfferSignerStore
+    let keyRing: KeyRingHolder
+    let catalog: OfferCatalog?
+    let trustedRoots: [Certificate]
+    let chainCache: AppleChainValidationCache
+    let appleHistory: AppStoreServerAPIClient?
+    let metrics: ServerMetrics
+    let storeTimeout: Duration
+    /// Apple's payloads are a few KiB per JWS, three JWS at most.
+    let maximumBodyBytes: Int
+
+    func receive(_ request: Request, context: some RequestContext) async throws -> Response {
+        var type = "unknown"
+        do {
+            let (notification, update) = try await verify(request, type: &type)
+            let result = try await StoreDeadline.run("storing a notification", timeout: storeTimeout) { [store] in
+                try await store.recordAppleHistory(update, at: Date())
+            }
+            if let original = update.notification?.originalTransactionID { appleHistory?.invalidate(originalTransactionID: original) }
+            let outcome: String
+            switch result {
+            case .duplicateNotification:
+                outcome = "duplicate"
+            case .recorded(let redemptions):
+                outcome = "recorded"
+                for redemption in redemptions {
+                    metrics.offerRedeemed(bundleID: redemption.candidate.bundleID, offerID: redemption.candidate.offerID, matched: redemption.isMatched)
+                    context.logger.notice(
+                        "offer redeemed",
+                        metadata: [
+                            "bundle_id": "\(redemption.candidate.bundleID)", "offer_id": "\(redemption.candidate.offerID)",
+                            "transaction_id": "\(redemption.candidate.transactionID)", "matched": "\(redemption.isMatched)",
+                        ])
+                }
+            }
+            metrics.appleNotification(type: type, outcome: outcome)
+            context.logger.info(
+                "App Store Server Notification", metadata: ["type": "\(notification.notificationType)", "uuid": "\(notification.notificationUUID)", "outcome": "\(outcome)"])
+            var writer = JSONObjectWriter()
+            writer.field("status", outcome)
+            writer.field("notificationUUID", notification.notificationUUID)
+            return Response.json(writer.finish())
+        } catch let problem as APIProblem {
+            metrics.appleNotification(type: type, outcome: problem.code)
+            throw problem
+        } catch {
+            metrics.appleNotification(type: type, outcome: "store_unavailable")
+            throw error
+        }
+    }
+
+    private func verify(_ request: Request, type: inout String) async throws -> (VerifiedNotification, AppleHistoryUpdate) {
+        let body = try await RequestBodyReader.json(request, limit: maximumBodyBytes)
+        let signedPayload = try Self.signedPayload(body)
+        guard let bundleID = AppleNotificationProbe.claimedBundleID(signedPayload) else {
+            throw APIProblem(.badRequest, code: "notification_unverified", detail: "signedPayload is not a compact JWS of a notification payload naming a bundleId")
+        }
+        let ring = keyRing.ring
+        guard ring.configuredBundles.contains(bundleID) || catalog?.apps[bundleID] != nil else {
+            throw APIProblem(.forbidden, code: "notification_foreign", detail: "the notification is for an app this service does not serve")
+        }
+        let app = catalog?.appSettings(bundleID: bundleID) ?? AppStoreAppSettings(bundleID: bundleID)
+        let verifier = AppleSignedDataVerifier(trustedRoots: trustedRoots, bundleID: bundleID, environment: nil, chainCache: chainCache)
+        let now = Date()
+        let notification: VerifiedNotification
+        switch await verifier.verifyNotification(signedPayload, appAppleID: app.appAppleID, now: now) {
+        case .success(let verified):
+            notification = verified
+        case .failure(let failure) where failure.code == .bundleIDMismatch || failure.code == .environmentMismatch:
+            throw APIProblem(.forbidden, code: "notification_foreign", detail: "\(failure.code.rawValue): \(failure.message)")
+        case .failure(let failure):
+            throw APIProblem(.badRequest, code: "notification_unverified", detail: "\(failure.code.rawValue): \(failure.message)")
+        }
+        type = notification.notificationType
+        guard app.environments.contains(notification.environment) else {
+            throw APIProblem(
+                .forbidden, code: "notification_foreign",
+                detail: "environment \(notification.environment.rawValue) is not accepted for \(bundleID) (apps.\(bundleID).environments)")
+        }
+        return (notification, AppleHistoryConversion.update(notification, receivedAt: now))
+    }
+
+    /// The body must be `{"signedPayload": "<compact JWS>"}` (other members are ignored, as Apple may add some).
+    static func signedPayload(_ body: Data) throws(APIProblem) -> String {
+        guard let object = (try? JSONSerialization.jsonObject(with: body)) as? [String: Any] else {
+            throw APIProblem.badRequest("malformed_json", "the body is not a JSON object")
+        }
+        guard let value = object["signedPayload"] else {
+            throw APIProblem.badRequest("missing_field", "signedPayload is required")
+        }
+        guard let text = value as? String, !text.isEmpty else {
+            throw APIProblem.badRequest("wrong_type", "signedPayload must be a non-empty string")
+        }
+        return text
+    }
+}

@@ -1,0 +1,226 @@
+import Foundation
+import OfferSignerCore
+
+/// One Apple-signed item of a customer's history as stored: the JWS exactly as Apple sent it
+/// and its verified, decoded content (JSON the server wrote after verifying the JWS).
+///
+/// Rule: the store keeps one item per key (a transaction by `transactionId`, a renewal info by
+/// `originalTransactionId`, per app and environment); a later statement (greater or equal
+/// `signedDate`) replaces an earlier one, an older one never replaces a newer one.
+public struct AppleSignedItem: Sendable, Equatable {
+    public var bundleID: String
+    /// `Production` or `Sandbox`.
+    public var environment: String
+    /// The transaction's `transactionId`; for a renewal info, its `originalTransactionId`.
+    public var key: String
+    public var originalTransactionID: String
+    public var signedDate: Date?
+    /// The verified content, as JSON.
+    public var decoded: String
+    /// The JWS as Apple signed it (kept so the item can be verified again later).
+    public var jws: String
+
+    public init(bundleID: String, environment: String, key: String, originalTransactionID: String, signedDate: Date?, decoded: String, jws: String) {
+        self.bundleID = bundleID
+        self.environment = environment
+        self.key = key
+        self.originalTransactionID = originalTransactionID
+        self.signedDate = signedDate
+        self.decoded = decoded
+        self.jws = jws
+    }
+}
+
+/// An App Store Server Notification V2 that was verified and accepted (for idempotency by
+/// `notificationUUID`, and for operators: what Apple told us, and when).
+public struct AppleNotificationReceipt: Sendable, Equatable {
+    public var notificationUUID: String
+    public var bundleID: String
+    public var environment: String
+    public var notificationType: String
+    public var subtype: String?
+    public var originalTransactionID: String?
+    public var signedDate: Date
+    public var receivedAt: Date
+
+    public init(
+        notificationUUID: String, bundleID: String, environment: String, notificationType: String, subtype: String?,
+        originalTransactionID: String?, signedDate: Date, receivedAt: Date
+    ) {
+        self.notificationUUID = notificationUUID
+        self.bundleID = bundleID
+        self.environment = environment
+        self.notificationType = notificationType
+        self.subtype = subtype
+        self.originalTransactionID = originalTransactionID
+        self.signedDate = signedDate
+        self.receivedAt = receivedAt
+    }
+}
+
+/// A transaction Apple signed that redeemed one of our promotional offers (`offerType` 2 with an
+/// `offerIdentifier`), to be matched to the signature that enabled it.
+public struct RedemptionCandidate: Sendable, Equatable {
+    public var transactionID: String
+    public var originalTransactionID: String
+    public var bundleID: String
+    public var environment: String
+    public var productID: String
+    public var offerID: String
+    /// Lowercased; `nil` when the purchase carried none (then no signature can be matched).
+    public var appAccountToken: String?
+    public var purchaseDate: Date
+
+    public init(
+        transactionID: String, originalTransactionID: String, bundleID: String, environment: String, productID: String, offerID: String,
+        appAccountToken: String?, purchaseDate: Date
+    ) {
+        self.transactionID = transactionID
+        self.originalTransactionID = originalTransactionID
+        self.bundleID = bundleID
+        self.environment = environment
+        self.productID = productID
+        self.offerID = offerID
+        self.appAccountToken = appAccountToken
+        self.purchaseDate = purchaseDate
+    }
+}
+
+/// A recorded redemption of a promotional offer, and the issuance it was matched to.
+///
+/// Matching rule (both stores): the latest `signature.issued` record of the same bundle, product,
+/// offer and appAccountToken, issued at most
+/// ``RedemptionMatching/signatureLifetime`` before the purchase (and at most
+/// ``RedemptionMatching/clockSkew`` after it), that no other redemption was matched to. A
+/// transaction is recorded once, however often Apple states it.
+public struct OfferRedemption: Sendable, Equatable {
+    public var candidate: RedemptionCandidate
+    /// The audit sequence of the matched `signature.issued` record, `nil` when none matched.
+    public var issuanceSequence: Int64?
+    /// When the matched signature was issued.
+    public var signatureIssuedAt: Date?
+    /// `notification` or `history` (an App Store Server API answer).
+    public var source: String
+    public var recordedAt: Date
+
+    public init(candidate: RedemptionCandidate, issuanceSequence: Int64?, signatureIssuedAt: Date?, source: String, recordedAt: Date) {
+        self.candidate = candidate
+        self.issuanceSequence = issuanceSequence
+        self.signatureIssuedAt = signatureIssuedAt
+        self.source = source
+        self.recordedAt = recordedAt
+    }
+
+    public var isMatched: Bool { issuanceSequence != nil }
+
+    /// The `offer.redeemed` audit entry.
+    public var auditEntry: AuditEntry {
+        var writer = JSONObjectWriter()
+        writer.field("redeemedAt", candidate.purchaseDate.unixMilliseconds)
+        writer.field("bundleID", candidate.bundleID)
+        writer.field("environment", candidate.environment)
+        writer.field("productID", candidate.productID)
+        writer.field("offerID", candidate.offerID)
+        writer.field("appAccountToken", candidate.appAccountToken)
+        writer.field("transactionID", candidate.transactionID)
+        writer.field("originalTransactionID", candidate.originalTransactionID)
+        writer.field("matched", isMatched)
+        if let issuanceSequence { writer.field("issuanceSequence", issuanceSequence) }
+        if let signatureIssuedAt { writer.field("signatureIssuedAt", signatureIssuedAt.unixMilliseconds) }
+        writer.field("source", source)
+        return AuditEntry(kind: "offer.redeemed", body: writer.finish())
+    }
+}
+
+/// The matching window of ``OfferRedemption``.
+public enum RedemptionMatching {
+    /// Apple accepts a promotional offer signature for 24 hours.
+    public static let signatureLifetime: TimeInterval = 24 * 3600
+    /// A purchase dated slightly before the signature (clocks differ) still matches.
+    public static let clockSkew: TimeInterval = 300
+}
+
+/// What one notification, or one fetched history, adds to the store (one transaction).
+public struct AppleHistoryUpdate: Sendable, Equatable {
+    /// The notification, when the update comes from one (then a repeated `notificationUUID` makes
+    /// the whole update a no-op).
+    public var notification: AppleNotificationReceipt?
+    public var transactions: [AppleSignedItem]
+    public var renewalInfos: [AppleSignedItem]
+    /// Subscriptions (bundle, environment, originalTransactionId) whose whole history this update
+    /// holds: a full App Store Server API history, or a first purchase (SUBSCRIBED, INITIAL_BUY).
+    /// From then on, notifications keep the stored history complete.
+    public var completeSubscriptions: [AppleSubscriptionKey]
+    /// Every subscription the update touches (recorded even when not complete).
+    public var subscriptions: [AppleSubscriptionKey]
+    public var redemptions: [RedemptionCandidate]
+    /// `notification` or `history`.
+    public var source: String
+
+    public init(
+        notification: AppleNotificationReceipt? = nil, transactions: [AppleSignedItem] = [], renewalInfos: [AppleSignedItem] = [],
+        subscriptions: [AppleSubscriptionKey] = [], completeSubscriptions: [AppleSubscriptionKey] = [], redemptions: [RedemptionCandidate] = [],
+        source: String
+    ) {
+        self.notification = notification
+        self.transactions = transactions
+        self.renewalInfos = renewalInfos
+        self.subscriptions = subscriptions
+        self.completeSubscriptions = completeSubscriptions
+        self.redemptions = redemptions
+        self.source = source
+    }
+}
+
+/// One subscription of one app in one environment.
+public struct AppleSubscriptionKey: Sendable, Hashable {
+    public var bundleID: String
+    public var environment: String
+    public var originalTransactionID: String
+
+    public init(bundleID: String, environment: String, originalTransactionID: String) {
+        self.bundleID = bundleID
+        self.environment = environment
+        self.originalTransactionID = originalTransactionID
+    }
+}
+
+/// The result of ``OfferSignerStore/recordAppleHistory(_:at:)``.
+public enum AppleHistoryUpdateResult: Sendable, Equatable {
+    /// The notification was recorded before: nothing was written.
+    case duplicateNotification
+    /// Recorded; with the redemptions that were new (each now has its `offer.redeemed` audit record).
+    case recorded(redemptions: [OfferRedemption])
+}
+
+/// A subscription's stored history.
+public struct StoredAppleHistory: Sendable, Equatable {
+    public var subscription: AppleSubscriptionKey
+    /// Whether the store holds the subscription's whole history (see ``AppleHistoryUpdate/completeSubscriptions``).
+    public var isComplete: Bool
+    /// When the history last changed.
+    public var updatedAt: Date
+    public var transactions: [AppleSignedItem]
+    public var renewalInfos: [AppleSignedItem]
+
+    public init(subscription: AppleSubscriptionKey, isComplete: Bool, updatedAt: Date, transactions: [AppleSignedItem], renewalInfos: [AppleSignedItem]) {
+        self.subscription = subscription
+        self.isComplete = isComplete
+        self.updatedAt = updatedAt
+        self.transactions = transactions
+        self.renewalInfos = renewalInfos
+    }
+}
+
+/// Issuances of one offer (one per signing request, whatever its number of formats).
+public struct OfferIssuanceCount: Sendable, Equatable {
+    public var bundleID: String
+    public var offerID: String
+    public var issuances: Int64
+
+    public init(bundleID: String, offerID: String, issuances: Int64) {
+        self.bundleID = bundleID
+        self.offerID = offerID
+        self.issuances = issuances
+    }
+}

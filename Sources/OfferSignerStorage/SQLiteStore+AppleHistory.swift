@@ -1,0 +1,252 @@
+import Foundation
+import GRDB
+import OfferSignerCore
+
+/// The tables of Apple's history (schema "v3" in SQLite, migration 3 in PostgreSQL): the same
+/// statements serve both engines.
+public enum AppleHistorySchema {
+    public static let statements: [String] = [
+        """
+        CREATE TABLE apple_notifications (
+            notification_uuid TEXT PRIMARY KEY,
+            bundle_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            notification_type TEXT NOT NULL,
+            subtype TEXT,
+            original_transaction_id TEXT,
+            signed_date BIGINT NOT NULL,
+            received_at BIGINT NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE apple_subscriptions (
+            bundle_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            original_transaction_id TEXT NOT NULL,
+            complete INTEGER NOT NULL,
+            updated_at BIGINT NOT NULL,
+            PRIMARY KEY (bundle_id, environment, original_transaction_id)
+        )
+        """,
+        """
+        CREATE TABLE apple_transactions (
+            bundle_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            transaction_id TEXT NOT NULL,
+            original_transaction_id TEXT NOT NULL,
+            signed_date BIGINT,
+            decoded TEXT NOT NULL,
+            jws TEXT NOT NULL,
+            PRIMARY KEY (bundle_id, environment, transaction_id)
+        )
+        """,
+        "CREATE INDEX apple_transactions_by_subscription ON apple_transactions (bundle_id, environment, original_transaction_id)",
+        """
+        CREATE TABLE apple_renewal_infos (
+            bundle_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            original_transaction_id TEXT NOT NULL,
+            signed_date BIGINT,
+            decoded TEXT NOT NULL,
+            jws TEXT NOT NULL,
+            PRIMARY KEY (bundle_id, environment, original_transaction_id)
+        )
+        """,
+        """
+        CREATE TABLE offer_redemptions (
+            bundle_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            transaction_id TEXT NOT NULL,
+            original_transaction_id TEXT NOT NULL,
+            product_id TEXT NOT NULL,
+            offer_id TEXT NOT NULL,
+            app_account_token TEXT,
+            purchase_date BIGINT NOT NULL,
+            issuance_seq BIGINT,
+            signature_issued_at BIGINT,
+            source TEXT NOT NULL,
+            recorded_at BIGINT NOT NULL,
+            PRIMARY KEY (bundle_id, environment, transaction_id)
+        )
+        """,
+        "CREATE INDEX offer_redemptions_by_issuance ON offer_redemptions (issuance_seq)",
+        "CREATE INDEX offer_redemptions_by_date ON offer_redemptions (purchase_date)",
+        "CREATE INDEX issued_by_offer ON issued_signatures (bundle_id, offer_id, issued_at)",
+    ]
+
+    /// What identifies one issuance in `issued_signatures` (a request for several formats has a
+    /// row, and an audit record, per format, all with the same client, customer, product, offer
+    /// and time).
+    public static let issuanceKey =
+        "client || '|' || COALESCE(app_account_token, '') || '|' || product_id || '|' || offer_id || '|' || CAST(issued_at AS TEXT)"
+
+    /// The tables, for emptiness checks.
+    public static let tables = ["apple_notifications", "apple_subscriptions", "apple_transactions", "apple_renewal_infos", "offer_redemptions"]
+}
+
+/// Apple's history in SQLite (see ``OfferSignerStore/recordAppleHistory(_:at:)``).
+extension SQLiteStore {
+    static func migrateAppleHistory(_ db: Database) throws {
+        for statement in AppleHistorySchema.statements { try db.execute(sql: statement) }
+    }
+
+    public func recordAppleHistory(_ update: AppleHistoryUpdate, at time: Date) async throws -> AppleHistoryUpdateResult {
+        try await write { db in
+            let now = time.unixMilliseconds
+            if let notification = update.notification {
+                try db.execute(
+                    sql: """
+                        INSERT INTO apple_notifications (notification_uuid, bundle_id, environment, notification_type, subtype, original_transaction_id, signed_date, received_at)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (notification_uuid) DO NOTHING
+                        """,
+                    arguments: [
+                        notification.notificationUUID, notification.bundleID, notification.environment, notification.notificationType, notification.subtype,
+                        notification.originalTransactionID, notification.signedDate.unixMilliseconds, notification.receivedAt.unixMilliseconds,
+                    ])
+                if db.changesCount == 0 { return .duplicateNotification }
+            }
+            for subscription in update.subscriptions {
+                let complete = update.completeSubscriptions.contains(subscription) ? 1 : 0
+                try db.execute(
+                    sql: """
+                        INSERT INTO apple_subscriptions (bundle_id, environment, original_transaction_id, complete, updated_at) VALUES (?, ?, ?, ?, ?)
+                        ON CONFLICT (bundle_id, environment, original_transaction_id) DO UPDATE SET
+                            complete = MAX(apple_subscriptions.complete, excluded.complete), updated_at = excluded.updated_at
+                        """,
+                    arguments: [subscription.bundleID, subscription.environment, subscription.originalTransactionID, complete, now])
+            }
+            for item in update.transactions {
+                try db.execute(
+                    sql: """
+                        INSERT INTO apple_transactions (bundle_id, environment, transaction_id, original_transaction_id, signed_date, decoded, jws)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        ON CONFLICT (bundle_id, environment, transaction_id) DO UPDATE SET
+                            original_transaction_id = excluded.original_transaction_id, signed_date = excluded.signed_date,
+                            decoded = excluded.decoded, jws = excluded.jws
+                        WHERE apple_transactions.signed_date IS NULL OR excluded.signed_date >= apple_transactions.signed_date
+                        """,
+                    arguments: [item.bundleID, item.environment, item.key, item.originalTransactionID, item.signedDate?.unixMilliseconds, item.decoded, item.jws])
+            }
+            for item in update.renewalInfos {
+                try db.execute(
+                    sql: """
+                        INSERT INTO apple_renewal_infos (bundle_id, environment, original_transaction_id, signed_date, decoded, jws)
+                        VALUES (?, ?, ?, ?, ?, ?)
+                        ON CONFLICT (bundle_id, environment, original_transaction_id) DO UPDATE SET
+                            signed_date = excluded.signed_date, decoded = excluded.decoded, jws = excluded.jws
+                        WHERE apple_renewal_infos.signed_date IS NULL OR excluded.signed_date >= apple_renewal_infos.signed_date
+                        """,
+                    arguments: [item.bundleID, item.environment, item.key, item.signedDate?.unixMilliseconds, item.decoded, item.jws])
+            }
+            var redemptions: [OfferRedemption] = []
+            for candidate in update.redemptions {
+                let seen = try Row.fetchOne(
+                    db, sql: "SELECT 1 FROM offer_redemptions WHERE bundle_id = ? AND environment = ? AND transaction_id = ?",
+                    arguments: [candidate.bundleID, candidate.environment, candidate.transactionID])
+                if seen != nil { continue }
+                var issuance: (Int64, Int64)?
+                if let token = candidate.appAccountToken {
+                    let purchase = candidate.purchaseDate
+                    let row = try Row.fetchOne(
+                        db,
+                        sql: """
+                            SELECT audit_seq, issued_at FROM issued_signatures
+                            WHERE bundle_id = ? AND offer_id = ? AND product_id = ? AND app_account_token = ? AND issued_at BETWEEN ? AND ?
+                              AND audit_seq NOT IN (SELECT issuance_seq FROM offer_redemptions WHERE issuance_seq IS NOT NULL)
+                            ORDER BY issued_at DESC, audit_seq DESC LIMIT 1
+                            """,
+                        arguments: [
+                            candidate.bundleID, candidate.offerID, candidate.productID, token,
+                            purchase.addingTimeInterval(-RedemptionMatching.signatureLifetime).unixMilliseconds,
+                            purchase.addingTimeInterval(RedemptionMatching.clockSkew).unixMilliseconds,
+                        ])
+                    if let row { issuance = (row["audit_seq"], row["issued_at"]) }
+                }
+                let redemption = OfferRedemption(
+                    candidate: candidate, issuanceSequence: issuance?.0,
+                    signatureIssuedAt: issuance.map { Date(timeIntervalSince1970: Double($0.1) / 1000) }, source: update.source,
+                    recordedAt: Date(timeIntervalSince1970: Double(now) / 1000))
+                try db.execute(
+                    sql: """
+                        INSERT INTO offer_redemptions (bundle_id, environment, transaction_id, original_transaction_id, product_id, offer_id,
+                            app_account_token, purchase_date, issuance_seq, signature_issued_at, source, recorded_at)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [
+                        candidate.bundleID, candidate.environment, candidate.transactionID, candidate.originalTransactionID, candidate.productID,
+                        candidate.offerID, candidate.appAccountToken, candidate.purchaseDate.unixMilliseconds, issuance?.0, issuance?.1, update.source, now,
+                    ])
+                _ = try Self.appendAudit(db, [AuditAppend(entry: redemption.auditEntry)], at: time)
+                redemptions.append(redemption)
+            }
+            return .recorded(redemptions: redemptions)
+        }
+    }
+
+    public func appleHistory(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistory? {
+        try await read { db in
+            let original =
+                try String.fetchOne(
+                    db, sql: "SELECT original_transaction_id FROM apple_transactions WHERE bundle_id = ? AND environment = ? AND transaction_id = ?",
+                    arguments: [bundleID, environment, transactionID])
+                ?? transactionID
+            guard
+                let subscription = try Row.fetchOne(
+                    db, sql: "SELECT complete, updated_at FROM apple_subscriptions WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ?",
+                    arguments: [bundleID, environment, original])
+            else { return nil }
+            let key = AppleSubscriptionKey(bundleID: bundleID, environment: environment, originalTransactionID: original)
+            let transactions = try Row.fetchAll(
+                db, sql: "SELECT transaction_id, signed_date, decoded, jws FROM apple_transactions WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ?",
+                arguments: [bundleID, environment, original]
+            ).map { row in
+                AppleSignedItem(
+                    bundleID: bundleID, environment: environment, key: row["transaction_id"], originalTransactionID: original,
+                    signedDate: (row["signed_date"] as Int64?).map { Date(timeIntervalSince1970: Double($0) / 1000) }, decoded: row["decoded"], jws: row["jws"])
+            }
+            let renewalInfos = try Row.fetchAll(
+                db, sql: "SELECT signed_date, decoded, jws FROM apple_renewal_infos WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ?",
+                arguments: [bundleID, environment, original]
+            ).map { row in
+                AppleSignedItem(
+                    bundleID: bundleID, environment: environment, key: original, originalTransactionID: original,
+                    signedDate: (row["signed_date"] as Int64?).map { Date(timeIntervalSince1970: Double($0) / 1000) }, decoded: row["decoded"], jws: row["jws"])
+            }
+            return StoredAppleHistory(
+                subscription: key, isComplete: (subscription["complete"] as Int64) != 0,
+                updatedAt: Date(timeIntervalSince1970: Double(subscription["updated_at"] as Int64) / 1000), transactions: transactions, renewalInfos: renewalInfos)
+        }
+    }
+
+    public func offerRedemptions(since: Date?) async throws -> [OfferRedemption] {
+        try await read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT * FROM offer_redemptions WHERE purchase_date >= ? ORDER BY purchase_date, transaction_id
+                    """, arguments: [since?.unixMilliseconds ?? Int64.min]
+            ).map { row in
+                OfferRedemption(
+                    candidate: RedemptionCandidate(
+                        transactionID: row["transaction_id"], originalTransactionID: row["original_transaction_id"], bundleID: row["bundle_id"],
+                        environment: row["environment"], productID: row["product_id"], offerID: row["offer_id"], appAccountToken: row["app_account_token"],
+                        purchaseDate: Date(timeIntervalSince1970: Double(row["purchase_date"] as Int64) / 1000)),
+                    issuanceSequence: row["issuance_seq"],
+                    signatureIssuedAt: (row["signature_issued_at"] as Int64?).map { Date(timeIntervalSince1970: Double($0) / 1000) },
+                    source: row["source"], recordedAt: Date(timeIntervalSince1970: Double(row["recorded_at"] as Int64) / 1000))
+            }
+        }
+    }
+
+    public func offerIssuances(since: Date?) async throws -> [OfferIssuanceCount] {
+        try await read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT bundle_id, offer_id, COUNT(DISTINCT \(AppleHistorySchema.issuanceKey)) AS issuances FROM issued_signatures
+                    WHERE issued_at >= ? GROUP BY bundle_id, offer_id ORDER BY bundle_id, offer_id
+                    """, arguments: [since?.unixMilliseconds ?? Int64.min]
+            ).map { row in OfferIssuanceCount(bundleID: row["bundle_id"], offerID: row["offer_id"], issuances: row["issuances"]) }
+        }
+    }
+}

@@ -1,0 +1,156 @@
+import Foundation
+import OfferSignerCore
+import OfferSignerStorage
+import Testing
+
+@testable import OfferSignerServer
+
+/// Apple's history and offer redemptions in the store: the same rules on SQLite and PostgreSQL.
+@Suite("Store conformance: Apple's history and redemptions on SQLite and PostgreSQL")
+struct AppleHistoryStoreTests {
+    static let bundle = "com.example.app"
+    static let token = "7e3fb20b-4cdb-47cc-936d-99d65f608138"
+    static let base = Date(timeIntervalSince1970: 1_790_000_000)
+
+    static func receipt(_ uuid: String, original: String = "1000", type: String = "DID_RENEW", subtype: String? = nil) -> AppleNotificationReceipt {
+        AppleNotificationReceipt(
+            notificationUUID: uuid, bundleID: bundle, environment: "Production", notificationType: type, subtype: subtype,
+            originalTransactionID: original, signedDate: base, receivedAt: base)
+    }
+
+    static func transaction(_ id: String, original: String = "1000", signedAt: Date, decoded: String = "{}") -> AppleSignedItem {
+        AppleSignedItem(bundleID: bundle, environment: "Production", key: id, originalTransactionID: original, signedDate: signedAt, decoded: decoded, jws: "jws-\(id)")
+    }
+
+    static func subscription(_ original: String = "1000", environment: String = "Production") -> AppleSubscriptionKey {
+        AppleSubscriptionKey(bundleID: bundle, environment: environment, originalTransactionID: original)
+    }
+
+    static func signature(_ nonce: String, offer: String = "retain_50", token: String? = Self.token, at: Date, client: String = "backend") -> AuditAppend {
+        let signature = IssuedSignature(
+            nonce: nonce, issuedAt: at, client: client, bundleID: bundle, productID: "pro.monthly", offerID: offer, appAccountToken: token, keyID: "KEY1234567",
+            format: "legacy")
+        return AuditAppend(entry: signature.auditEntry, signatures: [signature])
+    }
+
+    static func redemption(_ transactionID: String, offer: String = "retain_50", token: String? = Self.token, at: Date) -> RedemptionCandidate {
+        RedemptionCandidate(
+            transactionID: transactionID, originalTransactionID: "1000", bundleID: bundle, environment: "Production", productID: "pro.monthly",
+            offerID: offer, appAccountToken: token, purchaseDate: at)
+    }
+
+    @Test("A notification is recorded once by its UUID: a repeat writes nothing", arguments: StoreBackend.testedCases)
+    func notificationIdempotency(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let update = AppleHistoryUpdate(
+                notification: Self.receipt("uuid-1"), transactions: [Self.transaction("1001", signedAt: Self.base)], subscriptions: [Self.subscription()],
+                source: "notification")
+            #expect(try await store.recordAppleHistory(update, at: Self.base) == .recorded(redemptions: []))
+            var repeated = update
+            repeated.transactions = [Self.transaction("1002", signedAt: Self.base)]
+            #expect(try await store.recordAppleHistory(repeated, at: Self.base) == .duplicateNotification)
+            let stored = try #require(try await store.appleHistory(bundleID: Self.bundle, environment: "Production", transactionID: "1001"))
+            #expect(stored.transactions.map(\.key) == ["1001"], "the repeat's transaction was not written")
+            #expect(try await fixture.count("apple_notifications") == 1)
+            #expect(try await store.isEmpty() == false)
+        }
+    }
+
+    @Test("Items: a later signedDate replaces, an earlier never does; found by transaction or original ID; completeness only grows", arguments: StoreBackend.testedCases)
+    func itemsAndCompleteness(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let newer = Self.base.addingTimeInterval(60)
+            _ = try await store.recordAppleHistory(
+                AppleHistoryUpdate(
+                    transactions: [Self.transaction("1001", signedAt: newer, decoded: #"{"v":"new"}"#)], subscriptions: [Self.subscription()],
+                    completeSubscriptions: [Self.subscription()], source: "history"),
+                at: Self.base)
+            _ = try await store.recordAppleHistory(
+                AppleHistoryUpdate(
+                    notification: Self.receipt("uuid-2"), transactions: [Self.transaction("1001", signedAt: Self.base, decoded: #"{"v":"old"}"#)],
+                    renewalInfos: [AppleSignedItem(bundleID: Self.bundle, environment: "Production", key: "1000", originalTransactionID: "1000", signedDate: newer, decoded: #"{"r":1}"#, jws: "r")],
+                    subscriptions: [Self.subscription()], source: "notification"),
+                at: Self.base)
+            let byTransaction = try #require(try await store.appleHistory(bundleID: Self.bundle, environment: "Production", transactionID: "1001"))
+            let byOriginal = try #require(try await store.appleHistory(bundleID: Self.bundle, environment: "Production", transactionID: "1000"))
+            #expect(byTransaction == byOriginal)
+            #expect(byTransaction.transactions.map(\.decoded) == [#"{"v":"new"}"#], "an older statement does not replace a newer one")
+            #expect(byTransaction.renewalInfos.map(\.decoded) == [#"{"r":1}"#])
+            #expect(byTransaction.isComplete, "a later notification does not make a complete history incomplete")
+            #expect(try await store.appleHistory(bundleID: Self.bundle, environment: "Sandbox", transactionID: "1001") == nil)
+            #expect(try await store.appleHistory(bundleID: "com.example.other", environment: "Production", transactionID: "1001") == nil)
+            #expect(try await store.appleHistory(bundleID: Self.bundle, environment: "Production", transactionID: "9999") == nil)
+        }
+    }
+
+    @Test("Redemptions: matched to the latest signature of the same customer and offer within 24 h, audited once; others unmatched", arguments: StoreBackend.testedCases)
+    func redemptionMatching(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let purchase = Self.base
+            _ = try await store.appendAudit(
+                [
+                    Self.signature("n-old", at: purchase.addingTimeInterval(-30 * 3600)),  // too old
+                    Self.signature("n-good", at: purchase.addingTimeInterval(-600)),
+                    Self.signature("n-other-offer", offer: "winback_1", at: purchase.addingTimeInterval(-300)),
+                    Self.signature("n-other-token", token: "11111111-2222-3333-4444-555555555555", at: purchase.addingTimeInterval(-200)),
+                ], at: purchase.addingTimeInterval(-100))
+            let headBefore = try await store.auditHead().count
+            let update = AppleHistoryUpdate(
+                notification: Self.receipt("uuid-3", type: "OFFER_REDEEMED"),
+                redemptions: [
+                    Self.redemption("2001", at: purchase),
+                    Self.redemption("2002", at: purchase.addingTimeInterval(60)),  // the good signature is taken: no match
+                    Self.redemption("2003", token: nil, at: purchase),
+                ], source: "notification")
+            guard case .recorded(let redemptions) = try await store.recordAppleHistory(update, at: purchase.addingTimeInterval(120)) else {
+                Issue.record("not recorded")
+                return
+            }
+            #expect(redemptions.count == 3)
+            let matched = try #require(redemptions.first { $0.candidate.transactionID == "2001" })
+            #expect(matched.isMatched)
+            #expect(matched.signatureIssuedAt == purchase.addingTimeInterval(-600))
+            #expect(redemptions.first { $0.candidate.transactionID == "2002" }?.isMatched == false)
+            #expect(redemptions.first { $0.candidate.transactionID == "2003" }?.isMatched == false)
+            #expect(try await store.auditHead().count == headBefore + 3)
+            let audited = try await store.auditRecords(after: headBefore, limit: 10)
+            #expect(audited.allSatisfy { $0.kind == "offer.redeemed" })
+            let body = try #require(try JSONSerialization.jsonObject(with: Data(audited[0].body.utf8)) as? [String: Any])
+            #expect(body["transactionID"] as? String == "2001")
+            #expect(body["matched"] as? Bool == true)
+            #expect(body["offerID"] as? String == "retain_50")
+
+            // The same transaction again (from a fetched history): nothing new, nothing audited.
+            let again = AppleHistoryUpdate(redemptions: [Self.redemption("2001", at: purchase)], source: "history")
+            #expect(try await store.recordAppleHistory(again, at: purchase.addingTimeInterval(200)) == .recorded(redemptions: []))
+            #expect(try await store.auditHead().count == headBefore + 3)
+            #expect(try await fixture.store.verifiedChain().isIntact)
+
+            let all = try await store.offerRedemptions(since: nil)
+            #expect(all.map(\.candidate.transactionID).sorted() == ["2001", "2002", "2003"])
+            #expect(try await store.offerRedemptions(since: purchase.addingTimeInterval(30)).map(\.candidate.transactionID) == ["2002"])
+        }
+    }
+
+    @Test("Issuances are counted per signing request, not per format", arguments: StoreBackend.testedCases)
+    func issuanceCounts(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let at = Self.base
+            var jws = Self.signature("n-2", at: at)
+            jws.signatures[0].nonce = "n-2-jws"
+            jws.signatures[0].format = "jws"
+            jws.entry = jws.signatures[0].auditEntry
+            _ = try await store.appendAudit([Self.signature("n-1", at: at), jws, Self.signature("n-3", at: at.addingTimeInterval(1)), Self.signature("n-4", offer: "winback_1", at: at)], at: at)
+            let counts = try await store.offerIssuances(since: nil)
+            #expect(counts == [
+                OfferIssuanceCount(bundleID: Self.bundle, offerID: "retain_50", issuances: 2),
+                OfferIssuanceCount(bundleID: Self.bundle, offerID: "winback_1", issuances: 1),
+            ])
+            #expect(try await store.offerIssuances(since: at.addingTimeInterval(0.5)) == [OfferIssuanceCount(bundleID: Self.bundle, offerID: "retain_50", issuances: 1)])
+        }
+    }
+}
