@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import OfferSignerCore
+import OfferSignerServer
 import OfferSignerStorage
 
 /// `offer-signer offers …`: what became of the offers this service signed.
@@ -26,23 +27,6 @@ struct OffersReportCommand: AsyncParsableCommand {
     @Flag(help: "Print a JSON array.")
     var json = false
 
-    struct Row {
-        var bundleID: String
-        var offerID: String
-        var issued: Int64 = 0
-        var matched: [TimeInterval] = []
-        var unmatched: Int64 = 0
-        var unattributed: Int64 = 0
-
-        var conversion: Double? { issued > 0 ? Double(matched.count) / Double(issued) : nil }
-        var medianSeconds: Double? {
-            guard !matched.isEmpty else { return nil }
-            let sorted = matched.sorted()
-            let middle = sorted.count / 2
-            return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
-        }
-    }
-
     func run() async throws {
         var sinceDate: Date?
         if let since {
@@ -52,78 +36,14 @@ struct OffersReportCommand: AsyncParsableCommand {
             sinceDate = date
         }
         let store = try await store.open()
-        let rows: [Row]
+        let rows: [OfferReport.Row]
         do {
-            rows = Self.rows(issuances: try await store.offerIssuances(since: sinceDate), redemptions: try await store.offerRedemptions(since: sinceDate))
+            rows = OfferReport.rows(issuances: try await store.offerIssuances(since: sinceDate), redemptions: try await store.offerRedemptions(since: sinceDate))
         } catch let error as StoreError {
             await store.close()
             throw CLIFailure(error.message)
         }
         await store.close()
-        print(json ? Self.json(rows) : Self.table(rows), terminator: "")
-    }
-
-    static func rows(issuances: [OfferIssuanceCount], redemptions: [OfferRedemption]) -> [Row] {
-        var rows: [String: Row] = [:]
-        func key(_ bundleID: String, _ offerID: String) -> String { bundleID + "\u{1F}" + offerID }
-        for count in issuances {
-            rows[key(count.bundleID, count.offerID), default: Row(bundleID: count.bundleID, offerID: count.offerID)].issued += count.issuances
-        }
-        for redemption in redemptions {
-            let candidate = redemption.candidate
-            var row = rows[key(candidate.bundleID, candidate.offerID)] ?? Row(bundleID: candidate.bundleID, offerID: candidate.offerID)
-            if let issuedAt = redemption.signatureIssuedAt {
-                row.matched.append(max(0, candidate.purchaseDate.timeIntervalSince(issuedAt)))
-            } else if candidate.appAccountToken == nil {
-                row.unattributed += 1
-            } else {
-                row.unmatched += 1
-            }
-            rows[key(candidate.bundleID, candidate.offerID)] = row
-        }
-        return rows.values.sorted { ($0.bundleID, $0.offerID) < ($1.bundleID, $1.offerID) }
-    }
-
-    static func json(_ rows: [Row]) -> String {
-        let items = rows.map { row in
-            var writer = JSONObjectWriter()
-            writer.field("bundleID", row.bundleID)
-            writer.field("offerID", row.offerID)
-            writer.field("issued", row.issued)
-            writer.field("redeemed", Int64(row.matched.count))
-            if let conversion = row.conversion { writer.field("conversion", json: String(format: "%.4f", conversion)) }
-            if let median = row.medianSeconds { writer.field("medianSecondsToRedemption", json: String(format: "%.0f", median)) }
-            writer.field("redeemedWithoutSignature", row.unmatched)
-            writer.field("redeemedWithoutAppAccountToken", row.unattributed)
-            return writer.finish()
-        }
-        return "[" + items.joined(separator: ",") + "]\n"
-    }
-
-    static func table(_ rows: [Row]) -> String {
-        guard !rows.isEmpty else { return "no offers issued or redeemed\n" }
-        var lines = [["bundle", "offer", "issued", "redeemed", "conversion", "median to redemption", "no signature", "no token"]]
-        for row in rows {
-            lines.append([
-                row.bundleID, row.offerID, String(row.issued), String(row.matched.count),
-                row.conversion.map { String(format: "%.1f%%", $0 * 100) } ?? "-",
-                row.medianSeconds.map(Self.duration) ?? "-", String(row.unmatched), String(row.unattributed),
-            ])
-        }
-        let widths = (0..<lines[0].count).map { column in lines.map { $0[column].count }.max() ?? 0 }
-        var text = lines.map { line in
-            line.enumerated().map { $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }.joined(separator: "  ")
-                .trimmingCharacters(in: .whitespaces)
-        }.joined(separator: "\n") + "\n"
-        if rows.contains(where: { $0.unmatched > 0 }) {
-            text += "warning: redemptions with an appAccountToken but no signature from this service: another signer, or a leaked In-App Purchase key\n"
-        }
-        return text
-    }
-
-    static func duration(_ seconds: Double) -> String {
-        if seconds < 120 { return String(format: "%.0f s", seconds) }
-        if seconds < 7200 { return String(format: "%.0f min", seconds / 60) }
-        return String(format: "%.1f h", seconds / 3600)
+        print(json ? OfferReport.json(rows) : OfferReport.table(rows), terminator: "")
     }
 }

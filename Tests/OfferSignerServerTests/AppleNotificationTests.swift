@@ -1,0 +1,249 @@
+import AppleTestChain
+import FakeAppStoreServerAPI
+import Foundation
+import GRDB
+import HTTPTypes
+import HummingbirdTesting
+import OfferSignerCore
+import OfferSignerEligibility
+import OfferSignerServer
+import OfferSignerStorage
+import SwiftASN1
+import Testing
+import X509
+
+/// App Store Server Notifications V2 on the real server (loopback, real SQLite store), signed by
+/// the Apple-like test chain: verified, stored once, deciding offers, and tracking redemptions.
+@Suite("App Store Server Notifications V2", .serialized)
+struct AppleNotificationTests {
+    static let bundleID = "com.example.app"
+    static let appAppleID: Int64 = 1_234_567_890
+    static let token = "7e3fb20b-4cdb-47cc-936d-99d65f608138"
+    let chain: TestAppleChain
+    let now = Date()
+
+    init() throws {
+        chain = try TestAppleChain()
+    }
+
+    static func catalog(port: Int) -> String {
+        #"""
+        {"apps": {"com.example.app": {"appAppleID": 1234567890, "environments": ["Production"], "notificationHistory": true,
+                  "appStoreServerAPI": {"productionURL": "http://127.0.0.1:\#(port)/production"}}},
+         "offers": [
+          {"offerID": "wb_apple", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
+           "kind": "win-back", "historySource": "apple", "rules": {"minPaidMonths": 1, "lapsedMonths": {"min": 1}}},
+          {"offerID": "wb_client", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
+           "kind": "win-back", "rules": {"minPaidMonths": 1, "lapsedMonths": {"min": 1}}}
+        ]}
+        """#
+    }
+
+    func subscriber() -> SubscriptionFixture {
+        SubscriptionFixture(
+            bundleID: Self.bundleID, productID: "pro.monthly", subscriptionGroupID: "G1", originalTransactionID: "400000001",
+            appAccountToken: Self.token, periodStarts: SubscriptionFixture.monthlyStarts(count: 6, activeAt: now))
+    }
+
+    /// A notification body as Apple sends it, its payload signed by `signer`, the items inside by `itemSigner`.
+    func body(
+        _ type: String, subtype: String? = nil, uuid: String = UUID().uuidString, bundleID: String = Self.bundleID, environment: String = "Production",
+        appAppleID: Int64? = Self.appAppleID, transaction: [String: Any]? = nil, renewalInfo: [String: Any]? = nil,
+        signer: TestAppleChain? = nil, itemSigner: TestAppleChain? = nil
+    ) throws -> String {
+        var data: [String: Any] = ["bundleId": bundleID, "environment": environment, "bundleVersion": "1.0"]
+        if let appAppleID { data["appAppleId"] = appAppleID }
+        if let transaction { data["signedTransactionInfo"] = try (itemSigner ?? chain).signJWS(transaction) }
+        if let renewalInfo { data["signedRenewalInfo"] = try (itemSigner ?? chain).signJWS(renewalInfo) }
+        var payload: [String: Any] = [
+            "notificationType": type, "notificationUUID": uuid, "data": data, "version": "2.0", "signedDate": TestAppleChain.milliseconds(now),
+        ]
+        if let subtype { payload["subtype"] = subtype }
+        return #"{"signedPayload":"\#(try (signer ?? chain).signJWS(payload))"}"#
+    }
+
+    func renewal(_ customer: SubscriptionFixture) -> [String: Any] {
+        [
+            "originalTransactionId": customer.originalTransactionID, "productId": customer.productID, "autoRenewProductId": customer.productID,
+            "autoRenewStatus": 1, "environment": customer.environment, "signedDate": TestAppleChain.milliseconds(now),
+        ]
+    }
+
+    func withServer(_ body: @escaping @Sendable (TestServer, FakeAppStoreServerAPI, String, any TestClientProtocol) async throws -> Void) async throws {
+        let server = try await TestServer(bundles: [Self.bundleID])
+        defer { server.cleanUp() }
+        let key = try #require(server.keys[Self.bundleID])
+        // Apple's API knows nobody: any decision the service takes comes from the notifications.
+        let fake = FakeAppStoreServerAPI(bundleID: Self.bundleID, keyID: key.keyID, issuerID: TestServer.issuerID, publicKey: key.publicKey)
+        let secret = try await server.createClient(name: "backend")
+        let root = try chain.root.serializeAsPEM().pemString
+        try await fake.run { port in
+            var running = server
+            running.configuration.eligibility = try EligibilityConfiguration(catalogJSON: Data(Self.catalog(port: port).utf8), trustedRootPEMs: [root])
+            let configured = running
+            try await configured.live { client in try await body(configured, fake, secret, client) }
+        }
+    }
+
+    @Test("Notifications from the first purchase on decide historySource apple without Apple's API: the omission attack fails")
+    func notificationsDecide() async throws {
+        let customer = subscriber()
+        try await withServer { server, fake, secret, client in
+            for index in customer.periodStarts.indices {
+                let type = index == 0 ? "SUBSCRIBED" : "DID_RENEW"
+                let answer = try await client.postJSON(
+                    "/v1/apple/notifications",
+                    try body(type, subtype: index == 0 ? "INITIAL_BUY" : nil, uuid: "uuid-\(index)", transaction: customer.transactionPayload(index), renewalInfo: renewal(customer)))
+                #expect(answer.status == .ok, "\(answer.text)")
+                #expect(answer.json["status"] as? String == "recorded")
+            }
+            // Apple retries a notification it thinks we missed: answered 200, written once.
+            let repeated = try await client.postJSON(
+                "/v1/apple/notifications", try body("DID_RENEW", uuid: "uuid-5", transaction: customer.transactionPayload(5), renewalInfo: renewal(customer)))
+            #expect(repeated.status == .ok)
+            #expect(repeated.json["status"] as? String == "duplicate")
+            #expect(try StoreCount.count(server.storePath, "apple_notifications") == 6)
+            #expect(try StoreCount.count(server.storePath, "apple_transactions") == 6)
+
+            // The tampered app sends its first three months only.
+            let signed = try customer.signedTransactions(chain).prefix(3)
+            let evidence = #"{"signedTransactions":[\#(signed.map { "\"\($0)\"" }.joined(separator: ","))],"signedRenewalInfos":[]}"#
+            let answer = try await client.postJSON(
+                "/v1/offers/eligibility",
+                #"{"appAccountToken":"\#(Self.token)","transactionID":"\#(customer.transactionID(3))","evidence":\#(evidence)}"#, bearer: secret)
+            #expect(answer.status == .ok, "\(answer.text)")
+            let decisions = try #require(answer.json["decisions"] as? [[String: Any]])
+            let byOffer = Dictionary(uniqueKeysWithValues: decisions.map { ($0["offerID"] as? String ?? "", $0) })
+            #expect(byOffer["wb_client"]?["eligible"] as? Bool == true, "the app's own word is fooled: \(answer.text)")
+            #expect(byOffer["wb_apple"]?["reasons"] as? [String] == ["currently_subscribed"], "\(answer.text)")
+            #expect(byOffer["wb_apple"]?["historySource"] as? String == "apple")
+            #expect(fake.requests.isEmpty, "the complete stored history decided; Apple's API was not asked")
+
+            let refused = try await client.postJSON(
+                "/v1/offers/signatures",
+                #"{"productID":"pro.monthly","offerID":"wb_apple","appAccountToken":"\#(Self.token)","transactionID":"\#(customer.originalTransactionID)"}"#,
+                bearer: secret)
+            expectProblem(refused, .forbidden, "not_eligible")
+            let decided = try await server.store.auditRecords(after: 0, limit: 1000).filter { $0.kind == "eligibility.decided" }
+            let last = try #require(decided.last)
+            let audit = try #require(try JSONSerialization.jsonObject(with: Data(last.body.utf8)) as? [String: Any])
+            #expect(audit["historySource"] as? String == "apple")
+            #expect(audit["appleHistoryVia"] as? String == "store")
+        }
+    }
+
+    @Test("A history seen only from the middle (no first purchase, never fetched) is not complete: Apple's API is asked")
+    func incompleteHistoryAsksApple() async throws {
+        let customer = subscriber()
+        try await withServer { server, fake, secret, client in
+            let answer = try await client.postJSON(
+                "/v1/apple/notifications", try body("DID_RENEW", transaction: customer.transactionPayload(5), renewalInfo: renewal(customer)))
+            #expect(answer.status == .ok, "\(answer.text)")
+            let decision = try await client.postJSON(
+                "/v1/offers/eligibility", #"{"appAccountToken":"\#(Self.token)","transactionID":"\#(customer.originalTransactionID)","offerIDs":["wb_apple"]}"#,
+                bearer: secret)
+            #expect(decision.status == .ok, "\(decision.text)")
+            let decisions = try #require(decision.json["decisions"] as? [[String: Any]])
+            #expect(decisions.first?["reasons"] as? [String] == ["history_unavailable"], "Apple does not know the customer: \(decision.text)")
+            #expect(!fake.requests.isEmpty)
+        }
+    }
+
+    @Test("Forged, foreign, wrong-environment and malformed notifications are refused, and nothing is stored")
+    func refusals() async throws {
+        let customer = subscriber()
+        let stranger = try TestAppleChain()
+        try await withServer { server, _, _, client in
+            let transaction = customer.transactionPayload(0)
+            let cases: [(String, String, HTTPResponse.Status, String)] = [
+                ("payload signed by an untrusted chain", try body("SUBSCRIBED", transaction: transaction, signer: stranger), .badRequest, "notification_unverified"),
+                ("transaction inside signed by an untrusted chain", try body("SUBSCRIBED", transaction: transaction, itemSigner: stranger), .badRequest, "notification_unverified"),
+                ("another app", try body("SUBSCRIBED", bundleID: "com.example.other"), .forbidden, "notification_foreign"),
+                ("another App Apple ID", try body("SUBSCRIBED", appAppleID: 999, transaction: transaction), .forbidden, "notification_foreign"),
+                ("no App Apple ID in Production", try body("SUBSCRIBED", appAppleID: nil, transaction: transaction), .forbidden, "notification_foreign"),
+                ("Sandbox, which the app does not accept", try body("SUBSCRIBED", environment: "Sandbox", appAppleID: nil), .forbidden, "notification_foreign"),
+                ("a transaction of another app inside", try body("SUBSCRIBED", transaction: transaction.merging(["bundleId": "com.example.other"]) { $1 }), .forbidden, "notification_foreign"),
+                ("not JSON", "signedPayload=abc", .badRequest, "malformed_json"),
+                ("no signedPayload", #"{"payload":"x"}"#, .badRequest, "missing_field"),
+                ("not a JWS", #"{"signedPayload":"a.b"}"#, .badRequest, "notification_unverified"),
+            ]
+            for (name, text, status, code) in cases {
+                let answer = try await client.postJSON("/v1/apple/notifications", text)
+                #expect(answer.status == status, "\(name): \(answer.text)")
+                #expect(answer.json["code"] as? String == code, "\(name): \(answer.text)")
+            }
+            for table in AppleHistorySchema.tables {
+                #expect(try StoreCount.count(server.storePath, table) == 0, "\(table) stays empty")
+            }
+            #expect(try await server.store.auditHead().count == 2, "only the key import and the client creation are audited")
+            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            #expect(metrics.contains(#"outcome="notification_unverified""#), "refusals are counted")
+        }
+    }
+
+    @Test("A test notification (no transaction) is answered 200 and recorded")
+    func testNotification() async throws {
+        try await withServer { server, _, _, client in
+            let answer = try await client.postJSON("/v1/apple/notifications", try body("TEST"))
+            #expect(answer.status == .ok, "\(answer.text)")
+            #expect(try StoreCount.count(server.storePath, "apple_notifications") == 1)
+        }
+    }
+
+    @Test("A redeemed offer is matched to the signature that enabled it: audited, counted in metrics and in the report")
+    func redemption() async throws {
+        try await withServer { server, _, secret, client in
+            let signed = try await client.postJSON(
+                "/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"promo_50","appAccountToken":"\#(Self.token)","formats":["legacy","jws"]}"#,
+                bearer: secret)
+            #expect(signed.status == .created, "\(signed.text)")
+            var transaction = subscriber().transactionPayload(5)
+            transaction["transactionId"] = "400000001900"
+            transaction["purchaseDate"] = TestAppleChain.milliseconds(Date().addingTimeInterval(5))
+            transaction["offerType"] = 2
+            transaction["offerIdentifier"] = "promo_50"
+            transaction["appAccountToken"] = Self.token.uppercased()
+            let answer = try await client.postJSON("/v1/apple/notifications", try body("OFFER_REDEEMED", subtype: "UPGRADE", transaction: transaction))
+            #expect(answer.status == .ok, "\(answer.text)")
+
+            // Someone else's signature (or a leaked key): a redemption no issuance of ours matches.
+            var foreign = transaction
+            foreign["transactionId"] = "400000001901"
+            foreign["appAccountToken"] = "11111111-2222-3333-4444-555555555555"
+            #expect(try await client.postJSON("/v1/apple/notifications", try body("OFFER_REDEEMED", transaction: foreign)).status == .ok)
+
+            let redeemed = try await server.store.auditRecords(after: 0, limit: 100).filter { $0.kind == "offer.redeemed" }
+            #expect(redeemed.count == 2)
+            let first = try #require(try JSONSerialization.jsonObject(with: Data(redeemed[0].body.utf8)) as? [String: Any])
+            #expect(first["matched"] as? Bool == true)
+            #expect(first["appAccountToken"] as? String == Self.token)
+            #expect(first["source"] as? String == "notification")
+
+            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            #expect(metrics.contains(#"offer_issuances_total{bundle_id="com.example.app",offer_id="promo_50"} 1"#), "\(metrics.split(separator: "\n").filter { $0.contains("offer_") })")
+            #expect(metrics.contains(#"offer_redemptions_total{bundle_id="com.example.app",offer_id="promo_50",matched="true"} 1"#))
+            #expect(metrics.contains(#"offer_redemptions_total{bundle_id="com.example.app",offer_id="promo_50",matched="false"} 1"#))
+
+            let rows = OfferReport.rows(issuances: try await server.store.offerIssuances(since: nil), redemptions: try await server.store.offerRedemptions(since: nil))
+            let row = try #require(rows.first { $0.offerID == "promo_50" })
+            #expect(row.issued == 1, "two formats, one issuance")
+            #expect(row.matched.count == 1)
+            #expect(row.conversion == 1)
+            #expect(row.unmatched == 1)
+            #expect((row.medianSeconds ?? -1) >= 0 && (row.medianSeconds ?? 99) < 60)
+            #expect(OfferReport.table(rows).contains("leaked"))
+            #expect(try await server.store.verifiedChain().isIntact)
+        }
+    }
+}
+
+/// Row counts of the test server's SQLite file, through a second connection.
+enum StoreCount {
+    static func count(_ path: String, _ table: String) throws -> Int {
+        try DatabaseQueue(path: path).read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM \(table)") ?? -1 }
+    }
+}
+
+extension TestServer {
+    var storePath: String { directory.appendingPathComponent("store.sqlite").path }
+}
