@@ -90,6 +90,46 @@ public enum OpenAPIDocument {
             '415': {$ref: '#/components/responses/Problem'}
             '429': {$ref: '#/components/responses/RateLimited'}
             '503': {$ref: '#/components/responses/Problem'}
+      /v1/apple/notifications:
+        post:
+          operationId: receiveAppleNotification
+          summary: App Store Server Notifications V2 (Apple calls this)
+          description: |
+            Apple's body, `{"signedPayload": "<JWS>"}`. No credentials: the payload's x5c chain to Apple Root CA - G3,
+            Apple's marker OIDs and ES256 signature make it authentic, and every JWS inside is verified too. The app
+            must be one of this service's, its environment accepted, and, in Production, its App Apple ID the
+            catalog's. Stored once per notificationUUID (a repeat answers 200 `duplicate`); redemptions of
+            promotional offers are matched to their signatures and audited (`offer.redeemed`).
+          security:
+            - {}
+          requestBody:
+            required: true
+            content:
+              application/json:
+                schema:
+                  type: object
+                  required: [signedPayload]
+                  properties:
+                    signedPayload: {type: string, minLength: 1}
+          responses:
+            '200':
+              description: Verified and durably stored (or stored before).
+              headers:
+                X-Request-ID:
+                  $ref: '#/components/headers/RequestID'
+              content:
+                application/json:
+                  schema:
+                    type: object
+                    required: [status, notificationUUID]
+                    properties:
+                      status: {type: string, enum: [recorded, duplicate]}
+                      notificationUUID: {type: string}
+            '400': {$ref: '#/components/responses/Problem'}
+            '403': {$ref: '#/components/responses/Problem'}
+            '413': {$ref: '#/components/responses/Problem'}
+            '415': {$ref: '#/components/responses/Problem'}
+            '503': {$ref: '#/components/responses/Problem'}
       /healthz:
         get:
           operationId: health
