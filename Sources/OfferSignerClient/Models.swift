@@ -290,5 +290,6 @@ struct EligibilityRequestBody: Encodable, Sendable {
     var bundleID: String?
     var appAccountToken: String?
     var offerIDs: [String]?
-    var evidence: PurchaseEvidence
+    var evidence: PurchaseEvidence?
+    var transactionID: String?
 }

@@ -118,7 +118,9 @@ public struct OfferSignerClient: Sendable {
     ///     ``SignedPromotionalOffer/purchasePlan(now:capabilities:)`` pick per OS.
     ///   - evidence: Signed transactions/renewal infos, when the service checks eligibility.
     ///   - bundleID: The app's bundle ID, when the service serves several apps.
-    ///   - transactionID: A transaction ID to bind a JWS signature to, if any.
+    ///   - transactionID: Any of the customer's transaction IDs (e.g. `Transaction.originalID`): a JWS
+    ///     signature is bound to it, and an offer decided on Apple's word (`historySource` `apple`)
+    ///     finds the customer's history with it.
     /// - Returns: The signed offer; use it once, before `expiresAt`.
     /// - Throws: ``OfferSignerClientError`` (e.g. `.notEligible(reasons:)`), or `CancellationError`.
     public func signPromotionalOffer(
@@ -157,13 +159,17 @@ public struct OfferSignerClient: Sendable {
     ///
     /// - Parameters:
     ///   - offerIDs: The offers to decide; `nil` lets the service decide for all it knows.
-    ///   - evidence: The customer's signed transactions and renewal infos.
+    ///   - evidence: The customer's signed transactions and renewal infos (offers decided on the
+    ///     app's word, `historySource` `client` or `apple-then-client`).
+    ///   - transactionID: Any of the customer's transaction IDs (e.g. `Transaction.originalID`), for
+    ///     offers decided on Apple's word (`historySource` `apple` or `apple-then-client`).
     ///   - appAccountToken: The customer's app account token, if the app uses them.
     ///   - bundleID: The app's bundle ID, when the service serves several apps.
     /// - Returns: One decision per offer, with reasons.
     public func eligibility(
         offerIDs: [String]? = nil,
-        evidence: PurchaseEvidence,
+        evidence: PurchaseEvidence? = nil,
+        transactionID: String? = nil,
         appAccountToken: UUID? = nil,
         bundleID: String? = nil
     ) async throws -> OfferEligibility {
@@ -171,7 +177,8 @@ public struct OfferSignerClient: Sendable {
             bundleID: bundleID,
             appAccountToken: appAccountToken?.uuidString.lowercased(),
             offerIDs: offerIDs,
-            evidence: evidence
+            evidence: evidence,
+            transactionID: transactionID
         )
         let data = try await send(path: ["v1", "offers", "eligibility"], body: body)
         do {

@@ -309,6 +309,14 @@ struct ClientTests {
         #expect(Set(body.keys) == ["evidence"])
     }
 
+    @Test func eligibilityOnApplesWordSendsTransactionIDWithoutEvidence() async throws {
+        let stub = StubTransport([.response(status: 200, body: Data(#"{"decisions": []}"#.utf8))])
+        _ = try await stub.client().eligibility(offerIDs: ["wb_apple"], transactionID: "2000000123", appAccountToken: Fixtures.token)
+        let body = try jsonObject(try #require(stub.requests.first))
+        #expect(Set(body.keys) == ["offerIDs", "transactionID", "appAccountToken"])
+        #expect(body["transactionID"] as? String == "2000000123")
+    }
+
     @Test func cancellationStopsRetrying() async {
         let stub = StubTransport([.failure(URLError(.timedOut)), .failure(URLError(.timedOut)), .failure(URLError(.timedOut))])
         let client = OfferSignerClient(

@@ -329,3 +329,78 @@ struct AppleSignedDataVerifierTests {
         #expect(decision.reasons == [.maxRedemptions, .appleWinBackAvailable])
     }
 }
+
+/// The chain validation cache must save work without weakening any check.
+@Suite("Apple chain validation cache")
+struct AppleChainValidationCacheTests {
+    static let bundleID = AppleSignedDataVerifierTests.bundleID
+
+    @Test("A chain is validated once; later items signed with it verify from the cache, and each signature is still checked")
+    func validatedOnce() async throws {
+        let chain = try TestAppleChain()
+        let cache = AppleChainValidationCache()
+        let verifier = AppleSignedDataVerifier(trustedRoots: [chain.root], bundleID: Self.bundleID, environment: .production, chainCache: cache)
+        let jws = try chain.signJWS(AppleSignedDataVerifierTests.transactionPayload())
+        for _ in 0..<3 {
+            guard case .success = await verifier.verifyTransaction(jws, now: Fixture.now) else {
+                Issue.record("a valid transaction was refused")
+                return
+            }
+        }
+        #expect(cache.count == 1)
+        // Same (cached) chain, a tampered payload: the signature check still refuses it.
+        let parts = jws.split(separator: ".")
+        let forged = parts[0] + "." + TestAppleChain.base64URL(Data(#"{"bundleId":"com.example.app"}"#.utf8)) + "." + parts[2]
+        guard case .failure(let failure) = await verifier.verifyTransaction(String(forged), now: Fixture.now) else {
+            Issue.record("a tampered payload verified")
+            return
+        }
+        #expect(failure.code == .invalidSignature)
+    }
+
+    @Test("A cached chain does not cover a signing time outside its certificates' validity")
+    func timeStillChecked() async throws {
+        let leafNotAfter = Date(timeIntervalSince1970: 1_700_000_000)
+        let chain = try TestAppleChain(leafNotAfter: leafNotAfter)
+        let cache = AppleChainValidationCache()
+        let verifier = AppleSignedDataVerifier(trustedRoots: [chain.root], bundleID: Self.bundleID, environment: .production, chainCache: cache)
+        let inside = try chain.signJWS(AppleSignedDataVerifierTests.transactionPayload(signedDate: leafNotAfter.addingTimeInterval(-86_400)))
+        guard case .success = await verifier.verifyTransaction(inside, now: Fixture.now) else {
+            Issue.record("signed while the leaf was valid, refused")
+            return
+        }
+        #expect(cache.count == 1)
+        let after = try chain.signJWS(AppleSignedDataVerifierTests.transactionPayload(signedDate: leafNotAfter.addingTimeInterval(86_400)))
+        guard case .failure(let failure) = await verifier.verifyTransaction(after, now: Fixture.now) else {
+            Issue.record("signed after the leaf expired, accepted from the cache")
+            return
+        }
+        #expect(failure.code == .certificateExpired)
+    }
+
+    @Test("A chain that failed is not remembered, and a cache never trusts a chain for other roots")
+    func failuresAndOtherRoots() async throws {
+        let trusted = try TestAppleChain()
+        let stranger = try TestAppleChain()
+        let cache = AppleChainValidationCache()
+        let jws = try stranger.signJWS(AppleSignedDataVerifierTests.transactionPayload())
+        let strict = AppleSignedDataVerifier(trustedRoots: [trusted.root], bundleID: Self.bundleID, environment: .production, chainCache: cache)
+        guard case .failure = await strict.verifyTransaction(jws, now: Fixture.now) else {
+            Issue.record("an untrusted chain verified")
+            return
+        }
+        #expect(cache.count == 0)
+        // Another verifier that trusts the stranger's root validates (and caches) it…
+        let lenient = AppleSignedDataVerifier(trustedRoots: [stranger.root], bundleID: Self.bundleID, environment: .production, chainCache: cache)
+        guard case .success = await lenient.verifyTransaction(jws, now: Fixture.now) else {
+            Issue.record("refused under its own root")
+            return
+        }
+        // …which does not make it trusted under the first verifier's roots.
+        guard case .failure(let failure) = await strict.verifyTransaction(jws, now: Fixture.now) else {
+            Issue.record("a chain cached for other roots was trusted")
+            return
+        }
+        #expect(failure.code == .untrustedChain)
+    }
+}
