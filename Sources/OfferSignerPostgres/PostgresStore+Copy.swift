@@ -111,6 +111,25 @@ extension PostgresStore {
                     throw StoreError(.duplicate, "a nonce to import is in the store already")
                 }
             }
+            if let (table, rows) = batch.appleHistory {
+                guard let spec = AppleHistorySchema.copiedColumns.first(where: { $0.table == table }) else {
+                    throw StoreError(.conflict, "'\(table)' is not a table of Apple's history")
+                }
+                for row in rows {
+                    guard row.count == spec.columns.count else { throw StoreError(.conflict, "a row of \(table) has \(row.count) values, not \(spec.columns.count)") }
+                    var query = PostgresQuery(unsafeSQL: "INSERT INTO \(table) (\(spec.columns.joined(separator: ", "))) VALUES (\((1...row.count).map { "$\($0)" }.joined(separator: ", ")))")
+                    for (value, column) in zip(row, spec.columns) {
+                        switch value {
+                        case .text(let text): query.binds.append(text)
+                        case .integer(let number):
+                            if column == "complete" { query.binds.append(Int32(truncatingIfNeeded: number)) } else { query.binds.append(number) }
+                        case .null:
+                            if AppleHistorySchema.integerColumns.contains(column) { query.binds.append(Optional<Int64>.none) } else { query.binds.append(Optional<String>.none) }
+                        }
+                    }
+                    try await connection.run(query, logger: logger)
+                }
+            }
             if !batch.checkpoints.isEmpty {
                 for checkpoint in batch.checkpoints {
                     try await connection.run(
@@ -120,6 +139,27 @@ extension PostgresStore {
                         """, logger: logger)
                 }
             }
+        }
+    }
+
+    public func appleHistoryRows(table: String, offset: Int, limit: Int) async throws -> [[StoreValue]] {
+        guard let spec = AppleHistorySchema.copiedColumns.first(where: { $0.table == table }) else {
+            throw StoreError(.conflict, "'\(table)' is not a table of Apple's history")
+        }
+        let columns = spec.columns.map { AppleHistorySchema.integerColumns.contains($0) ? "\($0)::BIGINT" : $0 }
+        var query = PostgresQuery(unsafeSQL: "SELECT \(columns.joined(separator: ", ")) FROM \(table) ORDER BY \(spec.key.joined(separator: ", ")) LIMIT $1 OFFSET $2")
+        query.binds.append(Int64(limit))
+        query.binds.append(Int64(offset))
+        return try await rows("reading \(table)", query).map { row in
+            var values: [StoreValue] = []
+            for (cell, column) in zip(row, spec.columns) {
+                if AppleHistorySchema.integerColumns.contains(column) {
+                    values.append(try cell.decode(Int64?.self).map(StoreValue.integer) ?? .null)
+                } else {
+                    values.append(try cell.decode(String?.self).map(StoreValue.text) ?? .null)
+                }
+            }
+            return values
         }
     }
 }

@@ -141,6 +141,10 @@ public protocol OfferSignerStore: StoreCoordination {
     /// The registry as stored (sealed keys stay sealed), for a verbatim copy.
     func copyRegistry() async throws -> StoreCopyRegistry
 
+    /// Rows of a table of Apple's history (``AppleHistorySchema/copiedColumns``), by primary key,
+    /// skipping `offset`, at most `limit`, for a verbatim copy.
+    func appleHistoryRows(table: String, offset: Int, limit: Int) async throws -> [[StoreValue]]
+
     /// Ledger rows after `position` (all when nil), by audit sequence then nonce, at most `limit`.
     func ledger(after position: LedgerPosition?, limit: Int) async throws -> [IssuedSignatureRecord]
 

@@ -81,7 +81,30 @@ public enum AppleHistorySchema {
         "client || '|' || COALESCE(app_account_token, '') || '|' || product_id || '|' || offer_id || '|' || CAST(issued_at AS TEXT)"
 
     /// The tables, for emptiness checks.
-    public static let tables = ["apple_notifications", "apple_subscriptions", "apple_transactions", "apple_renewal_infos", "offer_redemptions"]
+    public static var tables: [String] { copiedColumns.map(\.table) }
+
+    /// Each table's columns (TEXT or BIGINT/INTEGER, as ``StoreValue``) and its primary key, for
+    /// verbatim copies (`offer-signer store copy`), in the order they are copied.
+    public static let copiedColumns: [(table: String, columns: [String], key: [String])] = [
+        ("apple_notifications", ["notification_uuid", "bundle_id", "environment", "notification_type", "subtype", "original_transaction_id", "signed_date", "received_at"], ["notification_uuid"]),
+        ("apple_subscriptions", ["bundle_id", "environment", "original_transaction_id", "complete", "updated_at"], ["bundle_id", "environment", "original_transaction_id"]),
+        ("apple_transactions", ["bundle_id", "environment", "transaction_id", "original_transaction_id", "signed_date", "decoded", "jws"], ["bundle_id", "environment", "transaction_id"]),
+        ("apple_renewal_infos", ["bundle_id", "environment", "original_transaction_id", "signed_date", "decoded", "jws"], ["bundle_id", "environment", "original_transaction_id"]),
+        ("offer_redemptions", [
+            "bundle_id", "environment", "transaction_id", "original_transaction_id", "product_id", "offer_id", "app_account_token", "purchase_date",
+            "issuance_seq", "signature_issued_at", "source", "recorded_at",
+        ], ["bundle_id", "environment", "transaction_id"]),
+    ]
+
+    /// Columns that hold integers (the others hold text).
+    public static let integerColumns: Set<String> = ["signed_date", "received_at", "complete", "updated_at", "purchase_date", "issuance_seq", "signature_issued_at", "recorded_at"]
+}
+
+/// One column's value in a verbatim copy of a table.
+public enum StoreValue: Sendable, Equatable {
+    case text(String)
+    case integer(Int64)
+    case null
 }
 
 /// Apple's history in SQLite (see ``OfferSignerStore/recordAppleHistory(_:at:)``).

@@ -124,12 +124,49 @@ extension SQLiteStore {
                     }
                 }
             }
+            if let (table, rows) = batch.appleHistory {
+                guard let spec = AppleHistorySchema.copiedColumns.first(where: { $0.table == table }) else {
+                    throw StoreError(.conflict, "'\(table)' is not a table of Apple's history")
+                }
+                let insert = try db.cachedStatement(
+                    sql: "INSERT INTO \(table) (\(spec.columns.joined(separator: ", "))) VALUES (\(spec.columns.map { _ in "?" }.joined(separator: ", ")))")
+                for row in rows {
+                    guard row.count == spec.columns.count else { throw StoreError(.conflict, "a row of \(table) has \(row.count) values, not \(spec.columns.count)") }
+                    let values: [(any DatabaseValueConvertible)?] = row.map { value in
+                        switch value {
+                        case .text(let text): text
+                        case .integer(let number): number
+                        case .null: nil
+                        }
+                    }
+                    try insert.execute(arguments: StatementArguments(values))
+                }
+            }
             if !batch.checkpoints.isEmpty {
                 let insert = try db.cachedStatement(sql: "INSERT INTO audit_checkpoints (seq, head_hash, created_at, key_fingerprint, signature) VALUES (?, ?, ?, ?, ?)")
                 for checkpoint in batch.checkpoints {
                     try insert.execute(arguments: [
                         checkpoint.sequence, checkpoint.headHash, checkpoint.createdAt.unixMilliseconds, checkpoint.keyFingerprint, checkpoint.signature,
                     ])
+                }
+            }
+        }
+    }
+
+    public func appleHistoryRows(table: String, offset: Int, limit: Int) async throws -> [[StoreValue]] {
+        guard let spec = AppleHistorySchema.copiedColumns.first(where: { $0.table == table }) else {
+            throw StoreError(.conflict, "'\(table)' is not a table of Apple's history")
+        }
+        return try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT \(spec.columns.joined(separator: ", ")) FROM \(table) ORDER BY \(spec.key.joined(separator: ", ")) LIMIT ? OFFSET ?",
+                arguments: [limit, offset]
+            ).map { row in
+                spec.columns.map { column -> StoreValue in
+                    if AppleHistorySchema.integerColumns.contains(column) {
+                        return (row[column] as Int64?).map(StoreValue.integer) ?? .null
+                    }
+                    return (row[column] as String?).map(StoreValue.text) ?? .null
                 }
             }
         }

@@ -44,6 +44,8 @@ public struct VerbatimImport: Sendable {
     /// Ledger rows exactly as stored.
     public var ledger: [IssuedSignatureRecord]
     public var checkpoints: [AuditCheckpoint]
+    /// Rows of one table of Apple's history (``AppleHistorySchema/copiedColumns``), in its column order.
+    public var appleHistory: (table: String, rows: [[StoreValue]])?
 
     public init(registry: StoreCopyRegistry? = nil, records: [AuditRecord] = [], ledger: [IssuedSignatureRecord] = [], checkpoints: [AuditCheckpoint] = []) {
         self.registry = registry
@@ -120,6 +122,20 @@ public enum StoreCopy {
 
         let checkpoints = try await source.checkpoints().filter { $0.sequence <= head.count }
         if !checkpoints.isEmpty { try await target.importVerbatim(VerbatimImport(checkpoints: checkpoints)) }
+
+        // Apple's history and the redemptions (their `offer.redeemed` records are in the chain).
+        for (table, _, _) in AppleHistorySchema.copiedColumns {
+            var offset = 0
+            while true {
+                let rows = try await source.appleHistoryRows(table: table, offset: offset, limit: pageSize)
+                guard !rows.isEmpty else { break }
+                var batch = VerbatimImport()
+                batch.appleHistory = (table, rows)
+                try await target.importVerbatim(batch)
+                offset += rows.count
+            }
+            if offset > 0 { progress("copied \(offset) rows of \(table)") }
+        }
 
         let report = try await target.verifyAudit(trusted: nil, progressInterval: 100_000, progress: { _ in })
         let targetHead = try await target.auditHead()

@@ -11,6 +11,21 @@ import Testing
 @Suite("Store copy between engines")
 struct StoreCopyTests {
     /// Every record, ledger row, checkpoint and the registry of `store`.
+    /// Every row of every table of Apple's history.
+    static func appleHistory(_ store: any OfferSignerStore) async throws -> [String: [[StoreValue]]] {
+        var tables: [String: [[StoreValue]]] = [:]
+        for table in AppleHistorySchema.tables {
+            var rows: [[StoreValue]] = []
+            while true {
+                let page = try await store.appleHistoryRows(table: table, offset: rows.count, limit: 2)
+                if page.isEmpty { break }
+                rows += page
+            }
+            tables[table] = rows
+        }
+        return tables
+    }
+
     static func everything(_ store: any OfferSignerStore) async throws -> (StoreCopyRegistry, [AuditRecord], [IssuedSignatureRecord], [AuditCheckpoint], String) {
         var records: [AuditRecord] = []
         while true {
@@ -49,15 +64,36 @@ struct StoreCopyTests {
                 _ = try await store.appendAudit(appends, at: Date())
                 if group.isMultiple(of: 10) { _ = try await AuditCheckpointing.create(in: store, masterKey: masterKey) }
             }
+            // Apple's history: a notification, a fetched history, two redemptions (one matched).
+            let base = Date()
+            _ = try await store.appendAudit([AppleHistoryStoreTests.signature("copy-n1", at: base.addingTimeInterval(-60))], at: base)
+            _ = try await store.recordAppleHistory(
+                AppleHistoryUpdate(
+                    notification: AppleHistoryStoreTests.receipt("copy-uuid", type: "OFFER_REDEEMED", subtype: nil),
+                    transactions: [AppleHistoryStoreTests.transaction("1001", signedAt: base), AppleHistoryStoreTests.transaction("1002", signedAt: base)],
+                    subscriptions: [AppleHistoryStoreTests.subscription()],
+                    redemptions: [AppleHistoryStoreTests.redemption("1001", at: base), AppleHistoryStoreTests.redemption("1002", token: nil, at: base)],
+                    source: "notification"),
+                at: base)
+            _ = try await store.recordAppleHistory(
+                AppleHistoryUpdate(
+                    renewalInfos: [AppleSignedItem(bundleID: AppleHistoryStoreTests.bundle, environment: "Sandbox", key: "2000", originalTransactionID: "2000", signedDate: nil, decoded: "{}", jws: "")],
+                    subscriptions: [AppleHistoryStoreTests.subscription("2000", environment: "Sandbox")],
+                    completeSubscriptions: [AppleHistoryStoreTests.subscription("2000", environment: "Sandbox")], source: "history"),
+                at: base)
             _ = try await AuditCheckpointing.create(in: store, masterKey: masterKey)
             let before = try await Self.everything(store)
-            #expect(before.1.count == 12_005 && before.2.count == 12_240 && before.3.count == 5)
+            let appleBefore = try await Self.appleHistory(store)
+            #expect(before.1.count == 12_008 && before.2.count == 12_241 && before.3.count == 5)
+            #expect(appleBefore.values.map(\.count).reduce(0, +) == 8, "\(appleBefore)")
 
             try await StoreFixture.with(.postgres) { middle in
                 let lines = Mutex<[String]>([])
                 let there = try await StoreCopy.copy(from: store, to: middle.store) { line in lines.withLock { $0.append(line) } }
                 #expect(there.sourceHead == before.4 && there.targetHead == before.4 && there.report.isIntact)
-                #expect(lines.withLock { $0 }.contains("copied 10000 of 12005 audit records"), "progress every 10,000: \(lines.withLock { $0 })")
+                #expect(lines.withLock { $0 }.contains("copied 10000 of 12008 audit records"), "progress every 10,000: \(lines.withLock { $0 })")
+                #expect(try await Self.appleHistory(middle.store) == appleBefore, "Apple's history and redemptions")
+                #expect(try await middle.store.offerRedemptions(since: nil) == (try await store.offerRedemptions(since: nil)))
                 let inPostgres = try await Self.everything(middle.store)
                 #expect(inPostgres.0 == before.0, "registry")
                 #expect(inPostgres.1 == before.1, "audit records")
@@ -81,6 +117,7 @@ struct StoreCopyTests {
                     #expect(summary.targetHead == summary.sourceHead)
                     let after = try await Self.everything(back.store)
                     #expect(after.0 == before.0 && after.1 == before.1 && after.2 == before.2 && after.3 == before.3 && after.4 == before.4)
+                    #expect(try await Self.appleHistory(back.store) == appleBefore)
                     // The sealed keys still open with the same master key.
                     try await back.store.bindMasterKey(masterKey)
                     _ = try await back.store.auditSigningKey(masterKey: masterKey)
