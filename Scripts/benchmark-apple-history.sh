@@ -104,11 +104,17 @@ STATUS=$(curl -sS -o "$WORK/first.json" -w '%{http_code}' -X POST "$URL/v1/offer
 LUA=Scripts/benchmark-apple-history.lua
 field() { grep '^BENCH ' "$1" | grep -o "$2=[^ ]*" | head -n 1 | cut -d= -f2; }
 FAILED=0
+# CPU seconds (user + system) a process has used so far.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+HZ=$(getconf CLK_TCK)
 service() {
-    local label=$1 connections=$2
+    local label=$1 connections=$2 server0 fake0
     echo "==> $label: wrk -t$THREADS -c$connections -d${DURATION}s --latency -s $LUA $URL/v1/offers/signatures"
+    server0=$(ticks "$SERVER_PID")
+    fake0=$(ticks "$FAKE_PID")
     OFFER_SIGNER_BENCH_SECRET="$SECRET" wrk -t"$THREADS" -c"$connections" -d"${DURATION}s" --timeout 10s --latency -s "$LUA" \
         "$URL/v1/offers/signatures" > "$WORK/$label.txt"
+    echo "$(( $(ticks "$SERVER_PID") - server0 )) $(( $(ticks "$FAKE_PID") - fake0 ))" > "$WORK/$label-cpu.txt"
     if [ "$(field "$WORK/$label.txt" non2xx)" != 0 ] || [ "$(field "$WORK/$label.txt" socket_errors)" != 0 ]; then FAILED=1; fi
 }
 floor() {
@@ -125,6 +131,9 @@ report() {
         "$label" "$(field "$WORK/$label.txt" rps)" "$(field "$WORK/$label.txt" p50_ms)" "$p99" \
         "$(field "$WORK/$label.txt" non2xx)" "$(field "$WORK/$label.txt" socket_errors)" \
         "$(field "$WORK/$label-floor.txt" p50_ms)" "$floor" "$(awk -v a="$p99" -v b="$floor" 'BEGIN { printf "%.1f", a - b }')"
+    read -r server_ticks fake_ticks < "$WORK/$label-cpu.txt"
+    awk -v s="$server_ticks" -v f="$fake_ticks" -v hz="$HZ" -v d="$DURATION" -v r="$(field "$WORK/$label.txt" rps)" \
+        'BEGIN { printf "         CPU: service %.0f%% of a core (%.0f us per request), fake API %.0f%% of a core\n", 100 * s / hz / d, (r > 0 ? 1e6 * s / hz / (r * d) : 0), 100 * f / hz / d }'
 }
 service latency "$CONNECTIONS"
 service burst "$BURST_CONNECTIONS"

@@ -6,15 +6,18 @@ import X509
 /// Remembers certificate chains (leaf, intermediate) that were found to lead to a trusted root
 /// with Apple's marker OIDs, so the same chain is not validated again for every signed item.
 ///
-/// Rules: an entry is keyed by the SHA-256 of the leaf's and the intermediate's DER and of the
-/// trusted roots; only the time check depends on when the item was signed, so a hit still
-/// requires the signing time to be inside every certificate's validity period (the latest
-/// `notBefore` to the earliest `notAfter` of the validated chain); a chain that failed is never
-/// remembered; at most `capacity` chains are kept (the oldest is dropped first).
+/// Rules: an entry is keyed by the SHA-256 of the x5c entries exactly as sent (leaf,
+/// intermediate, root) and of the trusted roots, and holds the leaf's public key; only the time
+/// check depends on when the item was signed, so a hit still requires the signing time to be
+/// inside every certificate's validity period (the latest `notBefore` to the earliest `notAfter`
+/// of the validated chain); a chain that failed is never remembered; at most `capacity` chains
+/// are kept (the oldest is dropped first). A hit skips parsing and validation, never the
+/// signature check.
 public final class AppleChainValidationCache: Sendable {
     struct Validity {
         var notBefore: Date
         var notAfter: Date
+        var leafKey: P256.Signing.PublicKey
     }
 
     private let capacity: Int
@@ -24,28 +27,28 @@ public final class AppleChainValidationCache: Sendable {
         self.capacity = max(1, capacity)
     }
 
-    static func key(leaf: [UInt8], intermediate: [UInt8], rootsDigest: [UInt8]) -> SHA256Digest {
+    static func key(x5c: [String], rootsDigest: [UInt8]) -> SHA256Digest {
         var hasher = SHA256()
-        hasher.update(data: withUnsafeBytes(of: UInt64(leaf.count).bigEndian) { Array($0) })
-        hasher.update(data: leaf)
-        hasher.update(data: withUnsafeBytes(of: UInt64(intermediate.count).bigEndian) { Array($0) })
-        hasher.update(data: intermediate)
+        for entry in x5c {
+            hasher.update(data: withUnsafeBytes(of: UInt64(entry.utf8.count).bigEndian) { Array($0) })
+            hasher.update(data: Array(entry.utf8))
+        }
         hasher.update(data: rootsDigest)
         return hasher.finalize()
     }
 
-    /// Whether the chain was validated before and `time` is inside its validity.
-    func isValid(_ key: SHA256Digest, at time: Date) -> Bool {
+    /// The leaf's key when the chain was validated before and `time` is inside its validity.
+    func leafKey(_ key: SHA256Digest, at time: Date) -> P256.Signing.PublicKey? {
         state.withLock { state in
-            guard let validity = state.entries[key] else { return false }
-            return validity.notBefore <= time && time <= validity.notAfter
+            guard let validity = state.entries[key], validity.notBefore <= time, time <= validity.notAfter else { return nil }
+            return validity.leafKey
         }
     }
 
-    func remember(_ key: SHA256Digest, chain: [Certificate]) {
+    func remember(_ key: SHA256Digest, chain: [Certificate], leafKey: P256.Signing.PublicKey) {
         guard let notBefore = chain.map(\.notValidBefore).max(), let notAfter = chain.map(\.notValidAfter).min() else { return }
         state.withLock { state in
-            if state.entries.updateValue(Validity(notBefore: notBefore, notAfter: notAfter), forKey: key) == nil {
+            if state.entries.updateValue(Validity(notBefore: notBefore, notAfter: notAfter, leafKey: leafKey), forKey: key) == nil {
                 state.order.append(key)
             }
             while state.order.count > capacity {

@@ -199,40 +199,23 @@ public struct AppleSignedDataVerifier: Sendable {
             return .failure(.init(.badBase64, "signature is not base64url"))
         }
 
-        // Certificates.
-        var certificates: [Certificate] = []
-        var ders: [[UInt8]] = []
-        for (position, entry) in x5c.enumerated() {
-            let name = Self.certificateNames[position]
-            guard let der = Data(base64Encoded: entry) else {
-                return .failure(.init(.badBase64, "x5c[\(position)] (\(name)) is not base64"))
-            }
-            do {
-                certificates.append(try Certificate(derEncoded: Array(der)))
-                ders.append(Array(der))
-            } catch {
-                return .failure(.init(.malformedCertificate, "x5c[\(position)] (\(name)) is not a DER X.509 certificate"))
-            }
-        }
-        let leaf = certificates[0]
-        let intermediate = certificates[1]
-
-        // Chain, at the signing time when the payload states it (as Apple's library does offline).
+        // A chain validated before (the same x5c text, the same trusted roots) is neither parsed
+        // nor validated again; the signing time must still be inside its certificates' validity.
         let validationTime = (probe.signedDate ?? probe.receiptCreationDate).map(date) ?? now
-        let cacheKey = chainCache.map { _ in AppleChainValidationCache.key(leaf: ders[0], intermediate: ders[1], rootsDigest: rootsDigest) }
-        if let chainCache, let cacheKey, chainCache.isValid(cacheKey, at: validationTime) {
-            // Validated before; the signing time is inside every certificate's validity.
+        let cacheKey = chainCache.map { _ in AppleChainValidationCache.key(x5c: x5c, rootsDigest: rootsDigest) }
+        let key: P256.Signing.PublicKey
+        if let chainCache, let cacheKey, let cachedKey = chainCache.leafKey(cacheKey, at: validationTime) {
+            key = cachedKey
         } else {
-            switch await verifyChain(leaf: leaf, intermediate: intermediate, at: validationTime) {
+            switch await validatedLeafKey(x5c, at: validationTime) {
             case .failure(let failure): return .failure(failure)
-            case .success(let chain): if let chainCache, let cacheKey { chainCache.remember(cacheKey, chain: chain) }
+            case .success(let (leafKey, chain)):
+                key = leafKey
+                if let chainCache, let cacheKey { chainCache.remember(cacheKey, chain: chain, leafKey: leafKey) }
             }
         }
 
         // Signature.
-        guard let key = P256.Signing.PublicKey(leaf.publicKey) else {
-            return .failure(.init(.unsupportedKey, "leaf public key is not P-256"))
-        }
         guard signatureBytes.count == 64,
             let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
         else {
@@ -243,6 +226,35 @@ public struct AppleSignedDataVerifier: Sendable {
             return .failure(.init(.invalidSignature, "ES256 signature does not match header and payload"))
         }
         return .success(payload)
+    }
+
+    /// Parses the three x5c certificates, validates the chain at `validationTime`, and returns the
+    /// leaf's P-256 key with the validated chain.
+    private func validatedLeafKey(_ x5c: [String], at validationTime: Date) async -> Result<(P256.Signing.PublicKey, [Certificate]), VerificationFailure> {
+        var certificates: [Certificate] = []
+        for (position, entry) in x5c.enumerated() {
+            let name = Self.certificateNames[position]
+            guard let der = Data(base64Encoded: entry) else {
+                return .failure(.init(.badBase64, "x5c[\(position)] (\(name)) is not base64"))
+            }
+            do {
+                certificates.append(try Certificate(derEncoded: Array(der)))
+            } catch {
+                return .failure(.init(.malformedCertificate, "x5c[\(position)] (\(name)) is not a DER X.509 certificate"))
+            }
+        }
+        let leaf = certificates[0]
+        let intermediate = certificates[1]
+        // Chain, at the signing time when the payload states it (as Apple's library does offline).
+        let chain: [Certificate]
+        switch await verifyChain(leaf: leaf, intermediate: intermediate, at: validationTime) {
+        case .failure(let failure): return .failure(failure)
+        case .success(let validated): chain = validated
+        }
+        guard let key = P256.Signing.PublicKey(leaf.publicKey) else {
+            return .failure(.init(.unsupportedKey, "leaf public key is not P-256"))
+        }
+        return .success((key, chain))
     }
 
     private static let certificateNames = ["leaf", "intermediate", "root"]
