@@ -21,6 +21,9 @@ import X509
 /// - One lookup never outlasts `timeBudget`: pages, retries, waits and environments share it.
 ///   5xx, 429 / 4290000 and network errors are retried with exponential backoff (a `Retry-After`
 ///   is honoured, but a wait that would pass the budget ends the lookup instead).
+/// - At most `concurrentLookups` lookups ask Apple at once; one that cannot start within the first
+///   three quarters of its budget is `overloaded`, which (unlike Apple's own slowness or errors)
+///   never trips the breaker.
 /// - After `circuitBreakerThreshold` consecutive failed lookups against a host, lookups fail fast
 ///   for `circuitBreakerCoolDown`, then one trial goes through.
 /// - Answers are cached per app and transaction for `cacheTTL`; `invalidate(originalTransactionID:)`
@@ -35,6 +38,7 @@ public final class AppStoreServerAPIClient: Sendable {
     private let logger: Logger
     private let breakers = Mutex([String: CircuitBreaker]())
     private let cache: HistoryCache
+    private let limiter: LookupLimiter
     private let chainCache: AppleChainValidationCache?
     private let onFetch: (@Sendable (VerifiedHistory) -> Void)?
 
@@ -57,6 +61,7 @@ public final class AppStoreServerAPIClient: Sendable {
         self.onFetch = onFetch
         self.tokens = AppStoreServerAPITokenMaker(lifetime: configuration.tokenLifetime, renewBefore: configuration.tokenRenewBefore)
         self.cache = HistoryCache(ttl: configuration.cacheTTL, capacity: configuration.maximumCachedHistories)
+        self.limiter = LookupLimiter(limit: configuration.concurrentLookups)
         var httpConfiguration = HTTPClient.Configuration()
         httpConfiguration.connectionPool = HTTPClient.Configuration.ConnectionPool(
             idleTimeout: .nanoseconds(configuration.connectionIdleTimeout.wholeNanoseconds),
@@ -113,6 +118,12 @@ public final class AppStoreServerAPIClient: Sendable {
         guard Self.isPathSafe(transactionID) else {
             return .unavailable(.init(.rejected, "the transaction ID is not a string of letters, digits, '-', '_' or '.'"))
         }
+        // A lookup starting with less than a quarter of its budget left would only time out
+        // against Apple (and be held against its host): it gives up as overloaded instead.
+        guard await limiter.acquire(until: deadline - configuration.timeBudget / 4) else {
+            return .unavailable(.init(.overloaded, "\(configuration.concurrentLookups) lookups were asking Apple; none made room within the time budget"))
+        }
+        defer { limiter.release() }
         var notFound: [String] = []
         for environment in app.environments {
             let baseURL = configuration.baseURL(for: environment, app: app)

@@ -16,6 +16,11 @@ public struct AppStoreServerAPIConfiguration: Sendable, Hashable {
     public var maximumCachedHistories: Int = 10_000
     /// Most HTTP/1 connections per Apple host (requests beyond it wait for a connection, within the budget).
     public var maximumConnectionsPerHost: Int = 32
+    /// Most lookups asking Apple at once; further ones wait, for three quarters of the budget at
+    /// most, and are refused `overloaded` (not held against Apple's host) when none made room. `nil`: half
+    /// the connections per host (each lookup makes two calls at once), so a lookup asking Apple
+    /// never waits for a connection.
+    public var maximumConcurrentLookups: Int?
     /// How long an idle connection is kept.
     public var connectionIdleTimeout: Duration = .seconds(60)
     /// Most attempts of one HTTP call (the first included) on 5xx, 429 and network errors.
@@ -49,11 +54,15 @@ public struct AppStoreServerAPIConfiguration: Sendable, Hashable {
 
     public init() {}
 
+    /// The lookups allowed at once (see ``maximumConcurrentLookups``).
+    public var concurrentLookups: Int { maximumConcurrentLookups ?? max(1, maximumConnectionsPerHost / 2) }
+
     /// Why this configuration cannot be used, or `nil` when it can.
     public var problem: String? {
         if timeBudget <= .zero { return "the time budget must be positive" }
         if cacheTTL < .zero { return "the cache lifetime must not be negative" }
         if maximumConnectionsPerHost < 1 { return "at least one connection per host is needed" }
+        if let maximumConcurrentLookups, maximumConcurrentLookups < 1 { return "at least one concurrent lookup is needed" }
         if maximumAttempts < 1 { return "at least one attempt is needed" }
         if initialBackoff < .zero || maximumBackoff < initialBackoff { return "backoff must satisfy 0 <= initial <= maximum" }
         if maximumPages < 1 { return "at least one page is needed" }

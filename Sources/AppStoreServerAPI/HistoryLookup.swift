@@ -22,6 +22,9 @@ public struct HistoryUnavailable: Error, Sendable, Hashable, CustomStringConvert
         case serverError = "server_error"
         /// The connection failed.
         case networkError = "network_error"
+        /// Too many lookups at once in this service: the budget ran out before this one could ask
+        /// Apple (this service's overload, not Apple's; not held against Apple's host).
+        case overloaded = "overloaded"
         /// The circuit breaker is open: recent lookups failed; failing fast.
         case circuitOpen = "circuit_open"
         /// Apple refused our token (401): wrong key, issuer ID or bundle.

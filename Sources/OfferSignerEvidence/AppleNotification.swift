@@ -66,8 +66,7 @@ struct NotificationPayload: Decodable {
 public enum AppleNotificationProbe {
     /// The `bundleId` the payload claims, or nil when the JWS cannot be read.
     public static func claimedBundleID(_ signedPayload: String) -> String? {
-        let parts = signedPayload.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, signedPayload.utf8.count <= AppleSignedDataVerifier.maximumJWSLength,
+        guard signedPayload.utf8.count <= AppleSignedDataVerifier.maximumJWSLength, let parts = Base64URL.compactParts(signedPayload),
             let payload = Base64URL.decode(parts[1]),
             let decoded = try? JSONDecoder().decode(NotificationPayload.self, from: payload)
         else { return nil }

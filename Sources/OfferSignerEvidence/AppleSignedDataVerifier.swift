@@ -166,9 +166,9 @@ public struct AppleSignedDataVerifier: Sendable {
         guard jws.utf8.count <= Self.maximumJWSLength else {
             return .failure(.init(.malformedJWS, "JWS is larger than \(Self.maximumJWSLength) bytes"))
         }
-        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts.allSatisfy({ !$0.isEmpty }) else {
-            return .failure(.init(.malformedJWS, "expected three non-empty dot-separated parts, got \(parts.count)"))
+        guard let parts = Base64URL.compactParts(jws), parts.allSatisfy({ !$0.isEmpty }) else {
+            let count = jws.utf8.reduce(1) { $0 + ($1 == UInt8(ascii: ".") ? 1 : 0) }
+            return .failure(.init(.malformedJWS, "expected three non-empty dot-separated parts, got \(count)"))
         }
 
         // Header.
@@ -221,7 +221,9 @@ public struct AppleSignedDataVerifier: Sendable {
         else {
             return .failure(.init(.invalidSignature, "signature is not a 64-byte ES256 (r||s) value"))
         }
-        let signingInput = Data("\(parts[0]).\(parts[1])".utf8)
+        var signingInput = Data(parts[0].utf8)
+        signingInput.append(UInt8(ascii: "."))
+        signingInput.append(contentsOf: parts[1].utf8)
         guard key.isValidSignature(signature, for: signingInput) else {
             return .failure(.init(.invalidSignature, "ES256 signature does not match header and payload"))
         }

@@ -2,11 +2,33 @@ import Foundation
 
 enum Base64URL {
     /// Strict base64url decoding (RFC 7515 §2: URL-safe alphabet, no padding, no whitespace).
+    /// Works on bytes: no String bridging (Foundation's string replacement costs more than the
+    /// signature check on Linux).
     static func decode(_ text: Substring) -> Data? {
-        guard text.utf8.allSatisfy(isBase64URLByte), text.utf8.count % 4 != 1 else { return nil }
-        var standard = String(text).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        standard += String(repeating: "=", count: (4 - standard.utf8.count % 4) % 4)
-        return Data(base64Encoded: standard)
+        decode(text.utf8)
+    }
+
+    static func decode(_ text: some Collection<UInt8>) -> Data? {
+        var standard: [UInt8] = []
+        standard.reserveCapacity(text.count + 3)
+        for byte in text {
+            guard isBase64URLByte(byte) else { return nil }
+            standard.append(byte == UInt8(ascii: "-") ? UInt8(ascii: "+") : byte == UInt8(ascii: "_") ? UInt8(ascii: "/") : byte)
+        }
+        guard standard.count % 4 != 1 else { return nil }
+        while standard.count % 4 != 0 { standard.append(UInt8(ascii: "=")) }
+        return Data(base64Encoded: Data(standard))
+    }
+
+    /// The three parts of a compact JWS, split on `.` over its bytes (nil unless exactly three).
+    static func compactParts(_ jws: String) -> [Substring]? {
+        let dots = jws.utf8.indices.filter { jws.utf8[$0] == UInt8(ascii: ".") }
+        guard dots.count == 2 else { return nil }
+        let first = dots[0], second = dots[1]
+        return [
+            Substring(jws.utf8[jws.utf8.startIndex..<first]), Substring(jws.utf8[jws.utf8.index(after: first)..<second]),
+            Substring(jws.utf8[jws.utf8.index(after: second)...]),
+        ]
     }
 
     static func encode(_ data: some DataProtocol) -> String {

@@ -11,8 +11,16 @@ import PostgresNIO
 /// and then finds the UUID. A redemption's `offer.redeemed` record locks the audit chain head in
 /// the same transaction, like every audit append.
 extension PostgresStore {
-    public func recordAppleHistory(_ update: AppleHistoryUpdate, at time: Date) async throws -> AppleHistoryUpdateResult {
+    public func recordAppleHistories(_ updates: [AppleHistoryUpdate], at time: Date) async throws -> [AppleHistoryUpdateResult] {
         try await transaction("recording Apple's history") { connection, logger in
+            var results: [AppleHistoryUpdateResult] = []
+            for update in updates { results.append(try await Self.record(update, at: time, connection, logger)) }
+            return results
+        }
+    }
+
+    private static func record(_ update: AppleHistoryUpdate, at time: Date, _ connection: PostgresConnection, _ logger: Logger) async throws -> AppleHistoryUpdateResult {
+        do {
             let now = time.unixMilliseconds
             if let notification = update.notification {
                 let inserted = try await connection.query(
@@ -86,9 +94,9 @@ extension PostgresStore {
                 ).collect()
                 guard !inserted.isEmpty else { continue }
                 let redemption = OfferRedemption(
-                    candidate: candidate, issuanceSequence: issuance?.0, signatureIssuedAt: issuance.map { Self.date($0.1) }, source: update.source,
-                    recordedAt: Self.date(now))
-                _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: redemption.auditEntry)], at: time)
+                    candidate: candidate, issuanceSequence: issuance?.0, signatureIssuedAt: issuance.map { date($0.1) }, source: update.source,
+                    recordedAt: date(now))
+                _ = try await appendAudit(connection, logger, [AuditAppend(entry: redemption.auditEntry)], at: time)
                 redemptions.append(redemption)
             }
             return .recorded(redemptions: redemptions)

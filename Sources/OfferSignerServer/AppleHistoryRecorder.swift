@@ -3,55 +3,81 @@ import Logging
 import OfferSignerEligibility
 import OfferSignerStorage
 import ServiceLifecycle
+import Synchronization
 
 /// Writes the histories fetched from Apple's App Store Server API to the store, off the request
 /// path: a lookup hands its history over and goes on deciding.
 ///
 /// Rules: at most `capacity` histories wait (when more arrive, the oldest waiting one is dropped
-/// and counted: the next lookup of that customer fetches and hands it over again); each write
-/// records the redemptions the history shows (see ``OfferRedemption``); a failed write is logged
-/// and counted, never retried (the next fetch carries the same history).
+/// and counted: the next lookup of that customer fetches and hands it over again); what waits is
+/// written together, up to `batchLimit` histories a transaction; each write records the
+/// redemptions the history shows (see ``OfferRedemption``); a failed write is logged and
+/// counted, never retried (the next fetch carries the same history).
 final class AppleHistoryRecorder: Service, Sendable {
     private let store: any OfferSignerStore
     private let metrics: ServerMetrics
     private let logger: Logger
-    private let stream: AsyncStream<VerifiedHistory>
-    private let continuation: AsyncStream<VerifiedHistory>.Continuation
+    private let capacity: Int
+    private let pending = Mutex<[VerifiedHistory]>([])
+    private let wakeUps: AsyncStream<Void>
+    private let wakeUp: AsyncStream<Void>.Continuation
+
+    /// Most histories written in one transaction.
+    static let batchLimit = 64
 
     init(store: any OfferSignerStore, metrics: ServerMetrics, logger: Logger, capacity: Int = 1024) {
         self.store = store
         self.metrics = metrics
         self.logger = logger
-        (stream, continuation) = AsyncStream.makeStream(of: VerifiedHistory.self, bufferingPolicy: .bufferingNewest(capacity))
+        self.capacity = max(1, capacity)
+        (wakeUps, wakeUp) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
     /// Hands a fetched history over (never waits).
     func submit(_ history: VerifiedHistory) {
-        if case .dropped = continuation.yield(history) { metrics.appleHistoryStored("dropped") }
+        let dropped = pending.withLock { pending -> Bool in
+            pending.append(history)
+            guard pending.count > capacity else { return false }
+            pending.removeFirst()
+            return true
+        }
+        if dropped { metrics.appleHistoryStored("dropped") }
+        wakeUp.yield()
     }
 
     func run() async throws {
         await withGracefulShutdownHandler {
-            for await history in stream {
-                await record(history)
+            for await _ in wakeUps {
+                // Whatever is waiting goes in transactions of up to `batchLimit` (one sync each).
+                while true {
+                    let batch = pending.withLock { pending -> [VerifiedHistory] in
+                        let batch = Array(pending.prefix(Self.batchLimit))
+                        pending.removeFirst(batch.count)
+                        return batch
+                    }
+                    if batch.isEmpty { break }
+                    await record(batch)
+                }
             }
-        } onGracefulShutdown: { [continuation] in
-            continuation.finish()
+        } onGracefulShutdown: { [wakeUp] in
+            wakeUp.finish()
         }
     }
 
-    func record(_ history: VerifiedHistory) async {
+    func record(_ histories: [VerifiedHistory]) async {
         do {
-            let result = try await store.recordAppleHistory(AppleHistoryConversion.update(history), at: Date())
-            metrics.appleHistoryStored("recorded")
-            if case .recorded(let redemptions) = result {
-                for redemption in redemptions {
-                    metrics.offerRedeemed(bundleID: redemption.candidate.bundleID, offerID: redemption.candidate.offerID, matched: redemption.isMatched)
+            let results = try await store.recordAppleHistories(histories.map(AppleHistoryConversion.update), at: Date())
+            for result in results {
+                metrics.appleHistoryStored("recorded")
+                if case .recorded(let redemptions) = result {
+                    for redemption in redemptions {
+                        metrics.offerRedeemed(bundleID: redemption.candidate.bundleID, offerID: redemption.candidate.offerID, matched: redemption.isMatched)
+                    }
                 }
             }
         } catch {
-            metrics.appleHistoryStored("failed")
-            logger.warning("could not store a history fetched from Apple", metadata: ["bundle_id": "\(history.bundleID)", "error": "\(error)"])
+            for _ in histories { metrics.appleHistoryStored("failed") }
+            logger.warning("could not store histories fetched from Apple", metadata: ["count": "\(histories.count)", "error": "\(error)"])
         }
     }
 }

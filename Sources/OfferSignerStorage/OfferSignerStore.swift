@@ -83,12 +83,12 @@ public protocol OfferSignerStore: StoreCoordination {
 
     // MARK: Apple's history (App Store Server Notifications V2 and App Store Server API answers)
 
-    /// Records, in one durable transaction, what a verified notification or a fetched history
+    /// Records, in one durable transaction, what verified notifications or fetched histories
     /// says: the notification's UUID (a UUID recorded before makes the call a no-op,
     /// `.duplicateNotification`), the items (a later `signedDate` replaces an earlier one), which
     /// subscriptions are complete, and each redemption not recorded before, matched to its
     /// issuance (see ``OfferRedemption``) with its `offer.redeemed` audit record.
-    func recordAppleHistory(_ update: AppleHistoryUpdate, at time: Date) async throws -> AppleHistoryUpdateResult
+    func recordAppleHistories(_ updates: [AppleHistoryUpdate], at time: Date) async throws -> [AppleHistoryUpdateResult]
 
     /// The stored history of the subscription that `transactionID` belongs to (a transaction ID
     /// or an original transaction ID), or nil when the store knows neither.
@@ -152,6 +152,13 @@ public protocol OfferSignerStore: StoreCoordination {
     /// recomputed, nothing is audited). A step with a registry is refused unless the store is
     /// empty; audit records must come after the store's last one, in order.
     func importVerbatim(_ batch: VerbatimImport) async throws
+}
+
+extension OfferSignerStore {
+    /// One update (see ``recordAppleHistories(_:at:)``).
+    public func recordAppleHistory(_ update: AppleHistoryUpdate, at time: Date) async throws -> AppleHistoryUpdateResult {
+        try await recordAppleHistories([update], at: time).first ?? .recorded(redemptions: [])
+    }
 }
 
 extension OfferSignerStore {

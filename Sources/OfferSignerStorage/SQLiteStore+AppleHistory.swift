@@ -113,8 +113,12 @@ extension SQLiteStore {
         for statement in AppleHistorySchema.statements { try db.execute(sql: statement) }
     }
 
-    public func recordAppleHistory(_ update: AppleHistoryUpdate, at time: Date) async throws -> AppleHistoryUpdateResult {
-        try await write { db in
+    public func recordAppleHistories(_ updates: [AppleHistoryUpdate], at time: Date) async throws -> [AppleHistoryUpdateResult] {
+        try await write { db in try updates.map { try Self.record($0, at: time, in: db) } }
+    }
+
+    private static func record(_ update: AppleHistoryUpdate, at time: Date, in db: Database) throws -> AppleHistoryUpdateResult {
+        do {
             let now = time.unixMilliseconds
             if let notification = update.notification {
                 try db.execute(

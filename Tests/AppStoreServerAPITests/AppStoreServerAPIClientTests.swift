@@ -1,4 +1,4 @@
-import AppStoreServerAPI
+@testable import AppStoreServerAPI
 import AppleTestChain
 import Crypto
 import FakeAppStoreServerAPI
@@ -416,5 +416,80 @@ import X509
         while base64.count % 4 != 0 { base64 += "=" }
         let data = try #require(Data(base64Encoded: base64))
         return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+    }
+}
+
+/// This service's own overload is not Apple's: lookups beyond the concurrency bound wait, then
+/// give up as `overloaded`, which never opens the circuit breaker.
+@Suite struct LookupOverloadTests {
+    @Test("A lookup that finds no room is overloaded, not held against Apple's host")
+    func overloadIsNotAppleSlowness() async throws {
+        let base = try AppStoreServerAPIClientTests()
+        let fake = base.fake()
+        let first = base.subscriber("2000000001", months: 2)
+        let second = base.subscriber("2000000002", months: 2)
+        let third = base.subscriber("2000000003", months: 2)
+        for customer in [first, second, third] { fake.add(try customer.customer(base.chain, now: base.now)) }
+        fake.setAnswerDelay(.seconds(600))
+        let client = try base.client {
+            $0.maximumConcurrentLookups = 1
+            $0.timeBudget = .seconds(4)
+            $0.circuitBreakerThreshold = 2
+        }
+        try await fake.run { port in
+            try await base.withClient(client) {
+                let app = base.app(port: port)
+                let credentials = base.credentials
+                let now = base.now
+                // The first lookup takes the only place and waits on Apple for its whole budget…
+                let slow = Task { await client.history(transactionID: first.originalTransactionID, app: app, credentials: credentials, now: now) }
+                // (The fake records a request when it answers, so give the first one time to start.)
+                try await Task.sleep(for: .milliseconds(300))
+                // …so the second finds no room within three quarters of its own.
+                let waiting = await client.history(transactionID: second.originalTransactionID, app: app, credentials: credentials, now: now)
+                guard case .unavailable(let overloaded) = waiting, case .unavailable(let timedOut) = await slow.value else {
+                    Issue.record("expected two unavailable lookups")
+                    return
+                }
+                #expect(overloaded.reason == .overloaded, "\(overloaded)")
+                #expect(overloaded.allowsFallback)
+                #expect(timedOut.reason == .timeBudgetExhausted, "\(timedOut)")
+                // One failure against the host (threshold 2): the breaker is still closed.
+                fake.setAnswerDelay(.zero)
+                let after = await client.history(transactionID: third.originalTransactionID, app: app, credentials: credentials, now: now)
+                guard case .history = after else {
+                    Issue.record("expected a history once Apple answers, got \(after) (was the overload held against the host?)")
+                    return
+                }
+            }
+        }
+    }
+}
+
+@Suite struct LookupLimiterTests {
+    @Test("Permits: first come, first served; a waiter past its deadline or cancelled leaves without one")
+    func permits() async throws {
+        let limiter = LookupLimiter(limit: 1)
+        #expect(await limiter.acquire(until: .now + .seconds(1)))
+        // Deadline passes: no permit.
+        let start = ContinuousClock.now
+        #expect(await limiter.acquire(until: .now + .milliseconds(100)) == false)
+        #expect(ContinuousClock.now - start >= .milliseconds(90))
+        #expect(limiter.waiting == 0)
+        // A waiter gets the permit when it is released.
+        let waiter = Task { await limiter.acquire(until: .now + .seconds(60)) }
+        while limiter.waiting == 0 { try await Task.sleep(for: .milliseconds(1)) }
+        limiter.release()
+        #expect(await waiter.value)
+        // Cancelled while waiting: leaves without a permit.
+        let cancelled = Task { await limiter.acquire(until: .now + .seconds(60)) }
+        while limiter.waiting == 0 { try await Task.sleep(for: .milliseconds(1)) }
+        cancelled.cancel()
+        #expect(await cancelled.value == false)
+        #expect(limiter.waiting == 0)
+        // The permit held by the waiter is still the only one.
+        #expect(await limiter.acquire(until: .now) == false)
+        limiter.release()
+        #expect(await limiter.acquire(until: .now))
     }
 }
