@@ -102,6 +102,7 @@ let package = Package(
         .executableTarget(
             name: "offer-signer",
             dependencies: [
+                "AppStoreServerAPI",
                 "OfferSignerCore",
                 "OfferSignerStorage",
                 "OfferSignerPostgres",

@@ -4,6 +4,7 @@ import Foundation
 import Hummingbird
 import Logging
 import NIOCore
+import AppStoreServerAPI
 import OfferSignerCore
 import OfferSignerServer
 import OfferSignerStorage
@@ -66,6 +67,12 @@ struct ServeCommand: AsyncParsableCommand {
     var idleTimeoutSeconds: Double?
     @Option(help: "Longest a request waits for the store (audit commit, ledger read, customer lock, readiness ping) before it is answered 503 with nothing issued. Env: OFFER_SIGNER_STORE_TIMEOUT_MS. Default 3000.")
     var storeTimeoutMs: Int?
+    @Option(help: "Longest one decision asks Apple's App Store Server API (pages, retries and Sandbox fallback together), for offers with historySource apple. Env: OFFER_SIGNER_APPLE_API_TIME_BUDGET_MS. Default 2000.")
+    var appleAPITimeBudgetMs: Int?
+    @Option(help: "Most connections to each App Store Server API host; at most half as many lookups ask Apple at once. Env: OFFER_SIGNER_APPLE_API_CONNECTIONS. Default 32.")
+    var appleAPIConnections: Int?
+    @Option(help: "How long a history fetched from Apple is served from memory (0: not at all). Env: OFFER_SIGNER_APPLE_API_CACHE_SECONDS. Default 60.")
+    var appleAPICacheSeconds: Int?
     @Option(help: "NIO event loop threads (socket I/O and HTTP parsing; request handling runs on Swift's concurrency pool and the audit writer on its own thread). Env: OFFER_SIGNER_EVENT_LOOP_THREADS. Default: NIO's, one per core.")
     var eventLoopThreads: Int?
     @Option(help: "Bundle ID of the development key (--dev). Default com.example.app.")
@@ -139,6 +146,12 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.eligibility = try EligibilityFiles.load(
             offers: offers ?? Environment.value("OFFER_SIGNER_OFFERS"),
             appleRoots: appleRoots.isEmpty ? (Environment.value("OFFER_SIGNER_APPLE_ROOTS")?.split(separator: ":").map(String.init) ?? []) : appleRoots)
+        if var eligibility = configuration.eligibility {
+            try applyAppleAPIOptions(to: &eligibility.appStoreServerAPI)
+            configuration.eligibility = eligibility
+        } else if appleAPITimeBudgetMs != nil || appleAPIConnections != nil || appleAPICacheSeconds != nil {
+            throw ValidationError("--apple-api-* settings need an offers catalog (--offers FILE): only its offers ask Apple")
+        }
 
         let application: any ApplicationProtocol
         do {
@@ -168,6 +181,22 @@ struct ServeCommand: AsyncParsableCommand {
         guard let requested = try eventLoopThreads ?? Self.number("OFFER_SIGNER_EVENT_LOOP_THREADS", Int.self) else { return }
         guard (1...512).contains(requested) else { throw ValidationError("--event-loop-threads must be between 1 and 512") }
         NIOSingletons.groupLoopCountSuggestion = requested
+    }
+
+    /// `--apple-api-*`: the App Store Server API client's bounds.
+    private func applyAppleAPIOptions(to api: inout AppStoreServerAPIConfiguration) throws {
+        if let value = try appleAPITimeBudgetMs ?? Self.number("OFFER_SIGNER_APPLE_API_TIME_BUDGET_MS", Int.self) {
+            guard (1...60_000).contains(value) else { throw ValidationError("--apple-api-time-budget-ms must be between 1 and 60000") }
+            api.timeBudget = .milliseconds(value)
+        }
+        if let value = try appleAPIConnections ?? Self.number("OFFER_SIGNER_APPLE_API_CONNECTIONS", Int.self) {
+            guard (2...1024).contains(value) else { throw ValidationError("--apple-api-connections must be between 2 and 1024") }
+            api.maximumConnectionsPerHost = value
+        }
+        if let value = try appleAPICacheSeconds ?? Self.number("OFFER_SIGNER_APPLE_API_CACHE_SECONDS", Int.self) {
+            guard (0...86_400).contains(value) else { throw ValidationError("--apple-api-cache-seconds must be between 0 and 86400") }
+            api.cacheTTL = .seconds(value)
+        }
     }
 
     /// The busy-period audit commit delay asked for, checked before anything is opened.
