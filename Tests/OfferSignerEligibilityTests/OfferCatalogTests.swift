@@ -49,7 +49,7 @@ struct OfferCatalogTests {
         #expect(catalog.winBackOfferIDs == ["winback_50pct_3m"])
         #expect(winBack.historySource == .apple)
         #expect(catalog.offer(id: "retention_1m_free", bundleID: nil)?.historySource == .client, "client is the default")
-        #expect(catalog.appSettings(bundleID: "com.example.app") == AppStoreAppSettings(bundleID: "com.example.app", appAppleID: 1_234_567_890, environments: [.production]))
+        #expect(catalog.appSettings(bundleID: "com.example.app") == AppStoreAppSettings(bundleID: "com.example.app", appAppleID: 1_234_567_890, environments: [.production], notificationHistory: true))
     }
 
     @Test func minimalOfferHasNoRules() throws {

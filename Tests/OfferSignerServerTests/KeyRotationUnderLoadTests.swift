@@ -42,6 +42,9 @@ struct KeyRotationUnderLoadTests {
             // Load runs until 2 s after the activation has committed (however long that takes
             // on a busy machine), with a hard stop at 30 s.
             let loadEnd = LoadEnd(hardStop: ContinuousClock.now + .seconds(30))
+            // The activation waits for enough signatures with the old key (a fixed second gave
+            // too few when the machine was busy).
+            let signedBefore = SignedCount()
             return try await withThrowingTaskGroup(of: WorkerResult.self) { group in
                 for _ in 0..<32 {
                     group.addTask {
@@ -62,6 +65,7 @@ struct KeyRotationUnderLoadTests {
                                         samples.append(Sample(ok: false, detail: "\(response.status): \(text)", token: token))
                                         continue
                                     }
+                                    signedBefore.count.add(1, ordering: .relaxed)
                                     samples.append(Sample(
                                         ok: true, detail: "", token: token, keyID: legacy["keyID"] as? String, nonce: legacy["nonce"] as? String,
                                         timestamp: (legacy["timestamp"] as? NSNumber)?.int64Value, signature: legacy["signature"] as? String))
@@ -77,6 +81,7 @@ struct KeyRotationUnderLoadTests {
                 }
                 group.addTask {
                     try await Task.sleep(for: .seconds(1))
+                    while signedBefore.count.load(ordering: .relaxed) < 120 && !loadEnd.reached { try await Task.sleep(for: .milliseconds(20)) }
                     _ = try await store.transitionKey(keyID: "ROTATED001", to: .active, actor: "test", reason: "rotation under load", force: false)
                     let activatedAt = Date().unixMilliseconds
                     loadEnd.set(ContinuousClock.now + .seconds(2))
@@ -126,6 +131,10 @@ struct KeyRotationUnderLoadTests {
 
 /// When the load of the rotation test stops: a hard stop, moved earlier once the activation
 /// is known.
+private final class SignedCount: Sendable {
+    let count = Atomic<Int>(0)
+}
+
 private final class LoadEnd: Sendable {
     private let end: Mutex<ContinuousClock.Instant>
 
