@@ -48,6 +48,8 @@ public struct AppStoreAppSettings: Sendable, Hashable, Encodable {
     /// decides without asking Apple's API. Default `false`: the API is asked (the stored history
     /// is then only kept, for redemption tracking).
     public var notificationHistory: Bool
+    /// `retention`: how the app answers Apple's Retention Messaging requests (nil: it does not).
+    public var retention: RetentionPlan?
     /// `appStoreServerAPI.productionURL`: overrides Apple's production host (tests, a proxy).
     public var productionURL: String?
     /// `appStoreServerAPI.sandboxURL`: overrides Apple's sandbox host (tests, a proxy).

@@ -154,8 +154,14 @@ struct EligibilityService: Sendable {
 
     private func ledger(appAccountToken: UUID?, bundleID: String) async throws -> [IssuedOfferRecord] {
         guard let appAccountToken else { return [] }
-        let issued = try await StoreDeadline.run("ledger read", timeout: storeTimeout) { [store] in
-            try await store.issuedSignatures(appAccountToken: appAccountToken.lowercasedString, bundleID: bundleID)
+        return try await ledger(customer: appAccountToken.lowercasedString, bundleID: bundleID, timeout: storeTimeout)
+    }
+
+    /// The issuances recorded for a customer (the ledger's `app_account_token` key), one per
+    /// issuance whatever its formats.
+    func ledger(customer: String, bundleID: String, timeout: Duration) async throws -> [IssuedOfferRecord] {
+        let issued = try await StoreDeadline.run("ledger read", timeout: timeout) { [store] in
+            try await store.issuedSignatures(appAccountToken: customer, bundleID: bundleID)
         }
         var seen = Set<String>()
         var records: [IssuedOfferRecord] = []

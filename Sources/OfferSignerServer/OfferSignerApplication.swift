@@ -21,6 +21,7 @@ public enum OfferSignerRoutes {
         (.get, "/openapi.yaml"),
         (.get, "/problems/{code}"),
         (.post, "/v1/apple/notifications"),
+        (.post, "/v1/apple/retention"),
     ]
 
     /// The methods the routes take on `path` (`{name}` in a route matches one path segment).
@@ -89,6 +90,17 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     }
     router.post("/v1/apple/notifications") { request, context in
         try await notifications.receive(request, context: context)
+    }
+    let retention = eligibility.map {
+        RetentionController(
+            store: store, keyRing: keyRing, committer: committer, eligibility: $0, configuration: configuration.retention, metrics: metrics,
+            storeTimeout: configuration.storeTimeout, customerLocks: signing.customerLocks, recentRequests: RecentRequestIdentifiers())
+    }
+    router.post("/v1/apple/retention") { request, context in
+        guard let retention else {
+            throw APIProblem(.notFound, code: "eligibility_not_configured", detail: "Retention Messaging needs an offers catalog with apps.<bundle>.retention (serve --offers FILE)")
+        }
+        return try await retention.answer(request, context: context)
     }
     router.get("/healthz") { _, _ in
         Response.json(#"{"status":"ok"}"#)

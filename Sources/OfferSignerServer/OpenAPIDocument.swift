@@ -130,6 +130,73 @@ public enum OpenAPIDocument {
             '413': {$ref: '#/components/responses/Problem'}
             '415': {$ref: '#/components/responses/Problem'}
             '503': {$ref: '#/components/responses/Problem'}
+      /v1/apple/retention:
+        post:
+          operationId: getRetentionMessage
+          summary: Apple's Retention Messaging "Get Retention Message" (Apple calls this)
+          description: |
+            Apple's body, `{"signedPayload": "<JWS of DecodedRealtimeRequestBody>"}`, verified like all Apple-signed
+            data; the app is the catalog app with that `appAppleID` and a `retention` plan. Answers Apple's
+            RealtimeResponseBody with exactly one member: a promotional offer the subscriber is eligible for (signed,
+            audited), else the product's fallback; 204 when there is none. Stale (over 5 minutes) and replayed
+            requests are refused. Needs an offers catalog (404 `eligibility_not_configured` otherwise).
+          security:
+            - {}
+          requestBody:
+            required: true
+            content:
+              application/json:
+                schema:
+                  type: object
+                  required: [signedPayload]
+                  properties:
+                    signedPayload: {type: string, minLength: 1}
+          responses:
+            '200':
+              description: The retention message to show.
+              content:
+                application/json:
+                  schema:
+                    type: object
+                    minProperties: 1
+                    maxProperties: 1
+                    properties:
+                      message:
+                        type: object
+                        required: [messageIdentifier]
+                        properties:
+                          messageIdentifier: {type: string}
+                      alternateProduct:
+                        type: object
+                        required: [messageIdentifier, productId]
+                        properties:
+                          messageIdentifier: {type: string}
+                          productId: {type: string}
+                      promotionalOffer:
+                        type: object
+                        required: [messageIdentifier]
+                        properties:
+                          messageIdentifier: {type: string}
+                          promotionalOfferSignatureV2: {type: string}
+                          promotionalOfferSignatureV1:
+                            type: object
+                            required: [encodedSignature, productId, nonce, timestamp, keyId, offerIdentifier]
+                            properties:
+                              encodedSignature: {type: string}
+                              productId: {type: string}
+                              nonce: {type: string}
+                              timestamp: {type: integer}
+                              keyId: {type: string}
+                              offerIdentifier: {type: string}
+                              appAccountToken: {type: string}
+            '204':
+              description: Nothing to show (Apple shows the default message).
+            '400': {$ref: '#/components/responses/Problem'}
+            '403': {$ref: '#/components/responses/Problem'}
+            '404': {$ref: '#/components/responses/Problem'}
+            '409': {$ref: '#/components/responses/Problem'}
+            '413': {$ref: '#/components/responses/Problem'}
+            '415': {$ref: '#/components/responses/Problem'}
       /healthz:
         get:
           operationId: health

@@ -123,6 +123,14 @@ public enum ProblemCatalog {
             meaning: "an App Store Server Notification's `signedPayload`, or a JWS inside it, did not verify (chain to Apple's root, Apple's marker OIDs, ES256 signature, readable payload); nothing was stored",
             action: "nothing, if it was not Apple; otherwise check the trusted roots (`--apple-root` is for tests only)"),
         ProblemType(
+            code: "retention_request_unverified", status: .badRequest, title: "Retention request not signed by Apple",
+            meaning: "a Retention Messaging request's `signedPayload` did not verify (chain to Apple's root, marker OIDs, ES256, readable `DecodedRealtimeRequestBody`); nothing was signed",
+            action: "nothing, if it was not Apple; otherwise check the trusted roots"),
+        ProblemType(
+            code: "retention_request_stale", status: .badRequest, title: "Retention request too old",
+            meaning: "the request was signed longer ago than the service answers (5 minutes), or more than a minute ahead of its clock; nothing was signed",
+            action: "nothing: Apple shows its default message; check the server's clock if this is frequent"),
+        ProblemType(
             code: "unauthorized", status: .unauthorized, title: "Missing or invalid credentials",
             meaning: "no `Authorization: Bearer`, or an unknown or revoked API key, or a user JWT that does not verify; comes with `WWW-Authenticate: Bearer`",
             action: "send a valid API key or user JWT; do not retry unchanged"),
@@ -134,6 +142,10 @@ public enum ProblemCatalog {
             code: "bundle_not_allowed", status: .forbidden, title: "Client not allowed for this app",
             meaning: "the API client is limited to other apps (`clients create --bundle-id`)",
             action: "use a client made for this app"),
+        ProblemType(
+            code: "retention_request_foreign", status: .forbidden, title: "Retention request for another app",
+            meaning: "the request's `appAppleId` is not the `appAppleID` of a catalog app with a `retention` plan, or its environment is not one the app accepts; nothing was signed",
+            action: "set the app's `appAppleID`, `environments` and `retention` in the offers catalog, or point Apple's realtime URL at the right service"),
         ProblemType(
             code: "token_binding_mismatch", status: .forbidden, title: "Someone else's appAccountToken",
             meaning: "a user JWT asked for an appAccountToken other than the user's own",
@@ -156,6 +168,10 @@ public enum ProblemCatalog {
             meaning: "the path exists, but not with this method; `Allow` lists the methods it takes",
             action: "use a method from `Allow`"),
         // 413, 415, 422: the body as a whole.
+        ProblemType(
+            code: "retention_request_replayed", status: .conflict, title: "Retention request answered before",
+            meaning: "a request with this `requestIdentifier` was answered before (Apple makes a new one per request); nothing was signed",
+            action: "nothing: a replay of a captured request gets no second signature"),
         ProblemType(
             code: "body_too_large", status: .contentTooLarge, title: "Body too large",
             meaning: "the body is larger than `--max-body-bytes` (1 MiB by default)",

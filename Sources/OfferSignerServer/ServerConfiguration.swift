@@ -16,6 +16,8 @@ public struct ServerConfiguration: Sendable {
     /// Largest accepted request body, in bytes (413 above it). Evidence of a long-time
     /// subscriber (a JWS per renewal) needs room.
     public var maximumBodyBytes: Int = 1024 * 1024
+    /// Apple's Retention Messaging endpoint (`POST /v1/apple/retention`): time budget and freshness.
+    public var retention = RetentionConfiguration()
     /// Largest App Store Server Notification body accepted (Apple's are a few KiB per JWS, and one
     /// holds three JWS at most).
     public static let maximumNotificationBytes = 256 * 1024

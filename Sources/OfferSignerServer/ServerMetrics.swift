@@ -108,6 +108,21 @@ final class ServerMetrics: Sendable {
         counter("apple_histories_stored", help: "Histories fetched from the App Store Server API and written to the store, by outcome", labels: [("outcome", outcome)]).increment()
     }
 
+    /// A Retention Messaging request by outcome: the answer type, or the problem code it was refused with.
+    func retentionRequest(_ outcome: String) {
+        counter("retention_requests", help: "Retention Messaging requests by outcome (answer type or refusal code)", labels: [("outcome", outcome)]).increment()
+    }
+
+    /// A Retention Messaging answer by type and offer.
+    func retentionAnswer(type: String, offerID: String?) {
+        counter("retention_answers", help: "Retention Messaging answers by type and offer", labels: [("type", type), ("offer_id", offerID ?? "")]).increment()
+    }
+
+    /// A Retention Messaging request answered without an offer, by reason (`budget` is a budget miss).
+    func retentionFallback(reason: String) {
+        counter("retention_fallbacks", help: "Retention Messaging requests answered without an offer, by reason", labels: [("reason", reason)]).increment()
+    }
+
     private func counter(_ name: String, help: String, labels: [(String, String)]) -> Counter {
         let key = name + labels.map { "\u{1F}\($0.0)=\($0.1)" }.joined()
         return handles.withLock { handles in

@@ -99,8 +99,17 @@ public struct IssuedSignature: Sendable, Equatable {
     public var appAccountToken: String?
     public var keyID: String
     public var format: String
+    /// For a signature answered to Apple's Retention Messaging request: the subscription and the
+    /// request (audit only; not ledger columns).
+    public var originalTransactionID: String?
+    public var retentionRequestIdentifier: String?
 
-    public init(nonce: String, issuedAt: Date, client: String, bundleID: String, productID: String, offerID: String, appAccountToken: String?, keyID: String, format: String) {
+    public init(
+        nonce: String, issuedAt: Date, client: String, bundleID: String, productID: String, offerID: String, appAccountToken: String?, keyID: String, format: String,
+        originalTransactionID: String? = nil, retentionRequestIdentifier: String? = nil
+    ) {
+        self.originalTransactionID = originalTransactionID
+        self.retentionRequestIdentifier = retentionRequestIdentifier
         self.nonce = nonce
         self.issuedAt = issuedAt
         self.client = client
@@ -125,6 +134,8 @@ public struct IssuedSignature: Sendable, Equatable {
         writer.field("keyID", keyID)
         writer.field("nonce", nonce)
         writer.field("format", format)
+        if let originalTransactionID { writer.field("originalTransactionID", originalTransactionID) }
+        if let retentionRequestIdentifier { writer.field("retentionRequestIdentifier", retentionRequestIdentifier) }
         return AuditEntry(kind: "signature.issued", body: writer.finish())
     }
 }

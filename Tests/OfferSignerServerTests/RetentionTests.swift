@@ -1,0 +1,255 @@
+import AppleTestChain
+import FakeAppStoreServerAPI
+import Foundation
+import GRDB
+import HTTPTypes
+import HummingbirdTesting
+import NIOCore
+import OfferSignerCore
+import OfferSignerEligibility
+import OfferSignerServer
+import OfferSignerStorage
+import SwiftASN1
+import Testing
+import X509
+
+/// Apple's Retention Messaging requests on the real server (loopback, real SQLite store), signed
+/// by the Apple-like test chain; the subscription's history comes from notifications in the store
+/// (or from a fake App Store Server API).
+@Suite("Retention Messaging", .serialized)
+struct RetentionTests {
+    static let bundleID = "com.example.app"
+    static let appAppleID: Int64 = 1_234_567_890
+    static let token = "7e3fb20b-4cdb-47cc-936d-99d65f608138"
+    static let offerMessage = "5d0e8a2e-1111-4c1e-9a43-0123456789ab"
+    static let fallbackMessage = "5d0e8a2e-2222-4c1e-9a43-0123456789ab"
+    let chain: TestAppleChain
+    let now = Date()
+
+    init() throws {
+        chain = try TestAppleChain()
+    }
+
+    static func catalog(port: Int, version: String = "v2") -> String {
+        #"""
+        {"apps": {"com.example.app": {"appAppleID": 1234567890, "environments": ["Production"], "notificationHistory": true,
+                  "appStoreServerAPI": {"productionURL": "http://127.0.0.1:\#(port)/production"},
+                  "retention": {"signatureVersion": "\#(version)", "products": {"pro.monthly": {
+                      "offers": [{"offerID": "retain_50", "messageIdentifier": "\#(offerMessage)"}],
+                      "fallback": {"message": {"messageIdentifier": "\#(fallbackMessage)"}}}}}}},
+         "offers": [
+          {"offerID": "retain_50", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
+           "kind": "retention", "historySource": "apple", "rules": {"minPaidMonths": 3, "waitBetweenOffersMonths": 12}}
+        ]}
+        """#
+    }
+
+    func subscriber(months: Int = 6, id: String = "500000001") -> SubscriptionFixture {
+        SubscriptionFixture(
+            bundleID: Self.bundleID, productID: "pro.monthly", subscriptionGroupID: "G1", originalTransactionID: id,
+            appAccountToken: Self.token, periodStarts: SubscriptionFixture.monthlyStarts(count: months, activeAt: now))
+    }
+
+    /// A Retention Messaging request body as Apple sends it.
+    func request(
+        _ originalTransactionID: String, productID: String = "pro.monthly", requestIdentifier: String = UUID().uuidString,
+        signedDate: Date? = nil, appAppleID: Int64 = Self.appAppleID, environment: String = "Production", signer: TestAppleChain? = nil
+    ) throws -> String {
+        let payload: [String: Any] = [
+            "originalTransactionId": originalTransactionID, "appAppleId": appAppleID, "productId": productID, "userLocale": "en-US",
+            "requestIdentifier": requestIdentifier, "environment": environment, "signedDate": TestAppleChain.milliseconds(signedDate ?? now),
+        ]
+        return #"{"signedPayload":"\#(try (signer ?? chain).signJWS(payload))"}"#
+    }
+
+    /// The subscription's notifications, from its first purchase on (a complete stored history).
+    func notify(_ customer: SubscriptionFixture, client: any TestClientProtocol) async throws {
+        for index in customer.periodStarts.indices {
+            var data: [String: Any] = [
+                "bundleId": Self.bundleID, "environment": "Production", "appAppleId": Self.appAppleID,
+                "signedTransactionInfo": try chain.signJWS(customer.transactionPayload(index)),
+            ]
+            data["signedRenewalInfo"] = try chain.signJWS([
+                "originalTransactionId": customer.originalTransactionID, "productId": customer.productID, "autoRenewProductId": customer.productID,
+                "autoRenewStatus": 1, "environment": "Production", "signedDate": TestAppleChain.milliseconds(customer.periodStarts[index]),
+            ])
+            var payload: [String: Any] = [
+                "notificationType": index == 0 ? "SUBSCRIBED" : "DID_RENEW", "notificationUUID": UUID().uuidString, "data": data, "version": "2.0",
+                "signedDate": TestAppleChain.milliseconds(customer.periodStarts[index]),
+            ]
+            if index == 0 { payload["subtype"] = "INITIAL_BUY" }
+            let answer = try await client.postJSON("/v1/apple/notifications", #"{"signedPayload":"\#(try chain.signJWS(payload))"}"#)
+            #expect(answer.status == .ok, "\(answer.text)")
+        }
+    }
+
+    func withServer(
+        version: String = "v2", configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in },
+        _ body: @escaping @Sendable (TestServer, FakeAppStoreServerAPI, any TestClientProtocol) async throws -> Void
+    ) async throws {
+        let server = try await TestServer(bundles: [Self.bundleID], configure: configure)
+        defer { server.cleanUp() }
+        let key = try #require(server.keys[Self.bundleID])
+        let fake = FakeAppStoreServerAPI(bundleID: Self.bundleID, keyID: key.keyID, issuerID: TestServer.issuerID, publicKey: key.publicKey)
+        let root = try chain.root.serializeAsPEM().pemString
+        try await fake.run { port in
+            var running = server
+            running.configuration.eligibility = try EligibilityConfiguration(catalogJSON: Data(Self.catalog(port: port, version: version).utf8), trustedRootPEMs: [root])
+            let configured = running
+            try await configured.live { client in try await body(configured, fake, client) }
+        }
+    }
+
+    func members(_ response: TestResponse) -> [String] {
+        ((try? JSONSerialization.jsonObject(with: Data(response.body.readableBytesView))) as? [String: Any]).map { Array($0.keys) } ?? []
+    }
+
+    func issuedRecords(_ server: TestServer) async throws -> [[String: Any]] {
+        try await server.store.auditRecords(after: 0, limit: 1000).filter { $0.kind == "signature.issued" }.map {
+            try #require(try JSONSerialization.jsonObject(with: Data($0.body.utf8)) as? [String: Any])
+        }
+    }
+
+    @Test("An eligible subscriber gets a promotionalOffer whose V2 signature verifies (transactionId is the originalTransactionId); once a year, then the fallback")
+    func eligibleSubscriberV2() async throws {
+        let customer = subscriber()
+        try await withServer { server, fake, client in
+            try await notify(customer, client: client)
+            let requestIdentifier = UUID().uuidString
+            let answer = try await client.postJSON("/v1/apple/retention", try request(customer.originalTransactionID, requestIdentifier: requestIdentifier))
+            #expect(answer.status == .ok, "\(answer.text)")
+            #expect(members(answer) == ["promotionalOffer"], "exactly one member: \(answer.text)")
+            let offer = try #require(answer.json["promotionalOffer"] as? [String: Any])
+            #expect(Set(offer.keys) == ["messageIdentifier", "promotionalOfferSignatureV2"])
+            #expect(offer["messageIdentifier"] as? String == Self.offerMessage)
+            let jws = try #require(offer["promotionalOfferSignatureV2"] as? String)
+            let key = try #require(server.keys[Self.bundleID])
+            guard case .valid(let header, let claims) = PromotionalOfferVerifier(publicKey: key.publicKey).verifyJWS(jws, audience: .promotionalOffer) else {
+                Issue.record("the V2 signature does not verify with the key's public key")
+                return
+            }
+            #expect(header.kid == key.keyID)
+            #expect(claims.transactionId == customer.originalTransactionID, "Apple requires the request's originalTransactionId")
+            #expect(claims.offerIdentifier == "retain_50")
+            #expect(claims.productId == "pro.monthly")
+            #expect(claims.bid == Self.bundleID)
+            #expect(claims.iss == TestServer.issuerID)
+            #expect(claims.nonce == requestIdentifier.lowercased(), "the nonce is the requestIdentifier")
+            #expect(fake.requests.isEmpty, "the stored history decided; Apple's API was not asked")
+
+            let issued = try await issuedRecords(server)
+            #expect(issued.count == 1)
+            #expect(issued.first?["originalTransactionID"] as? String == customer.originalTransactionID)
+            #expect(issued.first?["retentionRequestIdentifier"] as? String == requestIdentifier.lowercased())
+            #expect(issued.first?["appAccountToken"] as? String == Self.token)
+            let answered = try await server.store.auditRecords(after: 0, limit: 1000).filter { $0.kind == "retention.answered" }
+            #expect(answered.count == 1)
+
+            // The rule counts the signature just issued: the next request gets the fallback.
+            let again = try await client.postJSON("/v1/apple/retention", try request(customer.originalTransactionID))
+            #expect(again.status == .ok, "\(again.text)")
+            #expect(members(again) == ["message"])
+            #expect((again.json["message"] as? [String: Any])?["messageIdentifier"] as? String == Self.fallbackMessage)
+            #expect(try await issuedRecords(server).count == 1)
+            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            #expect(metrics.contains(#"retention_requests_total{outcome="promotionalOffer"} 1"#))
+            #expect(metrics.contains(#"retention_fallbacks_total{reason="not_eligible"} 1"#))
+        }
+    }
+
+    @Test("With V1 configured, the legacy signature verifies over the legacy payload, with the subscription's appAccountToken")
+    func eligibleSubscriberV1() async throws {
+        let customer = subscriber()
+        try await withServer(version: "v1") { server, _, client in
+            try await notify(customer, client: client)
+            let answer = try await client.postJSON("/v1/apple/retention", try request(customer.originalTransactionID))
+            #expect(answer.status == .ok, "\(answer.text)")
+            #expect(members(answer) == ["promotionalOffer"])
+            let offer = try #require(answer.json["promotionalOffer"] as? [String: Any])
+            let v1 = try #require(offer["promotionalOfferSignatureV1"] as? [String: Any])
+            #expect(Set(v1.keys) == ["encodedSignature", "productId", "nonce", "timestamp", "keyId", "offerIdentifier", "appAccountToken"])
+            let key = try #require(server.keys[Self.bundleID])
+            let keyID = try #require(v1["keyId"] as? String)
+            let productID = try #require(v1["productId"] as? String)
+            let offerID = try #require(v1["offerIdentifier"] as? String)
+            let tokenText = try #require(v1["appAccountToken"] as? String)
+            let nonceText = try #require(v1["nonce"] as? String)
+            let nonce = try #require(UUID(uuidString: nonceText))
+            let timestamp = try #require((v1["timestamp"] as? NSNumber)?.int64Value)
+            let encoded = try #require(v1["encodedSignature"] as? String)
+            let payload = try PromotionalOfferPayload(
+                bundleID: Self.bundleID, keyID: keyID, productID: productID, offerID: offerID, appAccountToken: UUID(uuidString: tokenText),
+                nonce: nonce, timestamp: timestamp)
+            #expect(PromotionalOfferVerifier(publicKey: key.publicKey).verifyLegacy(payload: payload, signature: encoded) == .valid)
+            #expect(v1["appAccountToken"] as? String == Self.token)
+        }
+    }
+
+    @Test("An ineligible subscriber (paid too short) gets the fallback, and nothing is signed")
+    func ineligibleSubscriber() async throws {
+        let customer = subscriber(months: 2, id: "500000002")
+        try await withServer { server, _, client in
+            try await notify(customer, client: client)
+            let answer = try await client.postJSON("/v1/apple/retention", try request(customer.originalTransactionID))
+            #expect(answer.status == .ok, "\(answer.text)")
+            #expect(members(answer) == ["message"])
+            #expect(try await issuedRecords(server).isEmpty)
+            let answered = try await server.store.auditRecords(after: 0, limit: 1000).filter { $0.kind == "retention.answered" }
+            let record = try #require(answered.first)
+            let body = try #require(try JSONSerialization.jsonObject(with: Data(record.body.utf8)) as? [String: Any])
+            let decisions = try #require(body["decisions"] as? [[String: Any]])
+            #expect(decisions.first?["reasons"] as? [String] == ["paid_too_short"])
+        }
+    }
+
+    @Test("Forged, foreign-chain, foreign-app, stale and replayed requests are refused; nothing is signed or audited as issued")
+    func refusals() async throws {
+        let customer = subscriber(id: "500000003")
+        let stranger = try TestAppleChain()
+        try await withServer { server, _, client in
+            try await notify(customer, client: client)
+            let otid = customer.originalTransactionID
+            let cases: [(String, String, HTTPResponse.Status, String)] = [
+                ("signed by an untrusted chain", try request(otid, signer: stranger), .badRequest, "retention_request_unverified"),
+                ("another app", try request(otid, appAppleID: 42), .forbidden, "retention_request_foreign"),
+                ("Sandbox, which the app does not accept", try request(otid, environment: "Sandbox"), .forbidden, "retention_request_foreign"),
+                ("signed ten minutes ago", try request(otid, signedDate: now.addingTimeInterval(-600)), .badRequest, "retention_request_stale"),
+                ("signed ten minutes ahead", try request(otid, signedDate: now.addingTimeInterval(600)), .badRequest, "retention_request_stale"),
+                ("not a JWS", #"{"signedPayload":"x.y"}"#, .badRequest, "retention_request_unverified"),
+                ("no signedPayload", #"{}"#, .badRequest, "missing_field"),
+            ]
+            for (name, text, status, code) in cases {
+                let answer = try await client.postJSON("/v1/apple/retention", text)
+                expectProblem(answer, status, code)
+                #expect(answer.status == status, "\(name)")
+            }
+            #expect(try await issuedRecords(server).isEmpty)
+
+            // The same request twice: answered once, refused the second time.
+            let replayed = try request(otid)
+            let first = try await client.postJSON("/v1/apple/retention", replayed)
+            #expect(first.status == .ok, "\(first.text)")
+            #expect(members(first) == ["promotionalOffer"])
+            expectProblem(try await client.postJSON("/v1/apple/retention", replayed), .conflict, "retention_request_replayed")
+            #expect(try await issuedRecords(server).count == 1)
+            #expect(try await server.store.verifiedChain().isIntact)
+        }
+    }
+
+    @Test("History unreachable (no stored history, Apple slower than the budget): the fallback, within the budget")
+    func historyUnreachable() async throws {
+        try await withServer(configure: { $0.retention.budget = .milliseconds(300) }) { server, fake, client in
+            fake.setAnswerDelay(.seconds(600))
+            let start = ContinuousClock.now
+            let answer = try await client.postJSON("/v1/apple/retention", try request("500000099"))
+            let elapsed = ContinuousClock.now - start
+            #expect(answer.status == .ok, "\(answer.text)")
+            #expect(members(answer) == ["message"])
+            // Generous against a loaded machine; without the budget it would wait for Apple's 600 s.
+            #expect(elapsed < .seconds(5), "answered after \(elapsed)")
+            #expect(try await issuedRecords(server).isEmpty)
+            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            #expect(metrics.contains(#"retention_fallbacks_total{reason="budget"} 1"#), "\(metrics.split(separator: "\n").filter { $0.contains("retention") })")
+        }
+    }
+}
