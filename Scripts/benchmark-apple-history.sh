@@ -58,6 +58,13 @@ cleanup() {
 trap cleanup EXIT
 ulimit -n 8192 2>/dev/null || true
 
+for port in "$PORT" "$FAKE_PORT"; do
+    if curl -s -o /dev/null "http://127.0.0.1:$port/"; then
+        echo "error: something already answers on port $port (a benchmark left running?); stop it or set PORT / FAKE_PORT" >&2
+        exit 2
+    fi
+done
+
 # --- The fake App Store Server API -----------------------------------------------------
 python3 Scripts/fake-app-store-server-api.py "$FAKE_PORT" "$WORK/root.pem" "$CUSTOMERS" "$DELAY_MS" com.example.bench \
     > "$WORK/fake.log" 2>&1 &

@@ -15,7 +15,7 @@ public struct AppStoreServerAPIConfiguration: Sendable, Hashable {
     /// Most histories held in the cache; the soonest to expire are dropped first.
     public var maximumCachedHistories: Int = 10_000
     /// Most HTTP/1 connections per Apple host (requests beyond it wait for a connection, within the budget).
-    public var maximumConnectionsPerHost: Int = 32
+    public var maximumConnectionsPerHost: Int = 64
     /// Most lookups asking Apple at once; further ones wait, for three quarters of the budget at
     /// most, and are refused `overloaded` (not held against Apple's host) when none made room. `nil`: half
     /// the connections per host (each lookup makes two calls at once), so a lookup asking Apple

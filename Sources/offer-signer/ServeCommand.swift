@@ -69,7 +69,7 @@ struct ServeCommand: AsyncParsableCommand {
     var storeTimeoutMs: Int?
     @Option(help: "Longest one decision asks Apple's App Store Server API (pages, retries and Sandbox fallback together), for offers with historySource apple. Env: OFFER_SIGNER_APPLE_API_TIME_BUDGET_MS. Default 2000.")
     var appleAPITimeBudgetMs: Int?
-    @Option(help: "Most connections to each App Store Server API host; at most half as many lookups ask Apple at once. Env: OFFER_SIGNER_APPLE_API_CONNECTIONS. Default 32.")
+    @Option(help: "Most connections to each App Store Server API host; at most half as many lookups ask Apple at once. Env: OFFER_SIGNER_APPLE_API_CONNECTIONS. Default 64.")
     var appleAPIConnections: Int?
     @Option(help: "How long a history fetched from Apple is served from memory (0: not at all). Env: OFFER_SIGNER_APPLE_API_CACHE_SECONDS. Default 60.")
     var appleAPICacheSeconds: Int?
