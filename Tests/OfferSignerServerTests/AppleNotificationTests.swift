@@ -34,7 +34,9 @@ struct AppleNotificationTests {
           {"offerID": "wb_apple", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
            "kind": "win-back", "historySource": "apple", "rules": {"minPaidMonths": 1, "lapsedMonths": {"min": 1}}},
           {"offerID": "wb_client", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
-           "kind": "win-back", "rules": {"minPaidMonths": 1, "lapsedMonths": {"min": 1}}}
+           "kind": "win-back", "rules": {"minPaidMonths": 1, "lapsedMonths": {"min": 1}}},
+          {"offerID": "loyal_no_refunds", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
+           "kind": "retention", "historySource": "apple", "rules": {"minPaidMonths": 3, "excludeRefunded": true}}
         ]}
         """#
     }
@@ -129,6 +131,35 @@ struct AppleNotificationTests {
             let audit = try #require(try JSONSerialization.jsonObject(with: Data(last.body.utf8)) as? [String: Any])
             #expect(audit["historySource"] as? String == "apple")
             #expect(audit["appleHistoryVia"] as? String == "store")
+        }
+    }
+
+    @Test("A REFUND notification makes 'refunded' apply to the next decision, with no evidence from the app")
+    func refundApplies() async throws {
+        let customer = subscriber()
+        try await withServer { _, fake, secret, client in
+            for index in customer.periodStarts.indices {
+                let answer = try await client.postJSON(
+                    "/v1/apple/notifications",
+                    try body(index == 0 ? "SUBSCRIBED" : "DID_RENEW", subtype: index == 0 ? "INITIAL_BUY" : nil, transaction: customer.transactionPayload(index)))
+                #expect(answer.status == .ok, "\(answer.text)")
+            }
+            let question = #"{"appAccountToken":"\#(Self.token)","transactionID":"\#(customer.originalTransactionID)","offerIDs":["loyal_no_refunds"]}"#
+            let before = try await client.postJSON("/v1/offers/eligibility", question, bearer: secret)
+            #expect((before.json["decisions"] as? [[String: Any]])?.first?["eligible"] as? Bool == true, "\(before.text)")
+
+            // Apple refunds the latest renewal.
+            var refunded = customer.transactionPayload(5)
+            refunded["revocationDate"] = TestAppleChain.milliseconds(now)
+            refunded["revocationReason"] = 0
+            refunded["signedDate"] = TestAppleChain.milliseconds(now)
+            #expect(try await client.postJSON("/v1/apple/notifications", try body("REFUND", transaction: refunded)).status == .ok)
+
+            let after = try await client.postJSON("/v1/offers/eligibility", question, bearer: secret)
+            let decision = try #require((after.json["decisions"] as? [[String: Any]])?.first)
+            #expect(decision["eligible"] as? Bool == false, "\(after.text)")
+            #expect((decision["reasons"] as? [String])?.contains("refunded") == true, "\(after.text)")
+            #expect(fake.requests.isEmpty)
         }
     }
 
