@@ -15,59 +15,20 @@ Prints "ready" on stdout once it listens. Needs the `cryptography` package.
 """
 import asyncio
 import base64
-import datetime
 import json
+import os
 import sys
 import time
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
-from cryptography.x509.oid import NameOID
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchmark_apple_chain import AppleLikeChain  # noqa: E402
 
 PORT, ROOT_PEM, CUSTOMERS, DELAY_MS, BUNDLE_ID = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 FIRST_ID = 500_000_000
 
-
-def name(common):
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common), x509.NameAttribute(NameOID.ORGANIZATION_NAME, "offer-signer benchmark")])
-
-
-def certificate(subject, issuer, public_key, issuer_key, ca, marker=None):
-    start = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
-    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(public_key)
-               .serial_number(x509.random_serial_number()).not_valid_before(start)
-               .not_valid_after(datetime.datetime(2040, 1, 1, tzinfo=datetime.timezone.utc))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=0 if ca and marker else None), critical=True)
-               .add_extension(x509.KeyUsage(digital_signature=not ca, content_commitment=False, key_encipherment=False,
-                                            data_encipherment=False, key_agreement=False, key_cert_sign=ca, crl_sign=ca,
-                                            encipher_only=False, decipher_only=False), critical=True))
-    if marker:
-        builder = builder.add_extension(x509.UnrecognizedExtension(x509.ObjectIdentifier(marker), b"\x05\x00"), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-root_key, intermediate_key, leaf_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
-root = certificate(name("Benchmark Apple Root CA"), name("Benchmark Apple Root CA"), root_key.public_key(), root_key, True)
-intermediate = certificate(name("Benchmark WWDR CA"), root.subject, intermediate_key.public_key(), root_key, True, "1.2.840.113635.100.6.2.1")
-leaf = certificate(name("Benchmark Receipt Signing"), intermediate.subject, leaf_key.public_key(), intermediate_key, False, "1.2.840.113635.100.6.11.1")
-with open(ROOT_PEM, "wb") as out:
-    out.write(root.public_bytes(serialization.Encoding.PEM))
-X5C = [base64.b64encode(c.public_bytes(serialization.Encoding.DER)).decode() for c in (leaf, intermediate, root)]
-
-
-def b64url(data):
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-HEADER = b64url(json.dumps({"alg": "ES256", "x5c": X5C}, separators=(",", ":")).encode())
-
-
-def sign(payload):
-    body = HEADER + "." + b64url(json.dumps(payload, separators=(",", ":")).encode())
-    r, s = decode_dss_signature(leaf_key.sign(body.encode(), ec.ECDSA(hashes.SHA256())))
-    return body + "." + b64url(r.to_bytes(32, "big") + s.to_bytes(32, "big"))
+CHAIN = AppleLikeChain.generate()
+CHAIN.write_root(ROOT_PEM)
+sign = CHAIN.sign
 
 
 DAY_MS = 86_400_000

@@ -2,6 +2,7 @@ import Foundation
 import OfferSignerEligibility
 import OfferSignerEvidence
 import OfferSignerStorage
+import Synchronization
 
 /// Converts between verified Apple data and what the store keeps of it.
 ///
@@ -104,6 +105,38 @@ enum AppleHistoryConversion {
         for item in stored.renewalInfos {
             guard let info = try? decoder.decode(VerifiedRenewalInfo.self, from: Data(item.decoded.utf8)) else { return nil }
             history.record(info, jws: item.jws)
+        }
+        return history
+    }
+}
+
+/// Stored histories already decoded, so a subscription asked about again is not decoded again.
+///
+/// Rule: an entry is used only while the stored items (their decoded JSON, in order) and the
+/// history's update time are exactly those it was made from; at most `capacity` subscriptions
+/// are kept (when full, the cache starts over).
+final class DecodedHistoryCache: Sendable {
+    private struct Entry {
+        var source: [String]
+        var history: VerifiedHistory
+    }
+
+    private let entries = Mutex<[AppleSubscriptionKey: Entry]>([:])
+    private let capacity: Int
+
+    init(capacity: Int = 20_000) {
+        self.capacity = max(1, capacity)
+    }
+
+    func history(_ stored: StoredAppleHistory) -> VerifiedHistory? {
+        var source = stored.transactions.map(\.decoded)
+        source.append("\u{1F}\(stored.updatedAt.timeIntervalSince1970)")
+        source += stored.renewalInfos.map(\.decoded)
+        if let entry = entries.withLock({ $0[stored.subscription] }), entry.source == source { return entry.history }
+        guard let history = AppleHistoryConversion.history(stored) else { return nil }
+        entries.withLock { entries in
+            if entries.count >= capacity { entries.removeAll(keepingCapacity: true) }
+            entries[stored.subscription] = Entry(source: source, history: history)
         }
         return history
     }

@@ -67,6 +67,8 @@ struct EligibilityService: Sendable {
     let appleHistory: AppStoreServerAPIClient?
     /// Certificate chains validated before (shared with the API client and the notifications endpoint).
     let chainCache: AppleChainValidationCache
+    /// Stored histories decoded before.
+    let decodedHistories = DecodedHistoryCache()
 
     init(
         configuration: EligibilityConfiguration, store: any OfferSignerStore, storeTimeout: Duration, appleHistory: AppStoreServerAPIClient? = nil,
@@ -87,7 +89,7 @@ struct EligibilityService: Sendable {
             let stored = try await StoreDeadline.run("stored history read", timeout: storeTimeout) { [store] in
                 try await store.appleHistory(bundleID: app.bundleID, environment: environment.rawValue, transactionID: transactionID)
             }
-            if let stored, stored.isComplete, let history = AppleHistoryConversion.history(stored) { return history }
+            if let stored, stored.isComplete, let history = decodedHistories.history(stored) { return history }
         }
         return nil
     }

@@ -80,11 +80,12 @@ struct SigningController: Sendable {
         // ledger (a request without an appAccountToken has no ledger, so nothing to wait for).
         if let eligibility, let offer = eligibility.rules(offerID: signatureRequest.offerID, bundleID: bundleID) {
             let decideAndIssue = {
-                try await checkEligibility(
+                let decision = try await checkEligibility(
                     offer, request: signatureRequest, bundleID: bundleID, token: token, principal: principal,
                     eligibility: eligibility, ring: ring, context: context)
                 return try await issue(
-                    signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context)
+                    signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context,
+                    decision: decision)
             }
             guard let token else { return try await decideAndIssue() }
             let customer = token.lowercasedString
@@ -101,10 +102,11 @@ struct SigningController: Sendable {
     }
 
     /// Signs each format with the bundle's active key and commits every signature's audit record
-    /// before the response exists.
+    /// (after the eligibility decision's, in the same group commit, when there is one) before the
+    /// response exists.
     private func issue(
         _ signatureRequest: SignatureRequest, formats: [SignatureFormat], bundleID: String, token: UUID?, principal: Principal,
-        ring: KeyRing, context: some RequestContext
+        ring: KeyRing, context: some RequestContext, decision: AuditAppend? = nil
     ) async throws -> Response {
         guard let active = ring.activeKeys[bundleID] else {
             throw APIProblem(.serviceUnavailable, code: "no_active_key", detail: "'\(bundleID)' has no active signing key; activate one with `offer-signer keys activate`")
@@ -159,7 +161,7 @@ struct SigningController: Sendable {
 
         // Audit, durably, before anything leaves.
         do {
-            let appends = issued.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }
+            let appends = (decision.map { [$0] } ?? []) + issued.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }
             _ = try await StoreDeadline.run("audit commit", timeout: storeTimeout) { [committer] in try await committer.commit(appends) }
         } catch {
             context.logger.error("signature withheld: audit record not written", metadata: ["error": "\(error)"])
@@ -179,12 +181,13 @@ struct SigningController: Sendable {
         return Response(status: .created, headers: headers, body: .init(byteBuffer: ByteBuffer(string: writer.finish())))
     }
 
-    /// Decides eligibility, audits the decision durably, and refuses (403 `not_eligible` with the
-    /// reasons) when the customer does not qualify.
+    /// Decides eligibility. A customer who does not qualify is refused (403 `not_eligible` with the
+    /// reasons) once the decision is durably audited; for one who does, the decision's audit
+    /// record is returned, to be committed with the signatures (one group commit, not two).
     private func checkEligibility(
         _ offer: OfferDefinition, request: SignatureRequest, bundleID: String, token: UUID?, principal: Principal,
         eligibility: EligibilityService, ring: KeyRing, context: some RequestContext
-    ) async throws {
+    ) async throws -> AuditAppend {
         guard offer.productIDs.isEmpty || offer.productIDs.contains(request.productID) else {
             throw APIProblem.badRequest("product_not_in_offer", "offer '\(offer.offerID)' does not apply to product '\(request.productID)'")
         }
@@ -201,21 +204,20 @@ struct SigningController: Sendable {
         let entry = EligibilityService.auditEntry(
             outcome, bundleID: bundleID, productID: request.productID, appAccountToken: token, transactionID: request.transactionID,
             principal: principal.identity, at: now)
+        if decision.eligible { return AuditAppend(entry: entry) }
         do {
             _ = try await StoreDeadline.run("audit commit", timeout: storeTimeout) { [committer] in try await committer.commit(AuditAppend(entry: entry)) }
         } catch {
             context.logger.error("eligibility decision not audited", metadata: ["error": "\(error)"])
             throw APIProblem(.serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")
         }
-        guard decision.eligible else {
-            var extensions = ["reasons": EligibilityService.reasonsJSON(decision.reasons)]
-            if let source = outcome.source { extensions["historySource"] = JSONObjectWriter.quoted(source.rawValue) }
-            if let eligibleFrom = decision.eligibleFrom { extensions["eligibleFrom"] = JSONObjectWriter.quoted(Date.rfc3339(milliseconds: eligibleFrom.unixMilliseconds)) }
-            let reasons = decision.reasons.map(\.rawValue).joined(separator: ", ")
-            var detail = "the customer is not eligible for '\(offer.offerID)': \(reasons)"
-            if let failure = decision.evidenceFailures.first { detail += " (\(failure))" }
-            throw APIProblem(.forbidden, code: "not_eligible", detail: detail, extensions: extensions)
-        }
+        var extensions = ["reasons": EligibilityService.reasonsJSON(decision.reasons)]
+        if let source = outcome.source { extensions["historySource"] = JSONObjectWriter.quoted(source.rawValue) }
+        if let eligibleFrom = decision.eligibleFrom { extensions["eligibleFrom"] = JSONObjectWriter.quoted(Date.rfc3339(milliseconds: eligibleFrom.unixMilliseconds)) }
+        let reasons = decision.reasons.map(\.rawValue).joined(separator: ", ")
+        var detail = "the customer is not eligible for '\(offer.offerID)': \(reasons)"
+        if let failure = decision.evidenceFailures.first { detail += " (\(failure))" }
+        throw APIProblem(.forbidden, code: "not_eligible", detail: detail, extensions: extensions)
     }
 
     static func formats(_ requested: [String]?) throws(APIProblem) -> [SignatureFormat] {

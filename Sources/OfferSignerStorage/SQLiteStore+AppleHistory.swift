@@ -214,17 +214,17 @@ extension SQLiteStore {
         try await read { db in
             let original =
                 try String.fetchOne(
-                    db, sql: "SELECT original_transaction_id FROM apple_transactions WHERE bundle_id = ? AND environment = ? AND transaction_id = ?",
+                    db.cachedStatement(sql: "SELECT original_transaction_id FROM apple_transactions WHERE bundle_id = ? AND environment = ? AND transaction_id = ?"),
                     arguments: [bundleID, environment, transactionID])
                 ?? transactionID
             guard
                 let subscription = try Row.fetchOne(
-                    db, sql: "SELECT complete, updated_at FROM apple_subscriptions WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ?",
+                    db.cachedStatement(sql: "SELECT complete, updated_at FROM apple_subscriptions WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ?"),
                     arguments: [bundleID, environment, original])
             else { return nil }
             let key = AppleSubscriptionKey(bundleID: bundleID, environment: environment, originalTransactionID: original)
             let transactions = try Row.fetchAll(
-                db, sql: "SELECT transaction_id, signed_date, decoded, jws FROM apple_transactions WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ?",
+                db.cachedStatement(sql: "SELECT transaction_id, signed_date, decoded, jws FROM apple_transactions WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ? ORDER BY transaction_id"),
                 arguments: [bundleID, environment, original]
             ).map { row in
                 AppleSignedItem(
@@ -232,7 +232,7 @@ extension SQLiteStore {
                     signedDate: (row["signed_date"] as Int64?).map { Date(timeIntervalSince1970: Double($0) / 1000) }, decoded: row["decoded"], jws: row["jws"])
             }
             let renewalInfos = try Row.fetchAll(
-                db, sql: "SELECT signed_date, decoded, jws FROM apple_renewal_infos WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ?",
+                db.cachedStatement(sql: "SELECT signed_date, decoded, jws FROM apple_renewal_infos WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ?"),
                 arguments: [bundleID, environment, original]
             ).map { row in
                 AppleSignedItem(

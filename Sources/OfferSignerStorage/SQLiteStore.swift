@@ -658,8 +658,9 @@ public final class SQLiteStore: OfferSignerStore {
 
     public func issuedSignatures(appAccountToken: String, bundleID: String) async throws -> [IssuedSignatureRecord] {
         try await read { db in
+            // A cached statement: compiled once per reader connection, not per request.
             try Row.fetchAll(
-                db, sql: "SELECT * FROM issued_signatures WHERE app_account_token = ? AND bundle_id = ? ORDER BY issued_at",
+                db.cachedStatement(sql: "SELECT * FROM issued_signatures WHERE app_account_token = ? AND bundle_id = ? ORDER BY issued_at"),
                 arguments: [appAccountToken, bundleID]
             ).map { row in
                 IssuedSignatureRecord(

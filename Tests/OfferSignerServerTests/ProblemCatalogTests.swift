@@ -29,7 +29,7 @@ import Testing
         var found: [(String, HTTPResponse.Status, String)] = []
         let statuses: [String: HTTPResponse.Status] = [
             "badRequest": .badRequest, "unauthorized": .unauthorized, "forbidden": .forbidden, "notFound": .notFound,
-            "methodNotAllowed": .methodNotAllowed, "contentTooLarge": .contentTooLarge, "unsupportedMediaType": .unsupportedMediaType,
+            "methodNotAllowed": .methodNotAllowed, "conflict": .conflict, "contentTooLarge": .contentTooLarge, "unsupportedMediaType": .unsupportedMediaType,
             "unprocessableContent": .unprocessableContent, "tooManyRequests": .tooManyRequests,
             "internalServerError": .internalServerError, "serviceUnavailable": .serviceUnavailable,
         ]
