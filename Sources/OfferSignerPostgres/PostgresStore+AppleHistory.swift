@@ -125,7 +125,7 @@ extension PostgresStore {
             for row in try await connection.query(
                 """
                 SELECT transaction_id, signed_date, decoded, jws FROM apple_transactions
-                WHERE bundle_id = \(bundleID) AND environment = \(environment) AND original_transaction_id = \(original) ORDER BY transaction_id
+                WHERE bundle_id = \(bundleID) AND environment = \(environment) AND original_transaction_id = \(original)
                 """, logger: logger
             ).collect() {
                 let (key, signed, decoded, jws) = try row.decode((String, Int64?, String, String).self)

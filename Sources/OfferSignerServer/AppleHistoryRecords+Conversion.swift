@@ -129,7 +129,9 @@ final class DecodedHistoryCache: Sendable {
     }
 
     func history(_ stored: StoredAppleHistory) -> VerifiedHistory? {
-        var source = stored.transactions.map(\.decoded)
+        // By key: the stores return a subscription's items in no set order (an ORDER BY made
+        // SQLite walk the whole app's transactions by primary key instead of the subscription's).
+        var source = stored.transactions.sorted { $0.key < $1.key }.map(\.decoded)
         source.append("\u{1F}\(stored.updatedAt.timeIntervalSince1970)")
         source += stored.renewalInfos.map(\.decoded)
         if let entry = entries.withLock({ $0[stored.subscription] }), entry.source == source { return entry.history }

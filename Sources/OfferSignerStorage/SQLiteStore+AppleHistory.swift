@@ -224,7 +224,7 @@ extension SQLiteStore {
             else { return nil }
             let key = AppleSubscriptionKey(bundleID: bundleID, environment: environment, originalTransactionID: original)
             let transactions = try Row.fetchAll(
-                db.cachedStatement(sql: "SELECT transaction_id, signed_date, decoded, jws FROM apple_transactions WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ? ORDER BY transaction_id"),
+                db.cachedStatement(sql: "SELECT transaction_id, signed_date, decoded, jws FROM apple_transactions WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ?"),
                 arguments: [bundleID, environment, original]
             ).map { row in
                 AppleSignedItem(
