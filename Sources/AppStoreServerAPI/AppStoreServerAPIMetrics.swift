@@ -16,6 +16,9 @@ public final class AppStoreServerAPIMetrics: Sendable {
     private let counters = Mutex([String: Counter]())
     private let timers = Mutex([String: CoreMetrics.Timer]())
 
+    /// Metrics that go nowhere (for a one-off command).
+    public static var none: AppStoreServerAPIMetrics { AppStoreServerAPIMetrics(factory: NOOPMetricsHandler.instance) }
+
     public init(factory: any MetricsFactory) {
         self.factory = factory
     }

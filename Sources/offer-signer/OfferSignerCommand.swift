@@ -14,6 +14,7 @@ struct OfferSignerCommand: AsyncParsableCommand {
             KeysCommand.self,
             ClientsCommand.self,
             OffersCommand.self,
+            RetentionCommand.self,
             AuditCommand.self,
             StoreCommand.self,
             EligibilityCommand.self,

@@ -49,7 +49,12 @@ struct OfferCatalogTests {
         #expect(catalog.winBackOfferIDs == ["winback_50pct_3m"])
         #expect(winBack.historySource == .apple)
         #expect(catalog.offer(id: "retention_1m_free", bundleID: nil)?.historySource == .client, "client is the default")
-        #expect(catalog.appSettings(bundleID: "com.example.app") == AppStoreAppSettings(bundleID: "com.example.app", appAppleID: 1_234_567_890, environments: [.production], notificationHistory: true))
+        let app = catalog.appSettings(bundleID: "com.example.app")
+        #expect(app.appAppleID == 1_234_567_890 && app.environments == [.production] && app.notificationHistory)
+        let plan = try #require(app.retention?.products["com.example.app.premium.monthly"])
+        #expect(app.retention?.signatureVersion == .v2)
+        #expect(plan.offers == [RetentionOfferChoice(offerID: "retention_1m_free", messageIdentifier: "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e4f")])
+        #expect(plan.fallback == .alternateProduct(messageIdentifier: "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e50", productID: "com.example.app.premium.yearly"))
     }
 
     @Test func minimalOfferHasNoRules() throws {
@@ -192,5 +197,34 @@ extension OfferCatalogError.Problem {
     var isInvalidJSON: Bool {
         if case .invalidJSON = self { return true }
         return false
+    }
+}
+
+@Suite("Offers catalog: retention plans")
+struct RetentionPlanCatalogTests {
+    static func catalog(_ retention: String, offers: String = #"[{"offerID": "keep", "bundleID": "com.example.app", "productIDs": ["p.monthly"], "subscriptionGroupID": "G", "kind": "retention"}]"#) -> Data {
+        Data(#"{"apps": {"com.example.app": {"appAppleID": 1, "retention": \#(retention)}}, "offers": \#(offers)}"#.utf8)
+    }
+
+    @Test("A plan names catalog offers that apply to its product, and UUID message identifiers; anything else is refused with the path")
+    func refusals() throws {
+        let good = #"{"products": {"p.monthly": {"offers": [{"offerID": "keep", "messageIdentifier": "8C1B9D2E-5F4A-4C3B-9E2D-1A0B7C6D5E4F"}], "fallback": {"message": {"messageIdentifier": "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e50"}}}}}"#
+        let catalog = try OfferCatalog(jsonData: Self.catalog(good))
+        #expect(catalog.app(appAppleID: 1)?.retention?.products["p.monthly"]?.offers.first?.messageIdentifier == "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e4f", "lowercased")
+        let bad: [(String, String)] = [
+            (#"{"products": {"p.monthly": {"offers": [{"offerID": "nope", "messageIdentifier": "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e4f"}]}}}"#, "not an offer"),
+            (#"{"products": {"p.yearly": {"offers": [{"offerID": "keep", "messageIdentifier": "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e4f"}]}}}"#, "does not apply"),
+            (#"{"products": {"p.monthly": {"offers": [{"offerID": "keep", "messageIdentifier": "hello"}]}}}"#, "UUID"),
+            (#"{"signatureVersion": "v3", "products": {}}"#, "v1"),
+            (#"{"products": {"p.monthly": {"fallback": {"message": {}, "alternateProduct": {}}}}}"#, "alternateProduct"),
+            (#"{"products": {"p.monthly": {"fallback": {"alternateProduct": {"messageIdentifier": "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e4f"}}}}}"#, "productID"),
+        ]
+        for (retention, message) in bad {
+            #expect {
+                _ = try OfferCatalog(jsonData: Self.catalog(retention))
+            } throws: { error in
+                "\(error)".contains(message) && "\(error)".contains("retention")
+            }
+        }
     }
 }

@@ -157,6 +157,28 @@ struct RetentionTests {
         }
     }
 
+    @Test("retention simulate decides as the endpoint does, on the stored history and the ledger, and signs nothing")
+    func simulation() async throws {
+        let customer = subscriber(id: "500000004")
+        try await withServer { server, _, client in
+            try await notify(customer, client: client)
+            let catalog = try #require(server.configuration.eligibility?.catalog)
+            let app = catalog.appSettings(bundleID: Self.bundleID)
+            let before = try await RetentionSimulation.simulate(
+                store: server.store, catalog: catalog, app: app, originalTransactionID: customer.originalTransactionID, productID: "pro.monthly",
+                environment: .production, now: Date(), apple: nil)
+            #expect(before.answer == "promotionalOffer" && before.historySource == "store")
+            #expect(try await issuedRecords(server).isEmpty, "a simulation signs nothing")
+            #expect(try await client.postJSON("/v1/apple/retention", try request(customer.originalTransactionID)).status == .ok)
+            let after = try await RetentionSimulation.simulate(
+                store: server.store, catalog: catalog, app: app, originalTransactionID: customer.originalTransactionID, productID: "pro.monthly",
+                environment: .production, now: Date(), apple: nil)
+            #expect(after.answer == "message")
+            #expect(after.fallbackReason == "not_eligible")
+            #expect(after.decision?.tried.first?.reasons.map(\.rawValue) == ["redeemed_too_recently"], "\(String(describing: after.decision?.tried))")
+        }
+    }
+
     @Test("With V1 configured, the legacy signature verifies over the legacy payload, with the subscription's appAccountToken")
     func eligibleSubscriberV1() async throws {
         let customer = subscriber()

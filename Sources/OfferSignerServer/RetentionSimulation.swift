@@ -1,0 +1,79 @@
+import AppStoreServerAPI
+import Foundation
+import OfferSignerCore
+import OfferSignerEligibility
+import OfferSignerStorage
+
+/// What `POST /v1/apple/retention` would answer for a subscription, and why, signing nothing
+/// (`offer-signer retention simulate`).
+public enum RetentionSimulation {
+    public struct Outcome: Sendable {
+        /// `promotionalOffer`, `message`, `alternateProduct` or `nothing`.
+        public var answer: String
+        /// The answer's JSON, with the signature left out (nothing is signed), or nil for nothing.
+        public var json: String?
+        /// Where the history came from: `store`, `api`, or `none`.
+        public var historySource: String
+        public var decision: RetentionDecision?
+        /// Why no offer is answered, when none is.
+        public var fallbackReason: String?
+    }
+
+    /// Decides for `originalTransactionID` and `productID` of the app: on the stored, complete
+    /// history, else (with `apple`) on Apple's answer, and the customer's ledger.
+    public static func simulate(
+        store: any OfferSignerStore, catalog: OfferCatalog, app: AppStoreAppSettings, originalTransactionID: String, productID: String,
+        environment: AppleEnvironment, now: Date, apple: (client: AppStoreServerAPIClient, credentials: AppStoreServerAPICredentials?)?
+    ) async throws -> Outcome {
+        guard let plan = app.retention else {
+            return Outcome(answer: "nothing", json: nil, historySource: "none", decision: nil, fallbackReason: "no_retention_plan")
+        }
+        guard let productPlan = plan.products[productID] else {
+            return Outcome(answer: "nothing", json: nil, historySource: "none", decision: nil, fallbackReason: "unknown_product")
+        }
+        var history: VerifiedHistory?
+        var source = "none"
+        if let stored = try await store.appleHistory(bundleID: app.bundleID, environment: environment.rawValue, transactionID: originalTransactionID),
+            stored.isComplete, let decoded = AppleHistoryConversion.history(stored)
+        {
+            history = decoded
+            source = "store"
+        } else if let apple {
+            var asked = app
+            asked.environments = [environment]
+            if case .history(let fetched) = await apple.client.history(transactionID: originalTransactionID, app: asked, credentials: apple.credentials, now: now) {
+                history = fetched
+                source = "api"
+            }
+        }
+        guard let history else {
+            return fallback(productPlan.fallback, source: source, decision: nil, reason: "history_unavailable")
+        }
+        let (customer, _) = RetentionDecider.customerKey(history: history, originalTransactionID: originalTransactionID)
+        var seen = Set<String>()
+        let ledger = try await store.issuedSignatures(appAccountToken: customer, bundleID: app.bundleID).compactMap { record -> IssuedOfferRecord? in
+            guard seen.insert("\(record.signature.offerID) \(record.signature.issuedAt.unixMilliseconds)").inserted else { return nil }
+            return IssuedOfferRecord(offerID: record.signature.offerID, issuedAt: record.signature.issuedAt)
+        }
+        let decision = RetentionDecider.decide(plan: productPlan, catalog: catalog, bundleID: app.bundleID, history: history, ledger: ledger, now: now)
+        guard let choice = decision.offer else {
+            return fallback(productPlan.fallback, source: source, decision: decision, reason: decision.fallbackReason ?? "not_eligible")
+        }
+        var offer = JSONObjectWriter()
+        offer.field("messageIdentifier", choice.messageIdentifier)
+        offer.field(plan.signatureVersion == .v2 ? "promotionalOfferSignatureV2" : "promotionalOfferSignatureV1", "(signed by the service; not made here)")
+        var writer = JSONObjectWriter()
+        writer.field("promotionalOffer", json: offer.finish())
+        return Outcome(answer: "promotionalOffer", json: writer.finish(), historySource: source, decision: decision, fallbackReason: nil)
+    }
+
+    private static func fallback(_ fallback: RetentionFallback?, source: String, decision: RetentionDecision?, reason: String) -> Outcome {
+        let json = RetentionDecider.fallbackJSON(fallback)
+        let answer = switch fallback {
+        case .message?: "message"
+        case .alternateProduct?: "alternateProduct"
+        case nil: "nothing"
+        }
+        return Outcome(answer: answer, json: json, historySource: source, decision: decision, fallbackReason: reason)
+    }
+}
