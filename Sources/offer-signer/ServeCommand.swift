@@ -73,6 +73,8 @@ struct ServeCommand: AsyncParsableCommand {
     var appleAPIConnections: Int?
     @Option(help: "How long a history fetched from Apple is served from memory (0: not at all). Env: OFFER_SIGNER_APPLE_API_CACHE_SECONDS. Default 60.")
     var appleAPICacheSeconds: Int?
+    @Option(help: "Time budget of an answer to Apple's Retention Messaging request; past it, the product's fallback is answered. Env: OFFER_SIGNER_RETENTION_BUDGET_MS. Default 300.")
+    var retentionBudgetMs: Int?
     @Option(help: "NIO event loop threads (socket I/O and HTTP parsing; request handling runs on Swift's concurrency pool and the audit writer on its own thread). Env: OFFER_SIGNER_EVENT_LOOP_THREADS. Default: NIO's, one per core.")
     var eventLoopThreads: Int?
     @Option(help: "Bundle ID of the development key (--dev). Default com.example.app.")
@@ -146,6 +148,10 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.eligibility = try EligibilityFiles.load(
             offers: offers ?? Environment.value("OFFER_SIGNER_OFFERS"),
             appleRoots: appleRoots.isEmpty ? (Environment.value("OFFER_SIGNER_APPLE_ROOTS")?.split(separator: ":").map(String.init) ?? []) : appleRoots)
+        if let value = try retentionBudgetMs ?? Self.number("OFFER_SIGNER_RETENTION_BUDGET_MS", Int.self) {
+            guard (1...10_000).contains(value) else { throw ValidationError("--retention-budget-ms must be between 1 and 10000") }
+            configuration.retention.budget = .milliseconds(value)
+        }
         if var eligibility = configuration.eligibility {
             try applyAppleAPIOptions(to: &eligibility.appStoreServerAPI)
             configuration.eligibility = eligibility

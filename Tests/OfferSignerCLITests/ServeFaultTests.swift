@@ -52,13 +52,16 @@ import Glibc
         (["--apple-api-time-budget-ms", "0"], "between 1 and 60000"),
         (["--apple-api-connections", "1"], "between 2 and 1024"),
         (["--apple-api-cache-seconds=-5"], "between 0 and 86400"),
+        (["--retention-budget-ms", "0"], "between 1 and 10000"),
     ])
     func badAppleAPISettings(_ arguments: [String], _ message: String) throws {
         try withTemporaryDirectory { directory in
             let (_, serve) = try Self.fixture(in: directory)
             let catalog = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../offers.example.json").standardizedFileURL.path
             expectCleanFailure(try run(serve + ["--port", "0", "--offers", catalog] + arguments), mentions: [message])
-            expectCleanFailure(try run(serve + ["--port", "0"] + arguments), mentions: ["need an offers catalog"])
+            if !arguments[0].hasPrefix("--retention") {
+                expectCleanFailure(try run(serve + ["--port", "0"] + arguments), mentions: ["need an offers catalog"])
+            }
         }
     }
 
