@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import OfferSignerCore
 import OfferSignerEligibility
 import OfferSignerEvidence
 import Synchronization
@@ -38,7 +39,7 @@ public final class AppStoreServerAPIClient: Sendable {
     private let logger: Logger
     private let breakers = Mutex([String: CircuitBreaker]())
     private let cache: HistoryCache
-    private let limiter: LookupLimiter
+    private let limiter: AsyncPermits
     private let chainCache: AppleChainValidationCache?
     private let onFetch: (@Sendable (VerifiedHistory) -> Void)?
 
@@ -61,7 +62,7 @@ public final class AppStoreServerAPIClient: Sendable {
         self.onFetch = onFetch
         self.tokens = AppStoreServerAPITokenMaker(lifetime: configuration.tokenLifetime, renewBefore: configuration.tokenRenewBefore)
         self.cache = HistoryCache(ttl: configuration.cacheTTL, capacity: configuration.maximumCachedHistories)
-        self.limiter = LookupLimiter(limit: configuration.concurrentLookups)
+        self.limiter = AsyncPermits(limit: configuration.concurrentLookups)
         var httpConfiguration = HTTPClient.Configuration()
         httpConfiguration.connectionPool = HTTPClient.Configuration.ConnectionPool(
             idleTimeout: .nanoseconds(configuration.connectionIdleTimeout.wholeNanoseconds),

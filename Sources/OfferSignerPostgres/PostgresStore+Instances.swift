@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Logging
+import OfferSignerCore
 import OfferSignerStorage
 import PostgresNIO
 
@@ -38,8 +39,24 @@ extension PostgresStore {
         }
     }
 
+    /// Rule: a customer lock holds a pooled connection for as long as its body runs, and the body
+    /// needs more (ledger and history reads, the audit commit); so at most
+    /// ``customerLockHolders(poolSize:)`` customer locks are held at once, and a request beyond
+    /// them waits for its turn within the same timeout. (Before, as many concurrent requests as
+    /// the pool had connections each held one for its lock and waited for a second: none could
+    /// go on until the timeout, and all were refused.)
     public func withExclusiveLock<T: Sendable>(_ lock: StoreLock, timeout: Duration, _ body: () async throws -> T) async throws -> T {
-        let held = try await AdvisoryLockHolding.acquire(lock, key: Self.advisoryKey(lock), timeout: timeout, client: client, logger: logger)
+        let start = ContinuousClock.now
+        var permitted = false
+        if case .customer = lock {
+            guard await customerLockPermits.acquire(until: start + timeout) else {
+                throw StoreError(.timeout, "the \(lock.kind) lock: \(customerLockPermits.waiting + 1) requests were waiting for one of the store's \(Self.customerLockHolders(poolSize: configuration.poolSize)) lock places for more than \(timeout.millisecondsText)")
+            }
+            permitted = true
+        }
+        defer { if permitted { customerLockPermits.release() } }
+        let remaining = max(timeout - (ContinuousClock.now - start), .milliseconds(1))
+        let held = try await AdvisoryLockHolding.acquire(lock, key: Self.advisoryKey(lock), timeout: remaining, client: client, logger: logger)
         defer { held.release() }
         return try await body()
     }

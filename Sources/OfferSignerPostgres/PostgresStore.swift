@@ -30,6 +30,8 @@ public final class PostgresStore: OfferSignerStore {
     let directConfiguration: PostgresConnection.Configuration
     let logger: Logger
     private let runTask: Task<Void, Never>
+    /// Customer locks held at once (see ``withExclusiveLock(_:timeout:_:)``).
+    let customerLockPermits: AsyncPermits
     private let closed = Atomic<Bool>(false)
 
     /// Connects, applies schema migrations (once across instances that start together), and
@@ -49,6 +51,7 @@ public final class PostgresStore: OfferSignerStore {
     private init(configuration: PostgresStoreConfiguration, logger: Logger) throws(StoreError) {
         self.configuration = configuration
         self.logger = logger
+        self.customerLockPermits = AsyncPermits(limit: Self.customerLockHolders(poolSize: configuration.poolSize))
         let tls: PostgresClient.Configuration.TLS
         let directTLS: PostgresConnection.Configuration.TLS
         do {
@@ -100,6 +103,11 @@ public final class PostgresStore: OfferSignerStore {
         self.client = client
         self.runTask = Task { await client.run() }
     }
+
+    /// How many customer locks may be held at once: at most half the pool once the registry
+    /// listener's connection is set aside, so the requests holding them always find a
+    /// connection for their reads and audit commits.
+    static func customerLockHolders(poolSize: Int) -> Int { max(1, (poolSize - 1) / 2) }
 
     /// Stops the pool; later calls fail with `StoreError.unavailable`. Idempotent.
     public func close() async {

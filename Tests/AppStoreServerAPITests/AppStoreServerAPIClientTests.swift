@@ -466,10 +466,10 @@ import X509
     }
 }
 
-@Suite struct LookupLimiterTests {
+@Suite struct AsyncPermitsTests {
     @Test("Permits: first come, first served; a waiter past its deadline or cancelled leaves without one")
     func permits() async throws {
-        let limiter = LookupLimiter(limit: 1)
+        let limiter = AsyncPermits(limit: 1)
         #expect(await limiter.acquire(until: .now + .seconds(1)))
         // Deadline passes: no permit.
         let start = ContinuousClock.now

@@ -38,4 +38,27 @@ struct StoreLockTests {
             await other.close()
         }
     }
+
+    @Test("Three times as many requests as the pool has connections, each holding its customer lock and reading inside it: all go through")
+    func customerLocksLeaveConnectionsForTheirBodies() async throws {
+        try await StoreFixture.with(.postgres, poolSize: 4) { fixture in
+            let store = fixture.store
+            let start = ContinuousClock.now
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 0..<12 {
+                    group.addTask {
+                        let token = "00000000-0000-4000-8000-\(String(format: "%012d", index))"
+                        try await store.withExclusiveLock(.customer(bundleID: "com.example.app", appAccountToken: token), timeout: .seconds(30)) {
+                            // What a signing request does under its lock: read the ledger, then commit.
+                            _ = try await store.issuedSignatures(appAccountToken: token, bundleID: "com.example.app")
+                            _ = try await store.appendAudit([AuditAppend(entry: AuditEntry(kind: "test.note", body: #"{"n":\#(index)}"#))], at: Date())
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            #expect(ContinuousClock.now - start < .seconds(30), "no request waited out the lock timeout")
+            #expect(try await store.auditHead().count == 12)
+        }
+    }
 }

@@ -1,14 +1,15 @@
 import Synchronization
 
-/// Bounds the lookups asking Apple at once, so this service's own overload is told apart from
-/// Apple being slow.
+/// A bounded number of permits for async work (a counting semaphore with deadlines); no I/O.
 ///
 /// Rules: at most `limit` holders at a time; waiters are served first come, first served; a
-/// waiter whose deadline passes (or whose task is cancelled) leaves the line without a permit.
-/// With `limit` no more than the connections per host allow (each lookup makes two calls at
-/// once), a call that holds a permit never waits for a connection, so a call that runs out of
-/// time is Apple's slowness, and one that never got a permit is ours.
-final class LookupLimiter: Sendable {
+/// waiter whose deadline passes (or whose task is cancelled) leaves the line without a permit;
+/// every permit taken is given back with `release()`.
+///
+/// Used where a shared pool must keep room: the App Store Server API client bounds the lookups
+/// asking Apple at once (so its own overload is told apart from Apple's slowness), the
+/// PostgreSQL store the customer locks held at once (each holds a pooled connection).
+public final class AsyncPermits: Sendable {
     private struct Waiter {
         var id: Int
         var continuation: CheckedContinuation<Bool, Never>
@@ -22,12 +23,12 @@ final class LookupLimiter: Sendable {
 
     private let state: Mutex<State>
 
-    init(limit: Int) {
+    public init(limit: Int) {
         state = Mutex(State(available: max(1, limit)))
     }
 
     /// Takes a permit, waiting until `deadline` at most. Returns false when none came in time.
-    func acquire(until deadline: ContinuousClock.Instant) async -> Bool {
+    public func acquire(until deadline: ContinuousClock.Instant) async -> Bool {
         let id: Int? = state.withLock { state in
             if state.available > 0 && state.waiters.isEmpty {
                 state.available -= 1
@@ -58,7 +59,7 @@ final class LookupLimiter: Sendable {
     }
 
     /// Gives a permit back (to the first waiter, if any).
-    func release() {
+    public func release() {
         let next: CheckedContinuation<Bool, Never>? = state.withLock { state in
             if !state.waiters.isEmpty { return state.waiters.removeFirst().continuation }
             state.available += 1
@@ -75,6 +76,6 @@ final class LookupLimiter: Sendable {
         waiter?.resume(returning: false)
     }
 
-    /// Lookups waiting for a permit.
-    var waiting: Int { state.withLock { $0.waiters.count } }
+    /// Tasks waiting for a permit.
+    public var waiting: Int { state.withLock { $0.waiters.count } }
 }
