@@ -145,6 +145,11 @@ public final class AppStoreServerAPIClient: Sendable {
                 breaker.record(success: true)
                 notFound.append(environment.rawValue)
             case .failed(let unavailable):
+                if Task.isCancelled {
+                    // Our caller gave up (its own deadline): nothing is known about the host.
+                    breaker.abandon()
+                    return .unavailable(.init(.cancelled, "the caller stopped waiting for Apple's answer"))
+                }
                 breaker.record(success: !Self.countsAgainstHost(unavailable.reason))
                 return .unavailable(unavailable)
             }

@@ -58,6 +58,15 @@ final class CircuitBreaker: Sendable {
         }
     }
 
+    /// A lookup that was let through but abandoned by its caller (cancelled) says nothing about
+    /// the host: a trial goes back to open (the next lookup may try at once), a closed breaker
+    /// keeps its count.
+    func abandon(now: ContinuousClock.Instant = .now) {
+        state.withLock { state in
+            if case .trialInFlight = state { state = .open(until: now) }
+        }
+    }
+
     var isOpen: Bool {
         state.withLock { if case .closed = $0 { false } else { true } }
     }

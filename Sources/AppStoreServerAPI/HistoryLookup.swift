@@ -25,6 +25,8 @@ public struct HistoryUnavailable: Error, Sendable, Hashable, CustomStringConvert
         /// Too many lookups at once in this service: the budget ran out before this one could ask
         /// Apple (this service's overload, not Apple's; not held against Apple's host).
         case overloaded = "overloaded"
+        /// The caller stopped waiting (its task was cancelled); not held against Apple's host.
+        case cancelled = "cancelled"
         /// The circuit breaker is open: recent lookups failed; failing fast.
         case circuitOpen = "circuit_open"
         /// Apple refused our token (401): wrong key, issuer ID or bundle.

@@ -13,6 +13,7 @@ public final class AsyncPermits: Sendable {
     private struct Waiter {
         var id: Int
         var continuation: CheckedContinuation<Bool, Never>
+        var timer: Task<Void, Never>?
     }
 
     private struct State {
@@ -28,30 +29,46 @@ public final class AsyncPermits: Sendable {
     }
 
     /// Takes a permit, waiting until `deadline` at most. Returns false when none came in time.
+    ///
+    /// The check for a free permit and the queueing happen in one critical section, so a
+    /// `release()` can never slip between them (it would leave a permit free while this waiter
+    /// sleeps); the deadline's timer starts only once the waiter is in the queue.
     public func acquire(until deadline: ContinuousClock.Instant) async -> Bool {
-        let id: Int? = state.withLock { state in
-            if state.available > 0 && state.waiters.isEmpty {
-                state.available -= 1
-                return nil
-            }
+        enum Start {
+            case taken
+            case refused
+            case queued(Int)
+        }
+        let id = state.withLock { state -> Int in
             state.nextID += 1
             return state.nextID
         }
-        guard let id else { return true }
-        let timer = Task { [weak self] in
-            try? await Task.sleep(until: deadline, clock: .continuous)
-            self?.leave(id)
-        }
-        defer { timer.cancel() }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-                let resumeNow: Bool = state.withLock { state in
-                    // The deadline may have passed (or the task been cancelled) before we queued.
-                    if ContinuousClock.now >= deadline || Task.isCancelled { return true }
-                    state.waiters.append(Waiter(id: id, continuation: continuation))
-                    return false
+                let start: Start = state.withLock { state in
+                    if state.available > 0 && state.waiters.isEmpty {
+                        state.available -= 1
+                        return .taken
+                    }
+                    if ContinuousClock.now >= deadline || Task.isCancelled { return .refused }
+                    state.waiters.append(Waiter(id: id, continuation: continuation, timer: nil))
+                    return .queued(id)
                 }
-                if resumeNow { continuation.resume(returning: false) }
+                switch start {
+                case .taken: continuation.resume(returning: true)
+                case .refused: continuation.resume(returning: false)
+                case .queued(let id):
+                    let timer = Task { [weak self] in
+                        do { try await Task.sleep(until: deadline, clock: .continuous) } catch { return }
+                        self?.leave(id)
+                    }
+                    let stillQueued = state.withLock { state -> Bool in
+                        guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return false }
+                        state.waiters[index].timer = timer
+                        return true
+                    }
+                    if !stillQueued { timer.cancel() }
+                }
             }
         } onCancel: {
             leave(id)
@@ -60,20 +77,22 @@ public final class AsyncPermits: Sendable {
 
     /// Gives a permit back (to the first waiter, if any).
     public func release() {
-        let next: CheckedContinuation<Bool, Never>? = state.withLock { state in
-            if !state.waiters.isEmpty { return state.waiters.removeFirst().continuation }
+        let next: Waiter? = state.withLock { state in
+            if !state.waiters.isEmpty { return state.waiters.removeFirst() }
             state.available += 1
             return nil
         }
-        next?.resume(returning: true)
+        next?.timer?.cancel()
+        next?.continuation.resume(returning: true)
     }
 
     private func leave(_ id: Int) {
-        let waiter: CheckedContinuation<Bool, Never>? = state.withLock { state in
+        let waiter: Waiter? = state.withLock { state in
             guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-            return state.waiters.remove(at: index).continuation
+            return state.waiters.remove(at: index)
         }
-        waiter?.resume(returning: false)
+        waiter?.timer?.cancel()
+        waiter?.continuation.resume(returning: false)
     }
 
     /// Tasks waiting for a permit.

@@ -65,6 +65,12 @@ extension PostgresStore {
                     """, logger: logger)
             }
             var redemptions: [OfferRedemption] = []
+            if !update.redemptions.isEmpty {
+                // Matching takes the chain head's lock first (its audit record needs it anyway), so
+                // two instances never match one issuance to two redemptions: under READ COMMITTED
+                // neither would see the other's uncommitted match.
+                _ = try await connection.query("SELECT seq FROM audit_head WHERE id = 1 FOR UPDATE", logger: logger).collect()
+            }
             for candidate in update.redemptions {
                 var issuance: (Int64, Int64)?
                 if let token = candidate.appAccountToken {
@@ -72,11 +78,13 @@ extension PostgresStore {
                     let until = candidate.purchaseDate.addingTimeInterval(RedemptionMatching.clockSkew).unixMilliseconds
                     let row = try await connection.query(
                         """
-                        SELECT audit_seq, issued_at FROM issued_signatures
-                        WHERE bundle_id = \(candidate.bundleID) AND offer_id = \(candidate.offerID) AND product_id = \(candidate.productID)
-                          AND app_account_token = \(token) AND issued_at BETWEEN \(from) AND \(until)
-                          AND audit_seq NOT IN (SELECT issuance_seq FROM offer_redemptions WHERE issuance_seq IS NOT NULL)
-                        ORDER BY issued_at DESC, audit_seq DESC LIMIT 1
+                        SELECT s.audit_seq, s.issued_at FROM issued_signatures s
+                        WHERE s.bundle_id = \(candidate.bundleID) AND s.offer_id = \(candidate.offerID) AND s.product_id = \(candidate.productID)
+                          AND s.app_account_token = \(token) AND s.issued_at BETWEEN \(from) AND \(until)
+                          AND NOT EXISTS (
+                            SELECT 1 FROM offer_redemptions r WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id
+                              AND r.app_account_token = s.app_account_token AND r.signature_issued_at = s.issued_at)
+                        ORDER BY s.issued_at DESC, s.audit_seq DESC LIMIT 1
                         """, logger: logger
                     ).collect().first
                     if let row { issuance = try row.decode((Int64, Int64).self) }

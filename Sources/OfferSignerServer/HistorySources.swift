@@ -24,7 +24,8 @@ struct EligibilityOutcome: Sendable {
 ///   `transaction_id_required` otherwise).
 /// - Apple is asked at most once per request, and only when an offer needs it. When the app's
 ///   notifications come here (`apps.<bundle>.notificationHistory`) and the store holds the
-///   subscription's complete history, that history is Apple's word and the API is not asked.
+///   subscription's complete history, with the subscription group of every offer asked about,
+///   that history is Apple's word and the API is not asked.
 /// - `apple`: Apple's verified history decides; when Apple cannot answer, the offer is not eligible
 ///   (`history_unavailable`). `apple-then-client`: the app's evidence decides when Apple could not
 ///   answer (never when Apple answered that the transaction ID is unknown or invalid: the app chose
@@ -62,7 +63,14 @@ struct HistorySourceResolver: Sendable {
         var apple: HistoryLookup?
         var appleVia = "api"
         let app = service.configuration.catalog.appSettings(bundleID: bundleID)
-        if needsApple, let transactionID, app.notificationHistory, let stored = try await service.storedHistory(transactionID: transactionID, app: app) {
+        // The stored history covers the one subscription `transactionID` belongs to (Apple's API
+        // answers with all of the customer's): it decides only when it holds the subscription
+        // group of every offer asked about, else a transaction ID of another group would show
+        // an empty history for the offer's group.
+        let groups = Set(offers.filter { $0.rules != nil && $0.historySource.asksApple }.map(\.subscriptionGroupID))
+        if needsApple, let transactionID, app.notificationHistory, let stored = try await service.storedHistory(transactionID: transactionID, app: app),
+            groups.allSatisfy({ group in stored.transactions.contains { $0.subscriptionGroupID == group } })
+        {
             apple = .history(stored)
             appleVia = "store"
         } else if needsApple, let transactionID {

@@ -140,7 +140,9 @@ struct RetentionController: Sendable {
     private func history(_ request: VerifiedRetentionRequest, app: AppStoreAppSettings) async -> VerifiedHistory? {
         var environmentApp = app
         environmentApp.environments = [request.environment]
-        if let stored = try? await eligibility.storedHistory(transactionID: request.originalTransactionID, app: environmentApp) { return stored }
+        if app.notificationHistory, let stored = try? await eligibility.storedHistory(transactionID: request.originalTransactionID, app: environmentApp) {
+            return stored
+        }
         guard let client = eligibility.appleHistory else { return nil }
         let ring = keyRing.ring
         let credentials = ring.activeKeys[app.bundleID].flatMap { active in
@@ -258,17 +260,31 @@ struct RetentionController: Sendable {
     }
 }
 
-/// Runs `work`, or gives up at `deadline` (cancelling it): nil then.
+/// Runs `work` in a task of its own and waits for it until `deadline`: nil when the deadline
+/// comes first. The work is not cancelled (a lookup of Apple's history then still fills the
+/// caches and the store, and is not held against Apple's host); only the wait ends.
 func withDeadline<T: Sendable>(_ deadline: ContinuousClock.Instant, _ work: @escaping @Sendable () async -> T) async -> T? {
-    await withTaskGroup(of: T?.self) { group in
-        group.addTask { await work() }
-        group.addTask {
+    let first = DeadlineRace<T>()
+    return await withCheckedContinuation { (continuation: CheckedContinuation<T?, Never>) in
+        first.install(continuation)
+        Task { first.resume(await work()) }
+        Task {
             try? await Task.sleep(until: deadline, clock: .continuous)
-            return nil
+            first.resume(nil)
         }
-        let first = await group.next() ?? nil
-        group.cancelAll()
-        return first
+    }
+}
+
+/// Resumes a continuation once, with whichever value comes first.
+private final class DeadlineRace<T: Sendable>: Sendable {
+    private let continuation = Mutex<CheckedContinuation<T?, Never>?>(nil)
+
+    func install(_ continuation: CheckedContinuation<T?, Never>) {
+        self.continuation.withLock { $0 = continuation }
+    }
+
+    func resume(_ value: T?) {
+        continuation.withLock { $0.take() }?.resume(returning: value)
     }
 }
 

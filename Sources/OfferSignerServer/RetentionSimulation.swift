@@ -33,7 +33,8 @@ public enum RetentionSimulation {
         }
         var history: VerifiedHistory?
         var source = "none"
-        if let stored = try await store.appleHistory(bundleID: app.bundleID, environment: environment.rawValue, transactionID: originalTransactionID),
+        if app.notificationHistory,
+            let stored = try await store.appleHistory(bundleID: app.bundleID, environment: environment.rawValue, transactionID: originalTransactionID),
             stored.isComplete, let decoded = AppleHistoryConversion.history(stored)
         {
             history = decoded

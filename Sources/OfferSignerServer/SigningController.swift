@@ -108,6 +108,24 @@ struct SigningController: Sendable {
         _ signatureRequest: SignatureRequest, formats: [SignatureFormat], bundleID: String, token: UUID?, principal: Principal,
         ring: KeyRing, context: some RequestContext, decision: AuditAppend? = nil
     ) async throws -> Response {
+        do {
+            return try await signAndCommit(
+                signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context,
+                decision: decision)
+        } catch let problem as APIProblem where problem.code != "audit_unavailable" {
+            // Refused before the commit (no usable key, a field that cannot be signed): the
+            // eligibility decision is still audited, on its own.
+            if let decision {
+                _ = try? await StoreDeadline.run("audit commit", timeout: storeTimeout) { [committer] in try await committer.commit(decision) }
+            }
+            throw problem
+        }
+    }
+
+    private func signAndCommit(
+        _ signatureRequest: SignatureRequest, formats: [SignatureFormat], bundleID: String, token: UUID?, principal: Principal,
+        ring: KeyRing, context: some RequestContext, decision: AuditAppend?
+    ) async throws -> Response {
         guard let active = ring.activeKeys[bundleID] else {
             throw APIProblem(.serviceUnavailable, code: "no_active_key", detail: "'\(bundleID)' has no active signing key; activate one with `offer-signer keys activate`")
         }

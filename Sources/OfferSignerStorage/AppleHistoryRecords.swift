@@ -88,8 +88,8 @@ public struct RedemptionCandidate: Sendable, Equatable {
 
 /// A recorded redemption of a promotional offer, and the issuance it was matched to.
 ///
-/// Matching rule (both stores): the latest `signature.issued` record of the same bundle, product,
-/// offer and appAccountToken, issued at most
+/// Matching rule (both stores): the latest signing request (its `signature.issued` records, one
+/// per format, count once) of the same bundle, product, offer and appAccountToken, issued at most
 /// ``RedemptionMatching/signatureLifetime`` before the purchase (and at most
 /// ``RedemptionMatching/clockSkew`` after it), that no other redemption was matched to. A
 /// transaction is recorded once, however often Apple states it.

@@ -177,10 +177,12 @@ extension SQLiteStore {
                     let row = try Row.fetchOne(
                         db,
                         sql: """
-                            SELECT audit_seq, issued_at FROM issued_signatures
-                            WHERE bundle_id = ? AND offer_id = ? AND product_id = ? AND app_account_token = ? AND issued_at BETWEEN ? AND ?
-                              AND audit_seq NOT IN (SELECT issuance_seq FROM offer_redemptions WHERE issuance_seq IS NOT NULL)
-                            ORDER BY issued_at DESC, audit_seq DESC LIMIT 1
+                            SELECT s.audit_seq, s.issued_at FROM issued_signatures s
+                            WHERE s.bundle_id = ? AND s.offer_id = ? AND s.product_id = ? AND s.app_account_token = ? AND s.issued_at BETWEEN ? AND ?
+                              AND NOT EXISTS (
+                                SELECT 1 FROM offer_redemptions r WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id
+                                  AND r.app_account_token = s.app_account_token AND r.signature_issued_at = s.issued_at)
+                            ORDER BY s.issued_at DESC, s.audit_seq DESC LIMIT 1
                             """,
                         arguments: [
                             candidate.bundleID, candidate.offerID, candidate.productID, token,

@@ -493,3 +493,27 @@ import X509
         #expect(await limiter.acquire(until: .now))
     }
 }
+
+@Suite struct AsyncPermitsStressTests {
+    @Test("Many tasks through one permit: every one gets it in time, none is left waiting with a permit free")
+    func noLostWakeups() async throws {
+        let permits = AsyncPermits(limit: 1)
+        let start = ContinuousClock.now
+        let granted = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for _ in 0..<400 {
+                group.addTask {
+                    guard await permits.acquire(until: .now + .seconds(60)) else { return false }
+                    await Task.yield()
+                    permits.release()
+                    return true
+                }
+            }
+            return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+        }
+        #expect(granted == 400)
+        #expect(permits.waiting == 0)
+        #expect(await permits.acquire(until: .now), "the permit is free again")
+        #expect(ContinuousClock.now - start < .seconds(30), "a lost wakeup leaves a waiter until its deadline")
+    }
+}
+

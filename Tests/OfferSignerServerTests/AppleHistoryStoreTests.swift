@@ -153,4 +153,24 @@ struct AppleHistoryStoreTests {
             #expect(try await store.offerIssuances(since: at.addingTimeInterval(0.5)) == [OfferIssuanceCount(bundleID: Self.bundle, offerID: "retain_50", issuances: 1)])
         }
     }
+
+    @Test("A request signed in two formats is one issuance: a second redemption does not match its other format's record", arguments: StoreBackend.testedCases)
+    func siblingFormatsMatchOnce(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let issuedAt = Self.base.addingTimeInterval(-600)
+            var jws = Self.signature("pair-jws", at: issuedAt)
+            jws.signatures[0].format = "jws"
+            jws.entry = jws.signatures[0].auditEntry
+            _ = try await store.appendAudit([Self.signature("pair-legacy", at: issuedAt), jws], at: issuedAt)
+            let update = AppleHistoryUpdate(
+                redemptions: [Self.redemption("3001", at: Self.base), Self.redemption("3002", at: Self.base.addingTimeInterval(60))], source: "history")
+            guard case .recorded(let redemptions) = try await store.recordAppleHistory(update, at: Self.base) else {
+                Issue.record("not recorded")
+                return
+            }
+            #expect(redemptions.map(\.isMatched) == [true, false])
+        }
+    }
 }
+

@@ -35,6 +35,8 @@ struct AppleNotificationTests {
            "kind": "win-back", "historySource": "apple", "rules": {"minPaidMonths": 1, "lapsedMonths": {"min": 1}}},
           {"offerID": "wb_client", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
            "kind": "win-back", "rules": {"minPaidMonths": 1, "lapsedMonths": {"min": 1}}},
+          {"offerID": "wb_other_group", "bundleID": "com.example.app", "productIDs": ["pro.annual"], "subscriptionGroupID": "G2",
+           "kind": "win-back", "historySource": "apple", "rules": {"minPaidMonths": 1, "lapsedMonths": {"min": 1}}},
           {"offerID": "loyal_no_refunds", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
            "kind": "retention", "historySource": "apple", "rules": {"minPaidMonths": 3, "excludeRefunded": true}}
         ]}
@@ -112,7 +114,8 @@ struct AppleNotificationTests {
             let evidence = #"{"signedTransactions":[\#(signed.map { "\"\($0)\"" }.joined(separator: ","))],"signedRenewalInfos":[]}"#
             let answer = try await client.postJSON(
                 "/v1/offers/eligibility",
-                #"{"appAccountToken":"\#(Self.token)","transactionID":"\#(customer.transactionID(3))","evidence":\#(evidence)}"#, bearer: secret)
+                #"{"appAccountToken":"\#(Self.token)","transactionID":"\#(customer.transactionID(3))","offerIDs":["wb_apple","wb_client"],"evidence":\#(evidence)}"#,
+                bearer: secret)
             #expect(answer.status == .ok, "\(answer.text)")
             let decisions = try #require(answer.json["decisions"] as? [[String: Any]])
             let byOffer = Dictionary(uniqueKeysWithValues: decisions.map { ($0["offerID"] as? String ?? "", $0) })
@@ -160,6 +163,27 @@ struct AppleNotificationTests {
             #expect(decision["eligible"] as? Bool == false, "\(after.text)")
             #expect((decision["reasons"] as? [String])?.contains("refunded") == true, "\(after.text)")
             #expect(fake.requests.isEmpty)
+        }
+    }
+
+    @Test("A stored history without the offer's subscription group does not decide it: Apple's API is asked")
+    func storedHistoryOfAnotherGroup() async throws {
+        let customer = subscriber()
+        try await withServer { _, fake, secret, client in
+            for index in customer.periodStarts.indices {
+                let answer = try await client.postJSON(
+                    "/v1/apple/notifications",
+                    try body(index == 0 ? "SUBSCRIBED" : "DID_RENEW", subtype: index == 0 ? "INITIAL_BUY" : nil, transaction: customer.transactionPayload(index)))
+                #expect(answer.status == .ok, "\(answer.text)")
+            }
+            // The app names its G1 subscription to ask about a G2 offer: the stored G1 history
+            // would show no G2 history at all.
+            let decision = try await client.postJSON(
+                "/v1/offers/eligibility",
+                #"{"appAccountToken":"\#(Self.token)","transactionID":"\#(customer.originalTransactionID)","offerIDs":["wb_other_group"]}"#, bearer: secret)
+            #expect(decision.status == .ok, "\(decision.text)")
+            #expect(!fake.requests.isEmpty, "Apple's API was asked")
+            #expect((decision.json["decisions"] as? [[String: Any]])?.first?["reasons"] as? [String] == ["history_unavailable"], "\(decision.text)")
         }
     }
 

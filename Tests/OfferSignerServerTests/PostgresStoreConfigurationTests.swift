@@ -62,6 +62,8 @@ struct PostgresStoreConfigurationTests {
             }
         }
         #expect(throws: PostgresStoreConfiguration.InvalidConfiguration.self) { try PostgresStoreConfiguration(url: "postgres://u@h/d", poolSize: 0) }
+        // Two connections cannot serve a request that holds its customer lock on one and reads on another.
+        #expect(throws: PostgresStoreConfiguration.InvalidConfiguration.self) { try PostgresStoreConfiguration(url: "postgres://u@h/d", poolSize: 2) }
 
         let configuration = try PostgresStoreConfiguration(url: "postgres://offer:\(secret)@db:5432/offers?sslmode=require")
         #expect(configuration.redactedDescription == "postgres://offer:***@db:5432/offers?sslmode=require")
