@@ -49,6 +49,7 @@ public struct TestAppleChain: Sendable {
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.isCertificateAuthority(maxPathLength: nil))
                 Critical(KeyUsage(keyCertSign: true, cRLSign: true))
+                SubjectKeyIdentifier(hash: Certificate.PublicKey(rootKey.publicKey))
             },
             issuerPrivateKey: Certificate.PrivateKey(rootKey)
         )
@@ -82,6 +83,10 @@ public struct TestAppleChain: Sendable {
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
                 Critical(KeyUsage(keyCertSign: true, cRLSign: true))
+                // Key identifiers, as Apple's certificates have them (OpenSSL's strict mode, which
+                // Apple's libraries use, wants them).
+                SubjectKeyIdentifier(hash: Certificate.PublicKey(intermediateKey.publicKey))
+                AuthorityKeyIdentifier(keyIdentifier: SubjectKeyIdentifier(hash: Certificate.PublicKey(rootKey.publicKey)).keyIdentifier)
                 if markerOIDs {
                     Certificate.Extension(oid: Self.intermediateMarkerOID, critical: false, value: [0x05, 0x00])
                 }
@@ -146,6 +151,7 @@ public struct TestAppleChain: Sendable {
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true))
+                AuthorityKeyIdentifier(keyIdentifier: SubjectKeyIdentifier(hash: Certificate.PublicKey(issuerKey.publicKey)).keyIdentifier)
                 if markerOID {
                     Certificate.Extension(oid: Self.leafMarkerOID, critical: false, value: [0x05, 0x00])
                 }

@@ -12,6 +12,15 @@ Each case has an "op":
   IntroductoryOfferEligibilitySignatureCreator. -> {"compactJWS"}
 - jws-verify: decodes and verifies our compact JWS with PyJWT (ES256 only) and returns its
   header and claims. -> {"valid", "header", "claims", "error"?}
+- decode-notification: Apple's SignedDataVerifier (trusting "rootDER", offline) verifies and
+  decodes an App Store Server Notification V2 signedPayload and its signedTransactionInfo.
+  -> {"valid", "notificationType", "subtype", "notificationUUID", "bundleId", "appAppleId",
+  "environment", "transactionId", "offerType", "offerIdentifier", "error"?}
+- decode-realtime-request: the same for a Retention Messaging request. -> {"valid",
+  "originalTransactionId", "appAppleId", "productId", "userLocale", "requestIdentifier",
+  "environment", "signedDate", "error"?}
+- realtime-response: reads "body" (our answer) into the library's RealtimeResponseBody model and
+  writes it back out. -> {"unstructured"}
 """
 import base64
 import json
@@ -88,7 +97,55 @@ def jws_verify(case):
         return {"valid": False, "error": str(error)}
 
 
-OPERATIONS = {"legacy-payload": legacy_payload, "legacy-sign": legacy_sign, "jws-sign": jws_sign, "jws-verify": jws_verify}
+def _verifier(case):
+    from appstoreserverlibrary.models.Environment import Environment
+    from appstoreserverlibrary.signed_data_verifier import SignedDataVerifier
+    return SignedDataVerifier([base64.b64decode(case["rootDER"])], False, Environment(case["environment"]), case["bundleId"],
+                              case.get("appAppleId"))
+
+
+def _raw(model, name):
+    value = getattr(model, "raw" + name[0].upper() + name[1:], None)
+    return value if value is not None else getattr(model, name, None)
+
+
+def decode_notification(case):
+    verifier = _verifier(case)
+    try:
+        payload = verifier.verify_and_decode_notification(case["signedPayload"])
+        data = payload.data
+        transaction = verifier.verify_and_decode_signed_transaction(data.signedTransactionInfo) if data and data.signedTransactionInfo else None
+    except Exception as error:  # VerificationException and its kin
+        return {"valid": False, "error": repr(error)}
+    return {"valid": True, "notificationType": _raw(payload, "notificationType"), "subtype": _raw(payload, "subtype"),
+            "notificationUUID": payload.notificationUUID, "bundleId": data.bundleId if data else None,
+            "appAppleId": data.appAppleId if data else None, "environment": _raw(data, "environment") if data else None,
+            "transactionId": transaction.transactionId if transaction else None,
+            "offerType": _raw(transaction, "offerType") if transaction else None,
+            "offerIdentifier": transaction.offerIdentifier if transaction else None}
+
+
+def decode_realtime_request(case):
+    try:
+        payload = _verifier(case).verify_and_decode_realtime_request(case["signedPayload"])
+    except Exception as error:
+        return {"valid": False, "error": repr(error)}
+    return {"valid": True, "originalTransactionId": payload.originalTransactionId, "appAppleId": payload.appAppleId,
+            "productId": payload.productId, "userLocale": payload.userLocale, "requestIdentifier": str(payload.requestIdentifier),
+            "environment": _raw(payload, "environment"), "signedDate": payload.signedDate}
+
+
+def realtime_response(case):
+    from appstoreserverlibrary.models.LibraryUtility import _get_cattrs_converter
+    from appstoreserverlibrary.models.RealtimeResponseBody import RealtimeResponseBody
+    converter = _get_cattrs_converter(RealtimeResponseBody)
+    body = converter.structure(case["body"], RealtimeResponseBody)
+    return {"unstructured": json.loads(json.dumps(converter.unstructure(body), default=str))}
+
+
+OPERATIONS = {"legacy-payload": legacy_payload, "legacy-sign": legacy_sign, "jws-sign": jws_sign, "jws-verify": jws_verify,
+              "decode-notification": decode_notification, "decode-realtime-request": decode_realtime_request,
+              "realtime-response": realtime_response}
 
 if __name__ == "__main__":
     cases = json.load(sys.stdin)

@@ -1,4 +1,5 @@
 import AppleTestChain
+import Crypto
 import FakeAppStoreServerAPI
 import Foundation
 import GRDB
@@ -10,6 +11,7 @@ import OfferSignerEligibility
 import OfferSignerServer
 import OfferSignerStorage
 import SwiftASN1
+import TestChildProcess
 import Testing
 import X509
 
@@ -274,4 +276,81 @@ struct RetentionTests {
             #expect(metrics.contains(#"retention_fallbacks_total{reason="budget"} 1"#), "\(metrics.split(separator: "\n").filter { $0.contains("retention") })")
         }
     }
+
+    /// Runs `Tests/Interop/apple_oracle.py` (Apple's App Store Server Library for Python) on a batch.
+    static func oracle(_ cases: [[String: Any]]) async throws -> [[String: Any]] {
+        let python = try await PythonTestEnvironment.shared().python
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Interop/apple_oracle.py")
+        let input = try JSONSerialization.data(withJSONObject: cases)
+        let result = try await onOwnThread { try ChildProcess.run(python, [script.path], stdin: input, timeout: .seconds(300)) }
+        try #require(result.status == 0, "apple_oracle.py exited \(result.status): \(result.stderrText)")
+        return try #require(try JSONSerialization.jsonObject(with: result.stdout) as? [[String: Any]])
+    }
+
+    /// JSON without null members (the library writes its unset fields as null).
+    static func withoutNulls(_ value: Any) -> Any {
+        if let object = value as? [String: Any] { return object.compactMapValues { $0 is NSNull ? nil : withoutNulls($0) } }
+        if let array = value as? [Any] { return array.map(withoutNulls) }
+        return value
+    }
+
+    @Test("Apple's Python library reads the requests and notifications our tests sign, and our V2 and V1 answers, as Apple's models")
+    func appleLibraryInterop() async throws {
+        let customer = subscriber(id: "500000005")
+        for version in ["v2", "v1"] {
+            try await withServer(version: version) { server, _, client in
+                try await notify(customer, client: client)
+                let root = try TestAppleChain.base64DER(chain.root)
+                let requestIdentifier = UUID().uuidString.lowercased()
+                let body = try request(customer.originalTransactionID, requestIdentifier: requestIdentifier)
+                let signedPayload = try #require((try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any])?["signedPayload"] as? String)
+                let answer = try await client.postJSON("/v1/apple/retention", body)
+                #expect(answer.status == .ok, "\(answer.text)")
+                let ours = try #require(try JSONSerialization.jsonObject(with: Data(answer.body.readableBytesView)) as? [String: Any])
+                var cases: [[String: Any]] = [
+                    ["op": "decode-realtime-request", "rootDER": root, "environment": "Production", "bundleId": Self.bundleID, "appAppleId": Self.appAppleID,
+                     "signedPayload": signedPayload],
+                    ["op": "realtime-response", "body": ours],
+                ]
+                let offer = try #require(ours["promotionalOffer"] as? [String: Any])
+                let key = try #require(server.keys[Self.bundleID])
+                if let jws = offer["promotionalOfferSignatureV2"] as? String {
+                    cases.append(["op": "jws-verify", "publicKeyPEM": key.publicKey.pemRepresentation, "compactJWS": jws, "audience": "promotional-offer"])
+                }
+                let results = try await Self.oracle(cases)
+                #expect(results[0]["valid"] as? Bool == true, "\(results[0])")
+                #expect(results[0]["originalTransactionId"] as? String == customer.originalTransactionID)
+                #expect(results[0]["requestIdentifier"] as? String == requestIdentifier)
+                #expect(results[0]["environment"] as? String == "Production")
+                #expect((results[0]["appAppleId"] as? NSNumber)?.int64Value == Self.appAppleID)
+                // Apple's model takes our answer whole: every member is one of its fields, with its type.
+                let unstructured = try #require(results[1]["unstructured"])
+                #expect(NSDictionary(dictionary: Self.withoutNulls(unstructured) as? [String: Any] ?? [:]).isEqual(to: ours), "\(unstructured) vs \(ours)")
+                if version == "v2" {
+                    #expect(results[2]["valid"] as? Bool == true, "\(results[2])")
+                    #expect((results[2]["claims"] as? [String: Any])?["transactionId"] as? String == customer.originalTransactionID)
+                } else {
+                    #expect(offer["promotionalOfferSignatureV1"] != nil)
+                }
+            }
+        }
+        // A notification our tests sign, read by Apple's verifier.
+        let transaction = customer.transactionPayload(0).merging(["offerType": 2, "offerIdentifier": "retain_50"]) { $1 }
+        let payload: [String: Any] = [
+            "notificationType": "OFFER_REDEEMED", "subtype": "UPGRADE", "notificationUUID": UUID().uuidString.lowercased(), "version": "2.0",
+            "signedDate": TestAppleChain.milliseconds(now),
+            "data": ["bundleId": Self.bundleID, "environment": "Production", "appAppleId": Self.appAppleID, "signedTransactionInfo": try chain.signJWS(transaction)],
+        ]
+        let decoded = try await Self.oracle([[
+            "op": "decode-notification", "rootDER": try TestAppleChain.base64DER(chain.root), "environment": "Production", "bundleId": Self.bundleID,
+            "appAppleId": Self.appAppleID, "signedPayload": try chain.signJWS(payload),
+        ]])
+        #expect(decoded[0]["valid"] as? Bool == true, "\(decoded[0])")
+        #expect(decoded[0]["notificationType"] as? String == "OFFER_REDEEMED")
+        #expect(decoded[0]["subtype"] as? String == "UPGRADE")
+        #expect(decoded[0]["transactionId"] as? String == customer.transactionID(0))
+        #expect((decoded[0]["offerType"] as? NSNumber)?.intValue == 2)
+        #expect(decoded[0]["offerIdentifier"] as? String == "retain_50")
+    }
 }
+
