@@ -13,27 +13,27 @@ import Testing
 /// Where a commit must not be held, the delay is two minutes and the bound one: the bound is far
 /// above anything a loaded machine needs (the whole suite running beside it has stalled the
 /// concurrency pool for tens of seconds), and a wrongly held commit still fails it.
-@Suite("Audit group commits: the busy-period delay", .serialized)
+@Suite("Audit group commits: the busy-period delay, on SQLite and PostgreSQL", .serialized)
 struct AuditCommitterTests {
-    /// Runs a committer with `commitDelay` on a fresh store for the duration of `body`.
+    /// Runs a committer with `commitDelay` on a fresh store of `backend` for the duration of `body`.
     static func withCommitter(
-        commitDelay: Duration, _ body: (AuditCommitter, SQLiteStore) async throws -> Void
+        _ backend: StoreBackend, commitDelay: Duration, _ body: (AuditCommitter, StoreFixture) async throws -> Void
     ) async throws {
-        let (store, directory) = try AuditServiceLifecycleTests.temporaryStore("committer")
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let committer = AuditCommitter(
-            store: store, batchLimit: 512, commitDelay: commitDelay, metrics: ServerMetrics(), logger: Logger(label: "offer-signer-test"))
-        let running = Task { try await committer.run() }
-        do {
-            try await body(committer, store)
-        } catch {
+        try await StoreFixture.with(backend) { fixture in
+            let committer = AuditCommitter(
+                store: fixture.store, batchLimit: 512, commitDelay: commitDelay, metrics: ServerMetrics(), logger: Logger(label: "offer-signer-test"))
+            let running = Task { try await committer.run() }
+            do {
+                try await body(committer, fixture)
+            } catch {
+                committer.stop()
+                try? await running.value
+                throw error
+            }
             committer.stop()
-            try? await running.value
-            throw error
+            try await running.value
+            #expect(try await fixture.store.verifiedChain().isIntact)
         }
-        committer.stop()
-        try await running.value
-        #expect(try await store.verifyAudit().isIntact)
     }
 
     static func entries(_ count: Int) -> [AuditAppend] { AuditServiceLifecycleTests.entries(count) }
@@ -43,9 +43,9 @@ struct AuditCommitterTests {
         return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
     }
 
-    @Test("Small groups are never held: an idle or lightly loaded service commits each request at once")
-    func smallGroupsAreNotHeld() async throws {
-        try await Self.withCommitter(commitDelay: Self.longDelay) { committer, _ in
+    @Test("Small groups are never held: an idle or lightly loaded service commits each request at once", arguments: StoreBackend.testedCases)
+    func smallGroupsAreNotHeld(backend: StoreBackend) async throws {
+        try await Self.withCommitter(backend, commitDelay: Self.longDelay) { committer, _ in
             let start = ContinuousClock.now
             for _ in 0..<5 {
                 _ = try await committer.commit(Self.entries(Self.busyBelow))
@@ -60,9 +60,10 @@ struct AuditCommitterTests {
     /// The largest group that does not count as busy.
     static let busyBelow = AuditCommitter.busyGroupEntries - 1
 
-    @Test("After a busy group, the next commit starts no sooner than the delay after it")
-    func afterABusyGroupTheNextIsHeld() async throws {
-        try await Self.withCommitter(commitDelay: .milliseconds(400)) { committer, store in
+    @Test("After a busy group, the next commit starts no sooner than the delay after it", arguments: StoreBackend.testedCases)
+    func afterABusyGroupTheNextIsHeld(backend: StoreBackend) async throws {
+        try await Self.withCommitter(backend, commitDelay: .milliseconds(400)) { committer, fixture in
+            let store = fixture.store
             let start = ContinuousClock.now
             _ = try await committer.commit(Self.entries(AuditCommitter.busyGroupEntries))
             let records = try await committer.commit(Self.entries(1))
@@ -72,9 +73,10 @@ struct AuditCommitterTests {
         }
     }
 
-    @Test("A held commit goes as soon as a full group is waiting, long before the delay")
-    func aFullGroupGoesAtOnce() async throws {
-        try await Self.withCommitter(commitDelay: Self.longDelay) { committer, store in
+    @Test("A held commit goes as soon as a full group is waiting, long before the delay", arguments: StoreBackend.testedCases)
+    func aFullGroupGoesAtOnce(backend: StoreBackend) async throws {
+        try await Self.withCommitter(backend, commitDelay: Self.longDelay) { committer, fixture in
+            let store = fixture.store
             _ = try await committer.commit(Self.entries(AuditCommitter.busyGroupEntries))
             let start = ContinuousClock.now
             let perRequest = 4
@@ -91,23 +93,24 @@ struct AuditCommitterTests {
         }
     }
 
-    @Test("Stopping while a commit is held commits it at once")
-    func stopDrainsAHeldCommit() async throws {
-        let (store, directory) = try AuditServiceLifecycleTests.temporaryStore("committer-stop")
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let committer = AuditCommitter(
-            store: store, batchLimit: 512, commitDelay: Self.longDelay, metrics: ServerMetrics(), logger: Logger(label: "offer-signer-test"))
-        let running = Task { try await committer.run() }
-        _ = try await committer.commit(Self.entries(AuditCommitter.busyGroupEntries))
-        let held = Task { try await committer.commit(Self.entries(1)) }
-        try await Task.sleep(for: .milliseconds(200))
-        let start = ContinuousClock.now
-        committer.stop()
-        let records = try await held.value
-        try await running.value
-        #expect(Self.seconds(since: start) < Self.bound, "stop waited for the commit delay")
-        #expect(records.map(\.sequence) == [Int64(AuditCommitter.busyGroupEntries + 1)])
-        #expect(try await store.verifyAudit().isIntact)
+    @Test("Stopping while a commit is held commits it at once", arguments: StoreBackend.testedCases)
+    func stopDrainsAHeldCommit(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let committer = AuditCommitter(
+                store: store, batchLimit: 512, commitDelay: Self.longDelay, metrics: ServerMetrics(), logger: Logger(label: "offer-signer-test"))
+            let running = Task { try await committer.run() }
+            _ = try await committer.commit(Self.entries(AuditCommitter.busyGroupEntries))
+            let held = Task { try await committer.commit(Self.entries(1)) }
+            try await Task.sleep(for: .milliseconds(200))
+            let start = ContinuousClock.now
+            committer.stop()
+            let records = try await held.value
+            try await running.value
+            #expect(Self.seconds(since: start) < Self.bound, "stop waited for the commit delay")
+            #expect(records.map(\.sequence) == [Int64(AuditCommitter.busyGroupEntries + 1)])
+            #expect(try await store.verifiedChain().isIntact)
+        }
     }
 
     /// Requests that land in one group: a busy group first, so the next commit is held until a
@@ -133,9 +136,10 @@ struct AuditCommitterTests {
             offerID: "WINBACK50", appAccountToken: nil, keyID: "KEY0000001", format: "legacy")
     }
 
-    @Test("A request with a reused nonce fails alone; the rest of its group is committed")
-    func aReusedNonceFailsOnlyItsRequest() async throws {
-        try await Self.withCommitter(commitDelay: Self.longDelay) { committer, store in
+    @Test("A request with a reused nonce fails alone; the rest of its group is committed", arguments: StoreBackend.testedCases)
+    func aReusedNonceFailsOnlyItsRequest(backend: StoreBackend) async throws {
+        try await Self.withCommitter(backend, commitDelay: Self.longDelay) { committer, fixture in
+            let store = fixture.store
             let reused = UUID.timeOrdered().lowercasedString
             let first = Self.signature(nonce: reused)
             _ = try await committer.commit([AuditAppend(entry: first.auditEntry, signatures: [first])])
@@ -155,20 +159,27 @@ struct AuditCommitterTests {
         }
     }
 
-    @Test("A store-wide failure fails every request of the group, and the store goes on afterwards")
-    func aStoreWideFailureFailsTheGroup() async throws {
-        try await Self.withCommitter(commitDelay: Self.longDelay) { committer, store in
-            let path = store.path
+    @Test("A store-wide failure fails every request of the group, and the store goes on afterwards", arguments: StoreBackend.testedCases)
+    func aStoreWideFailureFailsTheGroup(backend: StoreBackend) async throws {
+        try await Self.withCommitter(backend, commitDelay: Self.longDelay) { committer, fixture in
+            let store = fixture.store
             _ = try await committer.commit(Self.entries(1))
             // The store refuses records after the group's first request (the busy group before it
             // and the first request fit). A retry of each request on its own would commit that
             // first request; the group failing as one shows that nothing was retried.
             let lastAccepted = 1 + AuditCommitter.busyGroupEntries + 4
-            try await DatabaseQueue(path: path).write { db in
-                try db.execute(sql: """
+            switch backend {
+            case .sqlite:
+                try await fixture.execute("""
                     CREATE TRIGGER refuse_group BEFORE INSERT ON audit_log WHEN NEW.seq > \(lastAccepted)
                     BEGIN SELECT RAISE(ABORT, 'simulated disk failure'); END;
                     """)
+            case .postgres:
+                try await fixture.execute("""
+                    CREATE FUNCTION refuse_group() RETURNS trigger LANGUAGE plpgsql AS $$
+                    BEGIN IF NEW.seq > \(lastAccepted) THEN RAISE EXCEPTION 'simulated disk failure'; END IF; RETURN NEW; END $$
+                    """)
+                try await fixture.execute("CREATE TRIGGER refuse_group BEFORE INSERT ON audit_log FOR EACH ROW EXECUTE FUNCTION refuse_group()")
             }
             let results = try await Self.inOneGroup(committer, (0..<6).map { _ in Self.entries(4) })
             for result in results {
@@ -179,7 +190,7 @@ struct AuditCommitterTests {
                 }
             }
             #expect(try await store.auditHead().count == Int64(1 + AuditCommitter.busyGroupEntries))
-            try await DatabaseQueue(path: path).write { db in try db.execute(sql: "DROP TRIGGER refuse_group") }
+            try await fixture.execute(backend == .sqlite ? "DROP TRIGGER refuse_group" : "DROP TRIGGER refuse_group ON audit_log")
             // A full group, so the commit after the failed (busy) group is not held back.
             let after = try await committer.commit(Self.entries(AuditCommitter.fullGroupEntries))
             #expect(after.first?.sequence == Int64(2 + AuditCommitter.busyGroupEntries))
