@@ -89,7 +89,12 @@ struct RetentionTests {
         version: String = "v2", configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in },
         _ body: @escaping @Sendable (TestServer, FakeAppStoreServerAPI, any TestClientProtocol) async throws -> Void
     ) async throws {
-        let server = try await TestServer(bundles: [Self.bundleID], configure: configure)
+        let server = try await TestServer(bundles: [Self.bundleID]) { configuration in
+            // Generous unless a test is about the budget: under the whole suite on two loaded
+            // cores, 300 ms can pass before a decision and answer the fallback instead.
+            configuration.retention.budget = .seconds(30)
+            configure(&configuration)
+        }
         defer { server.cleanUp() }
         let key = try #require(server.keys[Self.bundleID])
         let fake = FakeAppStoreServerAPI(bundleID: Self.bundleID, keyID: key.keyID, issuerID: TestServer.issuerID, publicKey: key.publicKey)
