@@ -433,7 +433,7 @@ import X509
         fake.setAnswerDelay(.seconds(600))
         let client = try base.client {
             $0.maximumConcurrentLookups = 1
-            $0.timeBudget = .seconds(4)
+            $0.timeBudget = .seconds(8)
             $0.circuitBreakerThreshold = 2
         }
         try await fake.run { port in
@@ -443,8 +443,9 @@ import X509
                 let now = base.now
                 // The first lookup takes the only place and waits on Apple for its whole budget…
                 let slow = Task { await client.history(transactionID: first.originalTransactionID, app: app, credentials: credentials, now: now) }
-                // (The fake records a request when it answers, so give the first one time to start.)
-                try await Task.sleep(for: .milliseconds(300))
+                // (The fake records a request when it answers, so give the first one time to start;
+                // the second gives up 6 s after it starts, 1 s before the first lets go.)
+                try await Task.sleep(for: .seconds(1))
                 // …so the second finds no room within three quarters of its own.
                 let waiting = await client.history(transactionID: second.originalTransactionID, app: app, credentials: credentials, now: now)
                 guard case .unavailable(let overloaded) = waiting, case .unavailable(let timedOut) = await slow.value else {

@@ -1,3 +1,4 @@
+import AppStoreServerAPI
 import AppleTestChain
 import FakeAppStoreServerAPI
 import Foundation
@@ -83,7 +84,10 @@ struct AppleNotificationTests {
         let root = try chain.root.serializeAsPEM().pemString
         try await fake.run { port in
             var running = server
-            running.configuration.eligibility = try EligibilityConfiguration(catalogJSON: Data(Self.catalog(port: port).utf8), trustedRootPEMs: [root])
+            var eligibility = try EligibilityConfiguration(catalogJSON: Data(Self.catalog(port: port).utf8), trustedRootPEMs: [root])
+            // Generous: the whole suite shares two cores, and these tests are not about the budget.
+            eligibility.appStoreServerAPI.timeBudget = .seconds(30)
+            running.configuration.eligibility = eligibility
             let configured = running
             try await configured.live { client in try await body(configured, fake, secret, client) }
         }

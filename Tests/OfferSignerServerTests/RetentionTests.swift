@@ -1,3 +1,4 @@
+import AppStoreServerAPI
 import AppleTestChain
 import Crypto
 import FakeAppStoreServerAPI
@@ -101,7 +102,9 @@ struct RetentionTests {
         let root = try chain.root.serializeAsPEM().pemString
         try await fake.run { port in
             var running = server
-            running.configuration.eligibility = try EligibilityConfiguration(catalogJSON: Data(Self.catalog(port: port, version: version).utf8), trustedRootPEMs: [root])
+            var eligibility = try EligibilityConfiguration(catalogJSON: Data(Self.catalog(port: port, version: version).utf8), trustedRootPEMs: [root])
+            eligibility.appStoreServerAPI.timeBudget = .seconds(30)
+            running.configuration.eligibility = eligibility
             let configured = running
             try await configured.live { client in try await body(configured, fake, client) }
         }
