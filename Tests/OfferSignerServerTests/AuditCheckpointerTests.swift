@@ -57,11 +57,17 @@ struct AuditCheckpointerTests {
         let secret = try await server.createClient(name: "backend")
         try await server.live { client in
             #expect(try await client.postJSON("/v1/offers/signatures", #"{"productID":"p","offerID":"o"}"#, bearer: secret).status == .created)
-            try await Task.sleep(for: .milliseconds(1200))
-            // One checkpoint covers the head (a slow machine may also have checkpointed the two
-            // records written before the signature, when the request took longer than the interval).
-            let first = try await server.store.checkpoints()
+            // A checkpoint covers the head once the interval has passed: waited for (up to 30 s),
+            // not assumed after a fixed time (on CI's loaded cores the checkpointer ran later than
+            // 1.2 s). A slow machine may also have checkpointed the two records written before the
+            // signature, when the request took longer than the interval.
             let head = try await server.store.auditHead()
+            let start = ContinuousClock.now
+            var first = try await server.store.checkpoints()
+            while first.last?.sequence != head.count && ContinuousClock.now - start < .seconds(30) {
+                try await Task.sleep(for: .milliseconds(100))
+                first = try await server.store.checkpoints()
+            }
             #expect((1...2).contains(first.count), "\(first.map(\.sequence))")
             #expect(first.last?.sequence == head.count, "\(first.map(\.sequence)), head \(head.count)")
             try await Task.sleep(for: .milliseconds(1000))
