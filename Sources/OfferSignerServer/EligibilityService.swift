@@ -165,6 +165,11 @@ struct EligibilityService: Sendable {
         let issued = try await StoreDeadline.run("ledger read", timeout: timeout) { [store] in
             try await store.issuedSignatures(appAccountToken: customer, bundleID: bundleID)
         }
+        return Self.issuances(issued)
+    }
+
+    /// The ledger's rows as issuances: one per request, whatever its number of formats.
+    static func issuances(_ issued: [IssuedSignatureRecord]) -> [IssuedOfferRecord] {
         var seen = Set<String>()
         var records: [IssuedOfferRecord] = []
         for record in issued where seen.insert("\(record.signature.offerID) \(record.signature.issuedAt.unixMilliseconds)").inserted {

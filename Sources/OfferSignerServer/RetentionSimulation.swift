@@ -51,11 +51,7 @@ public enum RetentionSimulation {
             return fallback(productPlan.fallback, source: source, decision: nil, reason: "history_unavailable")
         }
         let (customer, _) = RetentionDecider.customerKey(history: history, originalTransactionID: originalTransactionID)
-        var seen = Set<String>()
-        let ledger = try await store.issuedSignatures(appAccountToken: customer, bundleID: app.bundleID).compactMap { record -> IssuedOfferRecord? in
-            guard seen.insert("\(record.signature.offerID) \(record.signature.issuedAt.unixMilliseconds)").inserted else { return nil }
-            return IssuedOfferRecord(offerID: record.signature.offerID, issuedAt: record.signature.issuedAt)
-        }
+        let ledger = EligibilityService.issuances(try await store.issuedSignatures(appAccountToken: customer, bundleID: app.bundleID))
         let decision = RetentionDecider.decide(plan: productPlan, catalog: catalog, bundleID: app.bundleID, history: history, ledger: ledger, now: now)
         guard let choice = decision.offer else {
             return fallback(productPlan.fallback, source: source, decision: decision, reason: decision.fallbackReason ?? "not_eligible")
