@@ -76,11 +76,12 @@ public enum StoreDeadline {
                 race.finish(with: .failure(error))
             }
         }
-        let timer = Task {
-            try await Task.sleep(for: timeout)
+        // One shared timer for every bounded call (a timer task per call cost a task, a dispatch
+        // timer and its cancellation on every store call of every request).
+        let deadline = DeadlineWheel.shared.schedule(after: timeout) {
             race.finish(with: .failure(StoreError(.timeout, "\(what): the store did not answer within \(timeout.millisecondsText)")))
         }
-        defer { timer.cancel() }
+        defer { DeadlineWheel.shared.cancel(deadline) }
         return try await withTaskCancellationHandler {
             try await race.value()
         } onCancel: {
@@ -117,6 +118,80 @@ public enum StoreDeadline {
                 }
                 if let finished { continuation.resume(with: finished) }
             }
+        }
+    }
+}
+
+/// Calls a function when its deadline passes, for many deadlines at once, from one task that runs
+/// only while some deadline is pending.
+///
+/// Rules: an expiry runs at most once, no earlier than its deadline and at most one `tick` later
+/// (plus the scheduling delay of a busy machine); a cancelled deadline never runs; expiries run
+/// outside the wheel's lock, so one may schedule or cancel others.
+package final class DeadlineWheel: Sendable {
+    package static let shared = DeadlineWheel(tick: .milliseconds(5))
+
+    /// A scheduled deadline, for `cancel`.
+    package struct Ticket: Sendable {
+        fileprivate let id: UInt64
+    }
+
+    private struct Entry {
+        var deadline: ContinuousClock.Instant
+        var expire: @Sendable () -> Void
+    }
+
+    private struct State {
+        var entries: [UInt64: Entry] = [:]
+        var nextID: UInt64 = 0
+        var ticking = false
+    }
+
+    private let state = Mutex(State())
+    private let tick: Duration
+
+    init(tick: Duration) {
+        self.tick = tick
+    }
+
+    package func schedule(after delay: Duration, _ expire: @escaping @Sendable () -> Void) -> Ticket {
+        let deadline = ContinuousClock.now.advanced(by: delay)
+        let (id, start) = state.withLock { state -> (UInt64, Bool) in
+            state.nextID += 1
+            state.entries[state.nextID] = Entry(deadline: deadline, expire: expire)
+            defer { state.ticking = true }
+            return (state.nextID, !state.ticking)
+        }
+        if start {
+            Task.detached { [self] in await self.run() }
+        }
+        return Ticket(id: id)
+    }
+
+    package func cancel(_ ticket: Ticket) {
+        _ = state.withLock { $0.entries.removeValue(forKey: ticket.id) }
+    }
+
+    /// Expires what is due every `tick`; stops when nothing is pending (under the lock, so a
+    /// deadline scheduled at that moment starts a new run).
+    private func run() async {
+        while true {
+            try? await Task.sleep(for: tick)
+            let now = ContinuousClock.now
+            let due = state.withLock { state -> [Entry]? in
+                if state.entries.isEmpty {
+                    state.ticking = false
+                    return nil
+                }
+                var due: [Entry] = []
+                for (id, entry) in state.entries where entry.deadline <= now {
+                    due.append(entry)
+                    state.entries.removeValue(forKey: id)
+                }
+                return due
+            }
+            guard let due else { return }
+            for entry in due { entry.expire() }
         }
     }
 }
