@@ -148,14 +148,12 @@ final class AdvisoryLockHolding: Sendable {
                     }
                 }
                 race.setWork(work)
-                let timer = Task {
-                    do { try await Task.sleep(for: timeout + .milliseconds(50)) } catch { return }
+                race.setTimer(DeadlineWheel.shared.schedule(after: timeout + .milliseconds(50)) {
                     if race.resume(.failure(timeoutError)) {
                         holding.release()
                         work.cancel()
                     }
-                }
-                race.setTimer(timer)
+                })
             }
         } onCancel: {
             holding.release()

@@ -21,15 +21,27 @@ import Synchronization
 ///   on: a commit is durable when it returns).
 /// - Errors never carry the password, query parameters or row contents (PostgresNIO's own
 ///   descriptions are replaced by the server's message and SQLSTATE, or the connection problem).
+/// - After an outage the store serves again within about two seconds of the database accepting
+///   connections, however long the outage lasted: the pool's own reconnection backs off up to a
+///   minute, so while operations fail for want of a connection the store probes the database
+///   every second on a connection of its own and, once the probe succeeds and the pool still
+///   cannot answer, replaces the pool (see `PoolRenewal`).
 public final class PostgresStore: OfferSignerStore {
     public let configuration: PostgresStoreConfiguration
-    let client: PostgresClient
+    /// The pool operations run on now (replaced after an outage, see `PoolRenewal`).
+    var client: PostgresClient { pool.withLock { $0.client } }
+    private let pool: Mutex<RunningPool>
+    private let clientConfiguration: PostgresClient.Configuration
+    /// When operations began failing for want of a connection (uptime nanoseconds; 0: they are not).
+    private let failingSince = Atomic<UInt64>(0)
+    /// Pools replaced after outages (for tests and logs).
+    private let renewals = Atomic<Int>(0)
     /// For the one connection of its own that ``open(configuration:logger:)`` checks and
     /// migrates the database through (its errors, a wrong password say, come back at once; the
     /// pool would keep retrying until the timeout).
     let directConfiguration: PostgresConnection.Configuration
     let logger: Logger
-    private let runTask: Task<Void, Never>
+    private let renewalTask = Mutex<Task<Void, Never>?>(nil)
     /// Customer locks held at once (see ``withExclusiveLock(_:timeout:_:)``).
     let customerLockPermits: AsyncPermits
     private let closed = Atomic<Bool>(false)
@@ -99,9 +111,87 @@ public final class PostgresStore: OfferSignerStore {
         clientConfiguration.options.minimumConnections = 0
         clientConfiguration.options.connectTimeout = configuration.connectTimeout
         clientConfiguration.options.additionalStartupParameters = startupParameters
-        let client = PostgresClient(configuration: clientConfiguration, backgroundLogger: logger)
-        self.client = client
-        self.runTask = Task { await client.run() }
+        self.clientConfiguration = clientConfiguration
+        self.pool = Mutex(RunningPool.start(clientConfiguration, logger: logger))
+        renewalTask.withLock { task in
+            task = Task { [weak self] in
+                while true {
+                    do { try await Task.sleep(for: .seconds(1)) } catch { return }
+                    guard let store = self, !store.closed.load(ordering: .acquiring) else { return }
+                    await store.renewPoolIfStuck()
+                }
+            }
+        }
+    }
+
+    /// A pool and the task that runs it.
+    private struct RunningPool: Sendable {
+        var client: PostgresClient
+        var run: Task<Void, Never>
+
+        static func start(_ configuration: PostgresClient.Configuration, logger: Logger) -> RunningPool {
+            let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+            return RunningPool(client: client, run: Task { await client.run() })
+        }
+    }
+
+    /// How many times the pool was replaced after an outage.
+    public var poolRenewals: Int { renewals.load(ordering: .relaxed) }
+
+    /// Run once a second: while operations fail for want of a connection, when the database
+    /// accepts a connection of the store's own but the pool still cannot answer a ping, the pool
+    /// is replaced by a new one (which connects at once) and the old one is shut down.
+    private func renewPoolIfStuck() async {
+        guard failingSince.load(ordering: .acquiring) != 0, await databaseAcceptsConnections() else { return }
+        do {
+            try await ping()
+            return
+        } catch {}
+        guard !closed.load(ordering: .acquiring) else { return }
+        let old = pool.withLock { pool in
+            let old = pool
+            pool = RunningPool.start(clientConfiguration, logger: logger)
+            return old
+        }
+        old.run.cancel()
+        renewals.add(1, ordering: .relaxed)
+        failingSince.store(0, ordering: .releasing)
+        logger.warning("the database accepts connections again; replaced the connection pool (the old one was backing off)")
+    }
+
+    /// True when a connection of the store's own (not the pool's) opens and answers.
+    private func databaseAcceptsConnections() async -> Bool {
+        let logger = self.logger
+        let probe = Task { [directConfiguration] () -> Bool in
+            guard let connection = try? await PostgresConnection.connect(configuration: directConfiguration, id: -1, logger: logger) else { return false }
+            let answered = (try? await connection.query("SELECT 1", logger: logger).collect()) != nil
+            try? await connection.close()
+            return answered
+        }
+        let deadline = DeadlineWheel.shared.schedule(after: configuration.connectTimeout + .seconds(1)) { probe.cancel() }
+        defer { DeadlineWheel.shared.cancel(deadline) }
+        return await probe.value
+    }
+
+    /// Notes whether an operation reached the database (for `renewPoolAfterOutages`).
+    private func noteOutcome(connected: Bool) {
+        if connected {
+            if failingSince.load(ordering: .relaxed) != 0 { failingSince.store(0, ordering: .releasing) }
+        } else {
+            _ = failingSince.compareExchange(expected: 0, desired: max(1, DispatchTime.now().uptimeNanoseconds), ordering: .acquiringAndReleasing)
+        }
+    }
+
+    /// Errors that mean the pool had no working connection (the database unreachable, or the
+    /// connection lost), as opposed to an answer from the database.
+    static func isConnectionTrouble(_ error: any Error) -> Bool {
+        if let error = error as? PSQLError {
+            switch error.code {
+            case .connectionError, .serverClosedConnection, .uncleanShutdown, .clientClosedConnection: return true
+            default: return false
+            }
+        }
+        return "\(type(of: error))".contains("ConnectionPoolError")
     }
 
     /// How many customer locks may be held at once: at most half the pool once the registry
@@ -112,12 +202,15 @@ public final class PostgresStore: OfferSignerStore {
     /// Stops the pool; later calls fail with `StoreError.unavailable`. Idempotent.
     public func close() async {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        runTask.cancel()
-        await runTask.value
+        renewalTask.withLock { $0?.cancel() }
+        let running = pool.withLock { $0 }
+        running.run.cancel()
+        await running.run.value
     }
 
     deinit {
-        runTask.cancel()
+        renewalTask.withLock { $0?.cancel() }
+        pool.withLock { $0.run.cancel() }
     }
 
     // MARK: - Bounded operations
@@ -135,18 +228,20 @@ public final class PostgresStore: OfferSignerStore {
                 let work = Task {
                     do {
                         race.resume(.success(try await operation()))
+                        self.noteOutcome(connected: true)
                     } catch {
+                        if Self.isConnectionTrouble(error) { self.noteOutcome(connected: false) }
                         race.resume(.failure(Self.storeError(error, what)))
                     }
                 }
                 race.setWork(work)
-                let timer = Task {
-                    do { try await Task.sleep(for: timeout) } catch { return }
+                race.setTimer(DeadlineWheel.shared.schedule(after: timeout) {
                     if race.resume(.failure(StoreError(.unavailable, "\(what) failed: the database at \(description) did not answer within \(timeout)"))) {
+                        // No answer in time: a pool backing off after an outage looks like this.
+                        self.noteOutcome(connected: false)
                         work.cancel()
                     }
-                }
-                race.setTimer(timer)
+                })
             }
         } onCancel: {
             race.cancel()
@@ -248,7 +343,7 @@ final class ResumeOnce<T: Sendable>: Sendable {
         var early: Result<T, any Error>?
         var done = false
         var work: Task<Void, Never>?
-        var timer: Task<Void, Never>?
+        var timer: DeadlineWheel.Ticket?
     }
     private let state = Mutex(State())
 
@@ -272,18 +367,20 @@ final class ResumeOnce<T: Sendable>: Sendable {
         if cancelNow { task.cancel() }
     }
 
-    func setTimer(_ task: Task<Void, Never>) {
+    /// The deadline of the operation (one shared timer, see `DeadlineWheel`), cancelled once
+    /// anything resumes.
+    func setTimer(_ ticket: DeadlineWheel.Ticket) {
         let cancelNow = state.withLock { state -> Bool in
-            state.timer = task
+            state.timer = ticket
             return state.done
         }
-        if cancelNow { task.cancel() }
+        if cancelNow { DeadlineWheel.shared.cancel(ticket) }
     }
 
     /// Resumes with `result` unless something else did first; returns whether this call did.
     @discardableResult
     func resume(_ result: Result<T, any Error>) -> Bool {
-        let (claimed, continuation, timer) = state.withLock { state -> (Bool, CheckedContinuation<T, any Error>?, Task<Void, Never>?) in
+        let (claimed, continuation, timer) = state.withLock { state -> (Bool, CheckedContinuation<T, any Error>?, DeadlineWheel.Ticket?) in
             guard !state.done else { return (false, nil, nil) }
             state.done = true
             let taken = state.continuation
@@ -292,7 +389,7 @@ final class ResumeOnce<T: Sendable>: Sendable {
             return (true, taken, state.timer)
         }
         guard claimed else { return false }
-        timer?.cancel()
+        if let timer { DeadlineWheel.shared.cancel(timer) }
         continuation?.resume(with: result)
         return true
     }
