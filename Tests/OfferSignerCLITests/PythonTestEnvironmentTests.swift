@@ -101,7 +101,11 @@ import Testing
             try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
             let fake = "\(base)/python3"
             let script = "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'ensurepip'\" >&2\nexit 1\n"
-            #expect(FileManager.default.createFile(atPath: fake, contents: Data(script.utf8), attributes: [.posixPermissions: 0o755]))
+            // Written by a child process: a file this process held open for writing could be
+            // inherited by a process another test forks at that moment, and exec'ing it would
+            // then fail with ETXTBSY ("Text file busy").
+            let written = try ChildProcess.run("/bin/sh", ["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh", fake], stdin: Data(script.utf8), timeout: .seconds(30))
+            #expect(written.status == 0)
             #expect(try PythonTestEnvironment.findPython3(searchPath: "/nonexistent-offer-signer-bin:\(base)") == fake)
             let noVenv = #expect(throws: PythonTestEnvironment.Failure.self) { try PythonTestEnvironment.checkInterpreter(fake) }
             #expect(noVenv?.description.contains("apt-get install python3-venv") == true)
