@@ -257,6 +257,19 @@ extension PostgresStore {
         ).map(Self.ledgerRecord(from:))
     }
 
+    public func ledgerIssuances(appAccountToken: String, bundleID: String) async throws -> [LedgerIssuance] {
+        try await rows(
+            "reading the ledger",
+            """
+            SELECT DISTINCT offer_id, issued_at FROM issued_signatures
+            WHERE app_account_token = \(appAccountToken) AND bundle_id = \(bundleID) ORDER BY issued_at
+            """
+        ).map { row in
+            let (offerID, issuedAt) = try row.decode((String, Int64).self)
+            return LedgerIssuance(offerID: offerID, issuedAt: Self.date(issuedAt))
+        }
+    }
+
     static let ledgerColumns = "nonce, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, audit_seq"
 
     static func ledgerRecord(from row: PostgresRow) throws -> IssuedSignatureRecord {

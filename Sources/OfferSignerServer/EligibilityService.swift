@@ -162,20 +162,13 @@ struct EligibilityService: Sendable {
     /// The issuances recorded for a customer (the ledger's `app_account_token` key), one per
     /// issuance whatever its formats.
     func ledger(customer: String, bundleID: String, timeout: Duration) async throws -> [IssuedOfferRecord] {
-        let issued = try await StoreDeadline.run("ledger read", timeout: timeout) { [store] in
-            try await store.issuedSignatures(appAccountToken: customer, bundleID: bundleID)
-        }
-        return Self.issuances(issued)
+        try await Self.ledger(customer: customer, bundleID: bundleID, store: store, timeout: timeout)
     }
 
-    /// The ledger's rows as issuances: one per request, whatever its number of formats.
-    static func issuances(_ issued: [IssuedSignatureRecord]) -> [IssuedOfferRecord] {
-        var seen = Set<String>()
-        var records: [IssuedOfferRecord] = []
-        for record in issued where seen.insert("\(record.signature.offerID) \(record.signature.issuedAt.unixMilliseconds)").inserted {
-            records.append(IssuedOfferRecord(offerID: record.signature.offerID, issuedAt: record.signature.issuedAt))
-        }
-        return records
+    static func ledger(customer: String, bundleID: String, store: any OfferSignerStore, timeout: Duration) async throws -> [IssuedOfferRecord] {
+        try await StoreDeadline.run("ledger read", timeout: timeout) { [store] in
+            try await store.ledgerIssuances(appAccountToken: customer, bundleID: bundleID)
+        }.map { IssuedOfferRecord(offerID: $0.offerID, issuedAt: $0.issuedAt) }
     }
 
     /// A decision as the API returns it.

@@ -51,7 +51,7 @@ public enum RetentionSimulation {
             return fallback(productPlan.fallback, source: source, decision: nil, reason: "history_unavailable")
         }
         let (customer, _) = RetentionDecider.customerKey(history: history, originalTransactionID: originalTransactionID)
-        let ledger = EligibilityService.issuances(try await store.issuedSignatures(appAccountToken: customer, bundleID: app.bundleID))
+        let ledger = try await EligibilityService.ledger(customer: customer, bundleID: app.bundleID, store: store, timeout: .seconds(30))
         let decision = RetentionDecider.decide(plan: productPlan, catalog: catalog, bundleID: app.bundleID, history: history, ledger: ledger, now: now)
         guard let choice = decision.offer else {
             return fallback(productPlan.fallback, source: source, decision: decision, reason: decision.fallbackReason ?? "not_eligible")

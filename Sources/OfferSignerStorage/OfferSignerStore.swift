@@ -81,6 +81,11 @@ public protocol OfferSignerStore: StoreCoordination {
     /// The signatures issued for a customer (appAccountToken) of a bundle.
     func issuedSignatures(appAccountToken: String, bundleID: String) async throws -> [IssuedSignatureRecord]
 
+    /// The issuances of a customer (appAccountToken) of a bundle, oldest first: one per signing
+    /// request (its formats share the offer and the issue time), the offer and the time only.
+    /// The read eligibility rules make before each decision, so it reads no more than that.
+    func ledgerIssuances(appAccountToken: String, bundleID: String) async throws -> [LedgerIssuance]
+
     // MARK: Apple's history (App Store Server Notifications V2 and App Store Server API answers)
 
     /// Records, in one durable transaction, what verified notifications or fetched histories

@@ -213,7 +213,7 @@ extension SQLiteStore {
     }
 
     public func appleHistory(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistory? {
-        try await read { db in
+        try pointRead { db in
             let original =
                 try String.fetchOne(
                     db.cachedStatement(sql: "SELECT original_transaction_id FROM apple_transactions WHERE bundle_id = ? AND environment = ? AND transaction_id = ?"),

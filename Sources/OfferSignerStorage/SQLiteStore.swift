@@ -168,6 +168,20 @@ public final class SQLiteStore: OfferSignerStore {
         }
     }
 
+    /// A short read (a few indexed rows) run on the calling thread: GRDB's synchronous read
+    /// takes a reader connection and runs `body` right here, where the asynchronous one moves to
+    /// the reader's dispatch queue and back (two thread switches, which cost more than the read).
+    /// Only for reads bounded by an index; a walk of a table uses `read`.
+    func pointRead<T: Sendable>(_ body: (Database) throws -> T) throws -> T {
+        do {
+            return try pool.read(body)
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw StoreError(.unavailable, "store read failed: \(Self.describe(error))")
+        }
+    }
+
     private static func millis(_ date: Date?) -> Int64? { date?.unixMilliseconds }
     private static func date(_ millis: Int64?) -> Date? { millis.map { Date(timeIntervalSince1970: Double($0) / 1000) } }
     private static func date(_ millis: Int64) -> Date { Date(timeIntervalSince1970: Double(millis) / 1000) }
@@ -657,7 +671,7 @@ public final class SQLiteStore: OfferSignerStore {
     }
 
     public func issuedSignatures(appAccountToken: String, bundleID: String) async throws -> [IssuedSignatureRecord] {
-        try await read { db in
+        try pointRead { db in
             // A cached statement: compiled once per reader connection, not per request.
             try Row.fetchAll(
                 db.cachedStatement(sql: "SELECT * FROM issued_signatures WHERE app_account_token = ? AND bundle_id = ? ORDER BY issued_at"),
@@ -672,6 +686,24 @@ public final class SQLiteStore: OfferSignerStore {
                         keyID: try row.column("key_id", "issued_signatures"), format: try row.column("format", "issued_signatures")),
                     auditSequence: try row.column("audit_seq", "issued_signatures"))
             }
+        }
+    }
+
+    public func ledgerIssuances(appAccountToken: String, bundleID: String) async throws -> [LedgerIssuance] {
+        try pointRead { db in
+            let rows = try Row.fetchCursor(
+                db.cachedStatement(
+                    sql: "SELECT DISTINCT offer_id, issued_at FROM issued_signatures WHERE app_account_token = ? AND bundle_id = ? ORDER BY issued_at"),
+                arguments: [appAccountToken, bundleID])
+            var issuances: [LedgerIssuance] = []
+            while let row = try rows.next() {
+                // By position: the columns are the two selected (a lookup by name costs more than the read).
+                guard let offerID = row[0] as String?, let issuedAt = row[1] as Int64? else {
+                    throw StoreError(.unavailable, "issued_signatures holds a row without an offer or a time (was the store edited by hand?)")
+                }
+                issuances.append(LedgerIssuance(offerID: offerID, issuedAt: Self.date(issuedAt)))
+            }
+            return issuances
         }
     }
 

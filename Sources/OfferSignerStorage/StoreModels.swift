@@ -200,6 +200,18 @@ public struct IssuedSignatureRecord: Sendable, Equatable {
     }
 }
 
+/// One signing request of a customer as eligibility rules count it: the offer and the instant,
+/// once whatever the number of formats signed (they share both).
+public struct LedgerIssuance: Sendable, Hashable {
+    public var offerID: String
+    public var issuedAt: Date
+
+    public init(offerID: String, issuedAt: Date) {
+        self.offerID = offerID
+        self.issuedAt = issuedAt
+    }
+}
+
 /// Everything a running server needs to authenticate and sign, read in one go.
 public struct RegistrySnapshot: Sendable {
     public var version: Int64

@@ -151,6 +151,14 @@ struct AppleHistoryStoreTests {
                 OfferIssuanceCount(bundleID: Self.bundle, offerID: "winback_1", issuances: 1),
             ])
             #expect(try await store.offerIssuances(since: at.addingTimeInterval(0.5)) == [OfferIssuanceCount(bundleID: Self.bundle, offerID: "retain_50", issuances: 1)])
+
+            // The customer's ledger as eligibility rules read it: one per request, oldest first.
+            let ledger = try await store.ledgerIssuances(appAccountToken: Self.token, bundleID: Self.bundle)
+            #expect(ledger.count == 3)
+            #expect(Set(ledger.prefix(2)) == [LedgerIssuance(offerID: "retain_50", issuedAt: at), LedgerIssuance(offerID: "winback_1", issuedAt: at)])
+            #expect(ledger.last == LedgerIssuance(offerID: "retain_50", issuedAt: at.addingTimeInterval(1)))
+            #expect(try await store.ledgerIssuances(appAccountToken: Self.token, bundleID: "com.example.other").isEmpty)
+            #expect(try await store.ledgerIssuances(appAccountToken: "00000000-0000-4000-8000-000000000000", bundleID: Self.bundle).isEmpty)
         }
     }
 
