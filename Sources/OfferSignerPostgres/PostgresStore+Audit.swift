@@ -28,7 +28,27 @@ extension PostgresStore {
         guard let head = try await connection.query("SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE", logger: logger).collect().first else {
             throw StoreError(.unavailable, "the audit_head row is missing (was the store edited by hand?)")
         }
-        var (sequence, previousHash) = try head.decode((Int64, String).self)
+        let (records, signatures) = chained(batch, on: try head.decode((Int64, String).self), at: time)
+        guard let last = records.last else { return [] }
+        do {
+            if records.count <= groupStatementRows && signatures.count <= groupStatementRows {
+                // The usual group: one statement (one round trip) inserts both and moves the head.
+                try await connection.run(groupStatement(records, signatures, head: (last.sequence, last.hash)), logger: logger)
+            } else {
+                try await insertAuditRecords(connection, logger, records)
+                try await insertLedgerRows(connection, logger, signatures)
+                try await connection.run("UPDATE audit_head SET seq = \(last.sequence), hash = \(last.hash) WHERE id = 1", logger: logger)
+            }
+        } catch where sqlState(error) == "23505" && constraint(error) == "issued_signatures_pkey" {
+            throw StoreError(.duplicate, duplicateNonceMessage(error, signatures.map(\.0.nonce)))
+        }
+        return records
+    }
+
+    /// The records of a group hashed onto `head` (sequence and hash of the last record), and its
+    /// ledger rows with the sequence of the record each belongs to.
+    static func chained(_ batch: [AuditAppend], on head: (Int64, String), at time: Date) -> ([AuditRecord], [(IssuedSignature, Int64)]) {
+        var (sequence, previousHash) = head
         let recordedAt = Date(timeIntervalSince1970: Double(time.unixMilliseconds) / 1000)
         let millis = recordedAt.unixMilliseconds
         var records: [AuditRecord] = []
@@ -41,19 +61,54 @@ extension PostgresStore {
             for signature in append.signatures { signatures.append((signature, sequence)) }
             previousHash = hash
         }
-        do {
-            if records.count <= groupStatementRows && signatures.count <= groupStatementRows {
-                // The usual group: one statement (one round trip) inserts both and moves the head.
-                try await connection.run(groupStatement(records, signatures, head: (sequence, previousHash)), logger: logger)
-            } else {
-                try await insertAuditRecords(connection, logger, records)
-                try await insertLedgerRows(connection, logger, signatures)
-                try await connection.run("UPDATE audit_head SET seq = \(sequence), hash = \(previousHash) WHERE id = 1", logger: logger)
+        return (records, signatures)
+    }
+
+    /// A group appended in one statement outside an explicit transaction, hashed onto the head
+    /// this process last saw: the statement moves the head only if it is still that one (same
+    /// sequence and hash) and inserts the rows only if it moved it. Returns false, having written
+    /// nothing, when the head had moved (another instance, or another writer of this one);
+    /// PostgreSQL re-checks the condition after waiting for a concurrent holder of the row, so
+    /// two appends on one head can never both succeed. One round trip instead of four (BEGIN,
+    /// the head's lock, the group, COMMIT); the commit is as durable (`synchronous_commit`).
+    static func appendAuditOnKnownHead(
+        _ client: PostgresClient, _ logger: Logger, records: [AuditRecord], signatures: [(IssuedSignature, Int64)], expected: (Int64, String)
+    ) async throws -> Bool {
+        guard let last = records.last else { return true }
+        var binds = PostgresBindings(capacity: records.count * 6 + signatures.count * 10 + 4)
+        binds.append(last.sequence)
+        binds.append(last.hash)
+        binds.append(expected.0)
+        binds.append(expected.1)
+        var sql = "WITH head AS (UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1 AND seq = $3 AND hash = $4 RETURNING seq)"
+        sql += ", audit AS (INSERT INTO audit_log (seq, recorded_at, kind, body, previous_hash, hash) SELECT * FROM (VALUES "
+        for (offset, record) in records.enumerated() {
+            let base = binds.count
+            if offset > 0 { sql += ", " }
+            sql += "(" + (1...6).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
+            binds.append(record.sequence)
+            binds.append(record.recordedAt.unixMilliseconds)
+            binds.append(record.kind)
+            binds.append(record.body)
+            binds.append(record.previousHash)
+            binds.append(record.hash)
+        }
+        sql += ") AS rows WHERE EXISTS (SELECT 1 FROM head))"
+        if !signatures.isEmpty {
+            sql += ", ledger AS (INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format) SELECT * FROM (VALUES "
+            for (offset, (signature, sequence)) in signatures.enumerated() {
+                if offset > 0 { sql += ", " }
+                sql += ledgerRow(signature, sequence, into: &binds)
             }
+            sql += ") AS rows WHERE EXISTS (SELECT 1 FROM head))"
+        }
+        sql += " SELECT count(*) FROM head"
+        do {
+            let rows = try await client.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).collect()
+            return try rows.first?.decode(Int64.self) == 1
         } catch where sqlState(error) == "23505" && constraint(error) == "issued_signatures_pkey" {
             throw StoreError(.duplicate, duplicateNonceMessage(error, signatures.map(\.0.nonce)))
         }
-        return records
     }
 
     /// Groups up to this many audit records and this many ledger rows go into one statement
@@ -162,9 +217,35 @@ extension PostgresStore {
         return "a nonce was issued before; nonces are never reused"
     }
 
+    /// On the head this process last saw, in one statement (see
+    /// ``appendAuditOnKnownHead(_:_:records:signatures:expected:)``); when another writer moved
+    /// the head meanwhile, or none is known, in a transaction that locks the head first.
     public func appendAudit(_ batch: [AuditAppend], at time: Date) async throws -> [AuditRecord] {
-        try await transaction("appending to the audit log") { connection, logger in
+        guard !batch.isEmpty else { return [] }
+        if let head = knownAuditHead.withLock({ $0 }) {
+            let (records, signatures) = Self.chained(batch, on: head, at: time)
+            if let last = records.last, records.count <= Self.groupStatementRows, signatures.count <= Self.groupStatementRows {
+                let logger = self.logger
+                let applied = try await bounded("appending to the audit log") { [client] in
+                    try await Self.appendAuditOnKnownHead(client, logger, records: records, signatures: signatures, expected: head)
+                }
+                if applied {
+                    noteAuditHead(expected: head, now: (last.sequence, last.hash))
+                    return records
+                }
+            }
+        }
+        let records = try await transaction("appending to the audit log") { connection, logger in
             try await Self.appendAudit(connection, logger, batch, at: time)
+        }
+        if let last = records.last { knownAuditHead.withLock { $0 = (last.sequence, last.hash) } }
+        return records
+    }
+
+    /// Moves the known head from `expected` to `now`, unless something else moved it meanwhile.
+    private func noteAuditHead(expected: (Int64, String), now: (Int64, String)) {
+        knownAuditHead.withLock { known in
+            if let current = known, current.0 == expected.0, current.1 == expected.1 { known = now }
         }
     }
 

@@ -15,10 +15,11 @@ import Synchronization
 ///   ``open(configuration:logger:)`` until ``close()``; nothing else has to run it.
 /// - Every operation is bounded by `configuration.operationTimeout`: an unreachable or hung
 ///   database fails the call with `StoreError.unavailable`, it never hangs it.
-/// - All instances append to one audit chain in one order: each append transaction locks the
-///   chain's head row (`audit_head`, `SELECT … FOR UPDATE`) once, computes the hashes of its
-///   whole group, inserts the group and moves the head, then commits (`synchronous_commit` stays
-///   on: a commit is durable when it returns).
+/// - All instances append to one audit chain in one order: a group is hashed onto the head this
+///   instance last wrote and committed in one statement that moves the head (`audit_head`) only
+///   if it is still that one; when another writer moved it, nothing is written and the group is
+///   hashed again in a transaction that locks the head row (`SELECT … FOR UPDATE`) once.
+///   `synchronous_commit` stays on: a commit is durable when it returns.
 /// - Errors never carry the password, query parameters or row contents (PostgresNIO's own
 ///   descriptions are replaced by the server's message and SQLSTATE, or the connection problem).
 /// - After an outage the store serves again within about two seconds of the database accepting
@@ -34,6 +35,9 @@ public final class PostgresStore: OfferSignerStore {
     private let clientConfiguration: PostgresClient.Configuration
     /// When operations began failing for want of a connection (uptime nanoseconds; 0: they are not).
     private let failingSince = Atomic<UInt64>(0)
+    /// The audit chain's head (sequence, hash) as this process last wrote it: the next group is
+    /// appended on it in one statement (see `appendAudit`).
+    let knownAuditHead = Mutex<(Int64, String)?>(nil)
     /// Pools replaced after outages (for tests and logs).
     private let renewals = Atomic<Int>(0)
     /// For the one connection of its own that ``open(configuration:logger:)`` checks and
