@@ -4,8 +4,24 @@
 --
 -- Environment: OFFER_SIGNER_BENCH_SECRET (the API key; unset: GET requests with a dummy ES256
 --              bearer token, for measuring the fake API itself).
+--              OFFER_SIGNER_BENCH_RUN (a digit in every transaction ID, so that no run asks for
+--              an ID an earlier run asked for, which the service's cache would answer).
+--              OFFER_SIGNER_BENCH_ONCE=N (each of the thread's N connections sends one request and
+--              no other: with -c1000 -t2 and N=500, a burst of exactly 1,000 requests at once).
 
 local secret = os.getenv("OFFER_SIGNER_BENCH_SECRET")
+local run = tonumber(os.getenv("OFFER_SIGNER_BENCH_RUN") or "0") or 0
+local once = tonumber(os.getenv("OFFER_SIGNER_BENCH_ONCE") or "0") or 0
+if once > 0 then
+    -- wrk asks delay() before every request of a connection, the first included; the thread's
+    -- first `once` calls come as its connections open, before any answer (50 ms away at least).
+    local asked = 0
+    delay = function()
+        asked = asked + 1
+        if asked <= once then return 0 end
+        return 3600000
+    end
+end
 local threadCount = 0
 setup = function(thread)
     threadCount = threadCount + 1
@@ -15,8 +31,8 @@ end
 local counter = 0
 request = function()
     counter = counter + 1
-    -- Distinct per thread and request: 7xxxxxxxxx.
-    local id = string.format("7%02d%07d", thread_id or 0, counter)
+    -- Distinct per run, thread and request: 7RTTNNNNNNN.
+    local id = string.format("7%d%02d%07d", run % 10, thread_id or 0, counter)
     if secret == nil or secret == "" then
         return wrk.format("GET", "/production/inApps/v2/history/" .. id,
             { ["Authorization"] = "Bearer eyJhbGciOiJFUzI1NiIsInR5cCI6IkpXVCJ9.e30.c2ln" })
