@@ -150,7 +150,7 @@ package final class DeadlineWheel: Sendable {
     private let state = Mutex(State())
     private let tick: Duration
 
-    init(tick: Duration) {
+    package init(tick: Duration) {
         self.tick = tick
     }
 
