@@ -203,8 +203,10 @@ for i in range(n):
     print(f"server {i}: " + " ".join(items))
 total = lambda k: sum(float(f.get(k, 0)) for f in fields)
 worst = lambda k: max(float(f.get(k, 0)) for f in fields)
-print("BENCH requests=%d rps=%.0f p50_ms=%.2f p99_ms=%.2f non2xx=%d socket_errors=%d" % (
-    total("requests"), total("rps"), worst("p50_ms"), worst("p99_ms"), total("non2xx"), total("socket_errors")))
+# Every field one wrk prints, so the report reads the same fields whatever INSTANCES is: the
+# counts summed, the latencies the worst server's (wrk's percentiles cannot be merged).
+print("BENCH requests=%d rps=%.0f p50_ms=%.2f p90_ms=%.2f p99_ms=%.2f max_ms=%.2f non2xx=%d socket_errors=%d" % (
+    total("requests"), total("rps"), worst("p50_ms"), worst("p90_ms"), worst("p99_ms"), worst("max_ms"), total("non2xx"), total("socket_errors")))
 PY
     cat "$WORK/wrk.txt"
 }

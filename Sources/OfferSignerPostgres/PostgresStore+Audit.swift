@@ -222,7 +222,8 @@ extension PostgresStore {
     /// the head meanwhile, or none is known, in a transaction that locks the head first.
     public func appendAudit(_ batch: [AuditAppend], at time: Date) async throws -> [AuditRecord] {
         guard !batch.isEmpty else { return [] }
-        if let head = knownAuditHead.withLock({ $0 }) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        if now >= optimisticAppendsPausedUntil.load(ordering: .relaxed), let head = knownAuditHead.withLock({ $0 }) {
             let (records, signatures) = Self.chained(batch, on: head, at: time)
             if let last = records.last, records.count <= Self.groupStatementRows, signatures.count <= Self.groupStatementRows {
                 let logger = self.logger
@@ -233,6 +234,9 @@ extension PostgresStore {
                     noteAuditHead(expected: head, now: (last.sequence, last.hash))
                     return records
                 }
+                // Another writer moved the head: with several instances appending, they would
+                // mostly miss, each miss a wasted round trip, so lock the head for a while.
+                optimisticAppendsPausedUntil.store(now + Self.optimisticAppendPause, ordering: .relaxed)
             }
         }
         let records = try await transaction("appending to the audit log") { connection, logger in
@@ -241,6 +245,10 @@ extension PostgresStore {
         if let last = records.last { knownAuditHead.withLock { $0 = (last.sequence, last.hash) } }
         return records
     }
+
+    /// How long appends go through the locking transaction after a one-statement append found the
+    /// head moved (nanoseconds).
+    static let optimisticAppendPause: UInt64 = 1_000_000_000
 
     /// Moves the known head from `expected` to `now`, unless something else moved it meanwhile.
     private func noteAuditHead(expected: (Int64, String), now: (Int64, String)) {

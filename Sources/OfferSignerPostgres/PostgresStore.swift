@@ -38,6 +38,8 @@ public final class PostgresStore: OfferSignerStore {
     /// The audit chain's head (sequence, hash) as this process last wrote it: the next group is
     /// appended on it in one statement (see `appendAudit`).
     let knownAuditHead = Mutex<(Int64, String)?>(nil)
+    /// Until when (uptime nanoseconds) appends skip the one-statement attempt (see `appendAudit`).
+    let optimisticAppendsPausedUntil = Atomic<UInt64>(0)
     /// Pools replaced after outages (for tests and logs).
     private let renewals = Atomic<Int>(0)
     /// For the one connection of its own that ``open(configuration:logger:)`` checks and
