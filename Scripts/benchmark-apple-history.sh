@@ -126,7 +126,7 @@ service() {
     server0=$(ticks "$SERVER_PID")
     fake0=$(ticks "$FAKE_PID")
     OFFER_SIGNER_BENCH_SECRET="$SECRET" OFFER_SIGNER_BENCH_RUN=$RUN OFFER_SIGNER_BENCH_ONCE=$once \
-        wrk -t"$THREADS" -c"$connections" -d"${seconds}s" --timeout 10s --latency -s "$LUA" "$URL/v1/offers/signatures" > "$WORK/$label.txt"
+        wrk -t"$THREADS" -c"$connections" -d"${seconds}s" --timeout "$((seconds + 10))s" --latency -s "$LUA" "$URL/v1/offers/signatures" > "$WORK/$label.txt"
     echo "$(( $(ticks "$SERVER_PID") - server0 )) $(( $(ticks "$FAKE_PID") - fake0 ))" > "$WORK/$label-cpu.txt"
     if [ "$(field "$WORK/$label.txt" non2xx)" != 0 ] || [ "$(field "$WORK/$label.txt" socket_errors)" != 0 ]; then FAILED=1; fi
 }
@@ -161,7 +161,7 @@ echo
 echo "== offer-signer with Apple's history (fake API answering in $DELAY_MS ms, $(nproc) cores, shared machine)"
 report latency
 printf '%-8s %s requests answered of %s sent at once, non-2xx %s, socket errors %s, p50 %s ms, p99 %s ms, max %s ms\n' once \
-    "$(grep '^BENCH requests=' "$WORK/once.txt" | grep -o 'requests=[0-9]*' | cut -d= -f2)" "$BURST_CONNECTIONS" \
+    "$(grep '^BENCH requests=' "$WORK/once.txt" | grep -o 'requests=[0-9]*' | cut -d= -f2)" "$(( BURST_CONNECTIONS / THREADS * THREADS ))" \
     "$(field "$WORK/once.txt" non2xx)" "$(field "$WORK/once.txt" socket_errors)" "$(field "$WORK/once.txt" p50_ms)" \
     "$(field "$WORK/once.txt" p99_ms)" "$(field "$WORK/once.txt" max_ms)"
 report burst

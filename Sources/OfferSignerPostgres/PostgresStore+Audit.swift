@@ -222,13 +222,20 @@ extension PostgresStore {
     /// the head meanwhile, or none is known, in a transaction that locks the head first.
     public func appendAudit(_ batch: [AuditAppend], at time: Date) async throws -> [AuditRecord] {
         guard !batch.isEmpty else { return [] }
-        let now = DispatchTime.now().uptimeNanoseconds
-        if now >= optimisticAppendsPausedUntil.load(ordering: .relaxed), let head = knownAuditHead.withLock({ $0 }) {
+        if DispatchTime.now().uptimeNanoseconds >= optimisticAppendsPausedUntil.load(ordering: .relaxed), let head = knownAuditHead.withLock({ $0 }) {
             let (records, signatures) = Self.chained(batch, on: head, at: time)
             if let last = records.last, records.count <= Self.groupStatementRows, signatures.count <= Self.groupStatementRows {
                 let logger = self.logger
-                let applied = try await bounded("appending to the audit log") { [client] in
-                    try await Self.appendAuditOnKnownHead(client, logger, records: records, signatures: signatures, expected: head)
+                let applied: Bool
+                do {
+                    applied = try await bounded("appending to the audit log") { [client] in
+                        try await Self.appendAuditOnKnownHead(client, logger, records: records, signatures: signatures, expected: head)
+                    }
+                } catch {
+                    // The statement may have committed (an autocommit statement whose answer was
+                    // lost) or not: the head this process knows is no longer certain.
+                    knownAuditHead.withLock { $0 = nil }
+                    throw error
                 }
                 if applied {
                     noteAuditHead(expected: head, now: (last.sequence, last.hash))
@@ -236,7 +243,7 @@ extension PostgresStore {
                 }
                 // Another writer moved the head: with several instances appending, they would
                 // mostly miss, each miss a wasted round trip, so lock the head for a while.
-                optimisticAppendsPausedUntil.store(now + Self.optimisticAppendPause, ordering: .relaxed)
+                optimisticAppendsPausedUntil.store(DispatchTime.now().uptimeNanoseconds + Self.optimisticAppendPause, ordering: .relaxed)
             }
         }
         let records = try await transaction("appending to the audit log") { connection, logger in
@@ -258,7 +265,8 @@ extension PostgresStore {
     }
 
     /// Blocks the calling thread (the audit committer's own, never one of the concurrency pool)
-    /// until ``appendAudit(_:at:)`` has committed or failed; bounded by the operation timeout.
+    /// until ``appendAudit(_:at:)`` has committed or failed; bounded by two operation timeouts at
+    /// most (a one-statement attempt that finds the head moved, then the locking transaction).
     public func appendAuditBlocking(_ batch: [AuditAppend], at time: Date) throws -> [AuditRecord] {
         try blocking("appending to the audit log") { try await self.appendAudit(batch, at: time) }
     }

@@ -23,18 +23,20 @@ import Synchronization
 /// - Errors never carry the password, query parameters or row contents (PostgresNIO's own
 ///   descriptions are replaced by the server's message and SQLSTATE, or the connection problem).
 /// - After an outage the store serves again within about two seconds of the database accepting
-///   connections, however long the outage lasted: the pool's own reconnection backs off up to a
-///   minute, so while operations fail for want of a connection the store probes the database
-///   every second on a connection of its own and, once the probe succeeds and the pool still
-///   cannot answer, replaces the pool (see `PoolRenewal`).
+///   connections, however long the outage lasted: after a minute of failed attempts the pool
+///   opens its circuit breaker and retries once a minute, so while operations fail for want of a
+///   connection the store probes the database every second on a connection of its own and, once
+///   the probe succeeds and the pool still refuses with its breaker open, replaces the pool
+///   (see `renewPoolIfStuck`). A pool that is merely slow (a timeout, a cancelled request) is
+///   never replaced: that would cut the connections of requests in flight.
 public final class PostgresStore: OfferSignerStore {
     public let configuration: PostgresStoreConfiguration
-    /// The pool operations run on now (replaced after an outage, see `PoolRenewal`).
+    /// The pool operations run on now (replaced after a long outage, see `renewPoolIfStuck`).
     var client: PostgresClient { pool.withLock { $0.client } }
     private let pool: Mutex<RunningPool>
     private let clientConfiguration: PostgresClient.Configuration
-    /// When operations began failing for want of a connection (uptime nanoseconds; 0: they are not).
-    private let failingSince = Atomic<UInt64>(0)
+    /// Set when an operation failed for want of a connection, cleared by one that got through.
+    private let connectionTrouble = Atomic<Bool>(false)
     /// The audit chain's head (sequence, hash) as this process last wrote it: the next group is
     /// appended on it in one statement (see `appendAudit`).
     let knownAuditHead = Mutex<(Int64, String)?>(nil)
@@ -145,24 +147,44 @@ public final class PostgresStore: OfferSignerStore {
     public var poolRenewals: Int { renewals.load(ordering: .relaxed) }
 
     /// Run once a second: while operations fail for want of a connection, when the database
-    /// accepts a connection of the store's own but the pool still cannot answer a ping, the pool
-    /// is replaced by a new one (which connects at once) and the old one is shut down.
+    /// accepts a connection of the store's own but the pool still refuses with its circuit
+    /// breaker open, the pool is replaced by a new one (which connects at once) and the old one is
+    /// shut down (it has no working connection to cut).
     private func renewPoolIfStuck() async {
-        guard failingSince.load(ordering: .acquiring) != 0, await databaseAcceptsConnections() else { return }
+        guard connectionTrouble.load(ordering: .acquiring), await databaseAcceptsConnections() else { return }
         do {
-            try await ping()
+            try await pingPool()
             return
-        } catch {}
-        guard !closed.load(ordering: .acquiring) else { return }
-        let old = pool.withLock { pool in
+        } catch {
+            guard Self.isBreakerOpen(error) else { return }
+        }
+        let old = pool.withLock { pool -> RunningPool? in
+            // Under the lock `close()` takes too: a closed store gets no new pool.
+            guard !closed.load(ordering: .acquiring) else { return nil }
             let old = pool
             pool = RunningPool.start(clientConfiguration, logger: logger)
             return old
         }
+        guard let old else { return }
         old.run.cancel()
         renewals.add(1, ordering: .relaxed)
-        failingSince.store(0, ordering: .releasing)
-        logger.warning("the database accepts connections again; replaced the connection pool (the old one was backing off)")
+        connectionTrouble.store(false, ordering: .releasing)
+        logger.warning("the database accepts connections again; replaced the connection pool (its circuit breaker was open after a long outage)")
+    }
+
+    /// A ping through the pool, with PostgresNIO's own error (to tell an open breaker).
+    private func pingPool() async throws {
+        let logger = self.logger
+        let client = self.client
+        let probe = Task { _ = try await client.query("SELECT 1", logger: logger).collect() }
+        let deadline = DeadlineWheel.shared.schedule(after: configuration.operationTimeout) { probe.cancel() }
+        defer { DeadlineWheel.shared.cancel(deadline) }
+        try await probe.value
+    }
+
+    /// PostgresNIO's pool refusing at once because its circuit breaker is open.
+    static func isBreakerOpen(_ error: any Error) -> Bool {
+        "\(error)".contains("connectionCreationCircuitBreakerTripped")
     }
 
     /// True when a connection of the store's own (not the pool's) opens and answers.
@@ -179,25 +201,26 @@ public final class PostgresStore: OfferSignerStore {
         return await probe.value
     }
 
-    /// Notes whether an operation reached the database (for `renewPoolAfterOutages`).
+    /// Notes whether an operation reached the database (for `renewPoolIfStuck`).
     private func noteOutcome(connected: Bool) {
         if connected {
-            if failingSince.load(ordering: .relaxed) != 0 { failingSince.store(0, ordering: .releasing) }
+            if connectionTrouble.load(ordering: .relaxed) { connectionTrouble.store(false, ordering: .releasing) }
         } else {
-            _ = failingSince.compareExchange(expected: 0, desired: max(1, DispatchTime.now().uptimeNanoseconds), ordering: .acquiringAndReleasing)
+            connectionTrouble.store(true, ordering: .releasing)
         }
     }
 
     /// Errors that mean the pool had no working connection (the database unreachable, or the
-    /// connection lost), as opposed to an answer from the database.
+    /// connection lost, or the pool's breaker open after such failures), as opposed to an answer
+    /// from the database, a timeout or a cancelled request.
     static func isConnectionTrouble(_ error: any Error) -> Bool {
         if let error = error as? PSQLError {
             switch error.code {
-            case .connectionError, .serverClosedConnection, .uncleanShutdown, .clientClosedConnection: return true
+            case .connectionError, .serverClosedConnection, .uncleanShutdown: return true
             default: return false
             }
         }
-        return "\(type(of: error))".contains("ConnectionPoolError")
+        return isBreakerOpen(error)
     }
 
     /// How many customer locks may be held at once: at most half the pool once the registry
@@ -207,8 +230,13 @@ public final class PostgresStore: OfferSignerStore {
 
     /// Stops the pool; later calls fail with `StoreError.unavailable`. Idempotent.
     public func close() async {
-        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        renewalTask.withLock { $0?.cancel() }
+        // Under the pool's lock, so a renewal in progress either finished its swap (and this
+        // stops the new pool) or sees the store closed and makes none.
+        let alreadyClosed = pool.withLock { _ in closed.exchange(true, ordering: .acquiringAndReleasing) }
+        guard !alreadyClosed else { return }
+        let renewal = renewalTask.withLock { $0 }
+        renewal?.cancel()
+        await renewal?.value
         let running = pool.withLock { $0 }
         running.run.cancel()
         await running.run.value
@@ -243,8 +271,6 @@ public final class PostgresStore: OfferSignerStore {
                 race.setWork(work)
                 race.setTimer(DeadlineWheel.shared.schedule(after: timeout) {
                     if race.resume(.failure(StoreError(.unavailable, "\(what) failed: the database at \(description) did not answer within \(timeout)"))) {
-                        // No answer in time: a pool backing off after an outage looks like this.
-                        self.noteOutcome(connected: false)
                         work.cancel()
                     }
                 })

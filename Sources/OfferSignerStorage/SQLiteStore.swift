@@ -698,8 +698,13 @@ public final class SQLiteStore: OfferSignerStore {
             var issuances: [LedgerIssuance] = []
             while let row = try rows.next() {
                 // By position: the columns are the two selected (a lookup by name costs more than the read).
-                guard let offerID = row[0] as String?, let issuedAt = row[1] as Int64? else {
-                    throw StoreError(.unavailable, "issued_signatures holds a row without an offer or a time (was the store edited by hand?)")
+                let offerID: String
+                let issuedAt: Int64
+                do {
+                    offerID = try row.decode(String.self, atIndex: 0)
+                    issuedAt = try row.decode(Int64.self, atIndex: 1)
+                } catch {
+                    throw StoreError(.unavailable, "issued_signatures holds an offer or a time of the wrong type (was the store edited by hand?)")
                 }
                 issuances.append(LedgerIssuance(offerID: offerID, issuedAt: Self.date(issuedAt)))
             }

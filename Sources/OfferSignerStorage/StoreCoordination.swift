@@ -126,8 +126,10 @@ public enum StoreDeadline {
 /// only while some deadline is pending.
 ///
 /// Rules: an expiry runs at most once, no earlier than its deadline and at most one `tick` later
-/// (plus the scheduling delay of a busy machine); a cancelled deadline never runs; expiries run
-/// outside the wheel's lock, so one may schedule or cancel others.
+/// (plus the scheduling delay of a busy machine); a deadline cancelled before it falls due never
+/// runs (one cancelled as it falls due may still run, so expiries must be harmless once the
+/// work they bound has ended: every caller's is); expiries run outside the wheel's lock, so one
+/// may schedule or cancel others.
 package final class DeadlineWheel: Sendable {
     package static let shared = DeadlineWheel(tick: .milliseconds(5))
 
@@ -163,7 +165,9 @@ package final class DeadlineWheel: Sendable {
             return (state.nextID, !state.ticking)
         }
         if start {
-            Task.detached { [self] in await self.run() }
+            // High priority: an expiry is a few instructions, and on a busy machine it must not
+            // wait in line behind the request work whose calls it bounds.
+            Task.detached(priority: .high) { [self] in await self.run() }
         }
         return Ticket(id: id)
     }
