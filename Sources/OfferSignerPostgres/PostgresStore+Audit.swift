@@ -83,15 +83,8 @@ extension PostgresStore {
         var sql = "WITH head AS (UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1 AND seq = $3 AND hash = $4 RETURNING seq)"
         sql += ", audit AS (INSERT INTO audit_log (seq, recorded_at, kind, body, previous_hash, hash) SELECT * FROM (VALUES "
         for (offset, record) in records.enumerated() {
-            let base = binds.count
             if offset > 0 { sql += ", " }
-            sql += "(" + (1...6).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
-            binds.append(record.sequence)
-            binds.append(record.recordedAt.unixMilliseconds)
-            binds.append(record.kind)
-            binds.append(record.body)
-            binds.append(record.previousHash)
-            binds.append(record.hash)
+            sql += auditRow(record, into: &binds)
         }
         sql += ") AS rows WHERE EXISTS (SELECT 1 FROM head))"
         if !signatures.isEmpty {
@@ -121,15 +114,8 @@ extension PostgresStore {
         var binds = PostgresBindings(capacity: records.count * 6 + signatures.count * 10 + 2)
         var sql = "WITH audit AS (INSERT INTO audit_log (seq, recorded_at, kind, body, previous_hash, hash) VALUES "
         for (offset, record) in records.enumerated() {
-            let base = binds.count
             if offset > 0 { sql += ", " }
-            sql += "(" + (1...6).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
-            binds.append(record.sequence)
-            binds.append(record.recordedAt.unixMilliseconds)
-            binds.append(record.kind)
-            binds.append(record.body)
-            binds.append(record.previousHash)
-            binds.append(record.hash)
+            sql += auditRow(record, into: &binds)
         }
         sql += ")"
         if !signatures.isEmpty {
@@ -145,6 +131,19 @@ extension PostgresStore {
         binds.append(head.sequence)
         binds.append(head.hash)
         return PostgresQuery(unsafeSQL: sql, binds: binds)
+    }
+
+    /// Appends one audit record's six values to `binds` and returns its placeholders, `($n, …)`,
+    /// in the column order of `audit_log (seq, recorded_at, kind, body, previous_hash, hash)`.
+    static func auditRow(_ record: AuditRecord, into binds: inout PostgresBindings) -> String {
+        let base = binds.count
+        binds.append(record.sequence)
+        binds.append(record.recordedAt.unixMilliseconds)
+        binds.append(record.kind)
+        binds.append(record.body)
+        binds.append(record.previousHash)
+        binds.append(record.hash)
+        return "(" + (1...6).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
     }
 
     /// Appends one ledger row's ten values to `binds` and returns its placeholders, `($n, …)`, in
@@ -173,15 +172,8 @@ extension PostgresStore {
             var sql = "INSERT INTO audit_log (seq, recorded_at, kind, body, previous_hash, hash) VALUES "
             var binds = PostgresBindings(capacity: chunk.count * 6)
             for (offset, record) in chunk.enumerated() {
-                let base = offset * 6
                 if offset > 0 { sql += ", " }
-                sql += "($\(base + 1), $\(base + 2), $\(base + 3), $\(base + 4), $\(base + 5), $\(base + 6))"
-                binds.append(record.sequence)
-                binds.append(record.recordedAt.unixMilliseconds)
-                binds.append(record.kind)
-                binds.append(record.body)
-                binds.append(record.previousHash)
-                binds.append(record.hash)
+                sql += auditRow(record, into: &binds)
             }
             try await connection.run(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
             start += chunk.count
