@@ -126,7 +126,8 @@ public enum StoreDeadline {
 /// only while some deadline is pending.
 ///
 /// Rules: an expiry runs at most once, no earlier than its deadline and at most one `tick` later
-/// (plus the scheduling delay of a busy machine); a deadline cancelled before it falls due never
+/// (plus the scheduling delay of a busy machine, after whatever that machine queued before the
+/// deadline); a deadline cancelled before it falls due never
 /// runs (one cancelled as it falls due may still run, so expiries must be harmless once the
 /// work they bound has ended: every caller's is); expiries run outside the wheel's lock, so one
 /// may schedule or cancel others.
@@ -165,9 +166,7 @@ package final class DeadlineWheel: Sendable {
             return (state.nextID, !state.ticking)
         }
         if start {
-            // High priority: an expiry is a few instructions, and on a busy machine it must not
-            // wait in line behind the request work whose calls it bounds.
-            Task.detached(priority: .high) { [self] in await self.run() }
+            Task.detached { [self] in await self.run() }
         }
         return Ticket(id: id)
     }
@@ -180,8 +179,13 @@ package final class DeadlineWheel: Sendable {
     /// deadline scheduled at that moment starts a new run).
     private func run() async {
         while true {
-            try? await Task.sleep(for: tick)
-            let now = ContinuousClock.now
+            // Expires what was due when the sleep ended, not when this task got a thread again:
+            // on a starved machine the answers that came before a deadline were queued before
+            // this tick, and must win (as they did with one timer per call, which a starved
+            // machine also ran late but in order).
+            let wake = ContinuousClock.now.advanced(by: tick)
+            try? await Task.sleep(until: wake, clock: .continuous)
+            let now = min(wake, ContinuousClock.now)
             let due = state.withLock { state -> [Entry]? in
                 if state.entries.isEmpty {
                     state.ticking = false

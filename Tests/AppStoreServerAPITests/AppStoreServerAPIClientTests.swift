@@ -433,7 +433,9 @@ import X509
         fake.setAnswerDelay(.seconds(600))
         let client = try base.client {
             $0.maximumConcurrentLookups = 1
-            $0.timeBudget = .seconds(8)
+            // Long, so that the second lookup's give-up (at 1 + 30 s) and the first's (at 40 s)
+            // stay in that order even when a loaded machine runs both late.
+            $0.timeBudget = .seconds(40)
             $0.circuitBreakerThreshold = 2
         }
         try await fake.run { port in
@@ -444,7 +446,7 @@ import X509
                 // The first lookup takes the only place and waits on Apple for its whole budget…
                 let slow = Task { await client.history(transactionID: first.originalTransactionID, app: app, credentials: credentials, now: now) }
                 // (The fake records a request when it answers, so give the first one time to start;
-                // the second gives up 6 s after it starts, 1 s before the first lets go.)
+                // the second gives up 30 s after it starts, 9 s before the first lets go.)
                 try await Task.sleep(for: .seconds(1))
                 // …so the second finds no room within three quarters of its own.
                 let waiting = await client.history(transactionID: second.originalTransactionID, app: app, credentials: credentials, now: now)
