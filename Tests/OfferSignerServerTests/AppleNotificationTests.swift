@@ -74,6 +74,17 @@ struct AppleNotificationTests {
         ]
     }
 
+    /// SUBSCRIBED (INITIAL_BUY) for the customer's first period, then DID_RENEW for each later
+    /// one, as Apple sends them; each must be answered 200.
+    func postEveryPeriod(of customer: SubscriptionFixture, to client: any TestClientProtocol) async throws {
+        for index in customer.periodStarts.indices {
+            let answer = try await client.postJSON(
+                "/v1/apple/notifications",
+                try body(index == 0 ? "SUBSCRIBED" : "DID_RENEW", subtype: index == 0 ? "INITIAL_BUY" : nil, transaction: customer.transactionPayload(index)))
+            #expect(answer.status == .ok, "\(answer.text)")
+        }
+    }
+
     func withServer(_ body: @escaping @Sendable (TestServer, FakeAppStoreServerAPI, String, any TestClientProtocol) async throws -> Void) async throws {
         let server = try await TestServer(bundles: [Self.bundleID])
         defer { server.cleanUp() }
@@ -145,12 +156,7 @@ struct AppleNotificationTests {
     func refundApplies() async throws {
         let customer = subscriber()
         try await withServer { _, fake, secret, client in
-            for index in customer.periodStarts.indices {
-                let answer = try await client.postJSON(
-                    "/v1/apple/notifications",
-                    try body(index == 0 ? "SUBSCRIBED" : "DID_RENEW", subtype: index == 0 ? "INITIAL_BUY" : nil, transaction: customer.transactionPayload(index)))
-                #expect(answer.status == .ok, "\(answer.text)")
-            }
+            try await postEveryPeriod(of: customer, to: client)
             let question = #"{"appAccountToken":"\#(Self.token)","transactionID":"\#(customer.originalTransactionID)","offerIDs":["loyal_no_refunds"]}"#
             let before = try await client.postJSON("/v1/offers/eligibility", question, bearer: secret)
             #expect((before.json["decisions"] as? [[String: Any]])?.first?["eligible"] as? Bool == true, "\(before.text)")
@@ -174,12 +180,7 @@ struct AppleNotificationTests {
     func storedHistoryOfAnotherGroup() async throws {
         let customer = subscriber()
         try await withServer { _, fake, secret, client in
-            for index in customer.periodStarts.indices {
-                let answer = try await client.postJSON(
-                    "/v1/apple/notifications",
-                    try body(index == 0 ? "SUBSCRIBED" : "DID_RENEW", subtype: index == 0 ? "INITIAL_BUY" : nil, transaction: customer.transactionPayload(index)))
-                #expect(answer.status == .ok, "\(answer.text)")
-            }
+            try await postEveryPeriod(of: customer, to: client)
             // The app names its G1 subscription to ask about a G2 offer: the stored G1 history
             // would show no G2 history at all.
             let decision = try await client.postJSON(
