@@ -261,8 +261,11 @@ struct PostgresStoreTests {
 
     @Test("A refused connection fails the open at once, naming the server but not the password")
     func refusedConnection() async throws {
-        // Port 9 (discard): nothing listens on loopback, so the connection is refused.
-        let configuration = try PostgresStoreConfiguration(url: "postgres://offer:sekrit-password-123@127.0.0.1:9/db?sslmode=disable")
+        // Port 9 (discard): nothing listens on loopback, so the connection is refused. A long
+        // operation timeout: the refusal comes at once, but the first seconds of a full test run
+        // keep two cores so busy that a 15 s timeout has fired before the refusal was handled.
+        let configuration = try PostgresStoreConfiguration(
+            url: "postgres://offer:sekrit-password-123@127.0.0.1:9/db?sslmode=disable", operationTimeout: .seconds(120))
         await #expect {
             _ = try await PostgresStore.open(configuration: configuration, logger: StoreFixture.quietLogger)
         } throws: { error in
