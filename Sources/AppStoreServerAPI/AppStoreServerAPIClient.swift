@@ -332,7 +332,8 @@ public final class AppStoreServerAPIClient: Sendable {
                 metrics.call(endpoint: endpoint.rawValue, outcome: "network_error", duration: elapsed)
                 lastFailure = .init(.networkError, "\(endpoint.rawValue): \(description)")
             case .response(let status, let headers, let body):
-                let error = try? JSONDecoder().decode(ErrorResponseBody.self, from: body)
+                // Apple's error body, on errors only: a 200's body is the whole history page.
+                let error = status == 200 ? nil : try? JSONDecoder().decode(ErrorResponseBody.self, from: body)
                 switch status {
                 case 200:
                     metrics.call(endpoint: endpoint.rawValue, outcome: "ok", duration: elapsed)

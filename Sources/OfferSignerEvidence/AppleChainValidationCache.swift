@@ -20,8 +20,18 @@ public final class AppleChainValidationCache: Sendable {
         var leafKey: P256.Signing.PublicKey
     }
 
+    /// A JOSE header as decoded: the fields the verifier reads.
+    struct DecodedHeader: Sendable {
+        var alg: String?
+        var x5c: [String]?
+    }
+
     private let capacity: Int
     private let state = Mutex<(entries: [SHA256Digest: Validity], order: [SHA256Digest])>(([:], []))
+    /// Headers decoded before, by their exact base64url text: Apple signs every item with the same
+    /// header (algorithm and x5c chain), several kilobytes that would be decoded for each one.
+    /// Holds only what decoding that text gives, so a hit changes no check.
+    private let headers = Mutex<[String: DecodedHeader]>([:])
 
     public init(capacity: Int = 64) {
         self.capacity = max(1, capacity)
@@ -54,6 +64,19 @@ public final class AppleChainValidationCache: Sendable {
             while state.order.count > capacity {
                 state.entries.removeValue(forKey: state.order.removeFirst())
             }
+        }
+    }
+
+    /// The header decoded before from exactly `text`.
+    func header(_ text: String) -> DecodedHeader? {
+        headers.withLock { $0[text] }
+    }
+
+    /// Remembers what `text` decodes to; at most `capacity` headers (all forgotten when full).
+    func rememberHeader(_ text: String, _ header: DecodedHeader) {
+        headers.withLock { headers in
+            if headers.count >= capacity { headers.removeAll(keepingCapacity: true) }
+            headers[text] = header
         }
     }
 

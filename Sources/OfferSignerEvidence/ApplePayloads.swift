@@ -77,10 +77,19 @@ struct RenewalInfoPayload: Decodable {
 
 /// The date the App Store signed a payload, read before the signature is checked (it only selects the
 /// time at which certificate validity is evaluated; the signature check that follows binds it).
-struct SigningDateProbe: Decodable {
+struct SigningDateProbe: SignedPayload {
     var signedDate: Double?
     var receiptCreationDate: Double?
 }
+
+/// A payload type the verifier decodes once, reading its signing time from the decoded value.
+protocol SignedPayload: Decodable {
+    /// When the item was signed (milliseconds since 1970), as the payload states it.
+    var signedDate: Double? { get }
+}
+
+extension TransactionPayload: SignedPayload {}
+extension RenewalInfoPayload: SignedPayload {}
 
 /// Apple dates are milliseconds since 1970.
 func date(_ milliseconds: Double) -> Date {

@@ -85,16 +85,16 @@ public struct AppleSignedDataVerifier: Sendable {
 
     /// Verifies one signed transaction.
     public func verifyTransaction(_ jws: String, now: Date) async -> Result<VerifiedTransaction, VerificationFailure> {
-        let payload: Data
-        switch await verifySignedData(jws, now: now) {
-        case .success(let data): payload = data
-        case .failure(let failure): return .failure(failure)
-        }
         let decoded: TransactionPayload
-        do {
-            decoded = try JSONDecoder().decode(TransactionPayload.self, from: payload)
-        } catch {
-            return .failure(.init(.malformedPayload, "transaction payload: \(Self.describe(error))"))
+        switch await verifySignedData(jws, decoding: TransactionPayload.self, now: now) {
+        case .success((_, let payload?)): decoded = payload
+        case .success((let data, nil)):
+            do {
+                decoded = try JSONDecoder().decode(TransactionPayload.self, from: data)
+            } catch {
+                return .failure(.init(.malformedPayload, "transaction payload: \(Self.describe(error))"))
+            }
+        case .failure(let failure): return .failure(failure)
         }
         guard decoded.bundleId == bundleID else {
             return .failure(.init(.bundleIDMismatch, "bundleId '\(decoded.bundleId)' is not '\(bundleID)'"))
@@ -107,16 +107,16 @@ public struct AppleSignedDataVerifier: Sendable {
 
     /// Verifies one signed renewal info (it has no bundle ID to check, as in Apple's library).
     public func verifyRenewalInfo(_ jws: String, now: Date) async -> Result<VerifiedRenewalInfo, VerificationFailure> {
-        let payload: Data
-        switch await verifySignedData(jws, now: now) {
-        case .success(let data): payload = data
-        case .failure(let failure): return .failure(failure)
-        }
         let decoded: RenewalInfoPayload
-        do {
-            decoded = try JSONDecoder().decode(RenewalInfoPayload.self, from: payload)
-        } catch {
-            return .failure(.init(.malformedPayload, "renewal info payload: \(Self.describe(error))"))
+        switch await verifySignedData(jws, decoding: RenewalInfoPayload.self, now: now) {
+        case .success((_, let payload?)): decoded = payload
+        case .success((let data, nil)):
+            do {
+                decoded = try JSONDecoder().decode(RenewalInfoPayload.self, from: data)
+            } catch {
+                return .failure(.init(.malformedPayload, "renewal info payload: \(Self.describe(error))"))
+            }
+        case .failure(let failure): return .failure(failure)
         }
         switch checkEnvironment(decoded.environment) {
         case .success(let environment): return .success(decoded.verified(environment: environment))
@@ -142,7 +142,7 @@ public struct AppleSignedDataVerifier: Sendable {
 
     /// Checks structure, header, chain and signature of any Apple JWS; returns the signed payload bytes.
     func verifySignedPayload(_ jws: String, now: Date) async -> Result<Data, VerificationFailure> {
-        await verifySignedData(jws, now: now)
+        await verifySignedData(jws, decoding: SigningDateProbe.self, now: now).map(\.0)
     }
 
     private func checkEnvironment(_ raw: String) -> Result<AppleEnvironment, VerificationFailure> {
@@ -161,8 +161,12 @@ public struct AppleSignedDataVerifier: Sendable {
         return .success(value)
     }
 
-    /// Checks structure, header, chain and signature; returns the signed payload bytes.
-    private func verifySignedData(_ jws: String, now: Date) async -> Result<Data, VerificationFailure> {
+    /// Checks structure, header, chain and signature; returns the signed payload bytes and, when
+    /// they decode as `Payload`, the decoded value (decoded once: its signing time is the one the
+    /// chain is checked at).
+    private func verifySignedData<Payload: SignedPayload>(
+        _ jws: String, decoding: Payload.Type, now: Date
+    ) async -> Result<(Data, Payload?), VerificationFailure> {
         guard jws.utf8.count <= Self.maximumJWSLength else {
             return .failure(.init(.malformedJWS, "JWS is larger than \(Self.maximumJWSLength) bytes"))
         }
@@ -171,12 +175,21 @@ public struct AppleSignedDataVerifier: Sendable {
             return .failure(.init(.malformedJWS, "expected three non-empty dot-separated parts, got \(count)"))
         }
 
-        // Header.
-        guard let headerData = Base64URL.decode(parts[0]) else {
-            return .failure(.init(.badBase64, "header is not base64url"))
-        }
-        guard let header = try? JSONDecoder().decode(JWSHeader.self, from: headerData) else {
-            return .failure(.init(.malformedHeader, "header is not a JSON object with string \"alg\" and \"x5c\" fields"))
+        // Header (decoded once per distinct header text when a cache is shared).
+        let headerText = String(parts[0])
+        let header: AppleChainValidationCache.DecodedHeader
+        let cachedHeader = chainCache?.header(headerText)
+        let headerWasCached = cachedHeader != nil
+        if let cachedHeader {
+            header = cachedHeader
+        } else {
+            guard let headerData = Base64URL.decode(parts[0]) else {
+                return .failure(.init(.badBase64, "header is not base64url"))
+            }
+            guard let decoded = try? JSONDecoder().decode(JWSHeader.self, from: headerData) else {
+                return .failure(.init(.malformedHeader, "header is not a JSON object with string \"alg\" and \"x5c\" fields"))
+            }
+            header = AppleChainValidationCache.DecodedHeader(alg: decoded.alg, x5c: decoded.x5c)
         }
         guard header.alg == "ES256" else {
             return .failure(.init(.unsupportedAlgorithm, "alg is '\(header.alg ?? "(missing)")', expected ES256"))
@@ -192,8 +205,15 @@ public struct AppleSignedDataVerifier: Sendable {
         guard let payload = Base64URL.decode(parts[1]) else {
             return .failure(.init(.badBase64, "payload is not base64url"))
         }
-        guard let probe = try? JSONDecoder().decode(SigningDateProbe.self, from: payload) else {
-            return .failure(.init(.malformedPayload, "payload is not a JSON object"))
+        let typed = try? JSONDecoder().decode(Payload.self, from: payload)
+        let signedMilliseconds: Double?
+        if let stated = typed?.signedDate {
+            signedMilliseconds = stated
+        } else {
+            guard let probe = try? JSONDecoder().decode(SigningDateProbe.self, from: payload) else {
+                return .failure(.init(.malformedPayload, "payload is not a JSON object"))
+            }
+            signedMilliseconds = probe.signedDate ?? probe.receiptCreationDate
         }
         guard let signatureBytes = Base64URL.decode(parts[2]) else {
             return .failure(.init(.badBase64, "signature is not base64url"))
@@ -201,7 +221,7 @@ public struct AppleSignedDataVerifier: Sendable {
 
         // A chain validated before (the same x5c text, the same trusted roots) is neither parsed
         // nor validated again; the signing time must still be inside its certificates' validity.
-        let validationTime = (probe.signedDate ?? probe.receiptCreationDate).map(date) ?? now
+        let validationTime = signedMilliseconds.map(date) ?? now
         let cacheKey = chainCache.map { _ in AppleChainValidationCache.key(x5c: x5c, rootsDigest: rootsDigest) }
         let key: P256.Signing.PublicKey
         if let chainCache, let cacheKey, let cachedKey = chainCache.leafKey(cacheKey, at: validationTime) {
@@ -227,7 +247,9 @@ public struct AppleSignedDataVerifier: Sendable {
         guard key.isValidSignature(signature, for: signingInput) else {
             return .failure(.init(.invalidSignature, "ES256 signature does not match header and payload"))
         }
-        return .success(payload)
+        // Only a header that verified is remembered: forged items cannot crowd Apple's out.
+        if !headerWasCached { chainCache?.rememberHeader(headerText, header) }
+        return .success((payload, typed))
     }
 
     /// Parses the three x5c certificates, validates the chain at `validationTime`, and returns the

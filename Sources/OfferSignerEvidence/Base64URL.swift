@@ -22,12 +22,34 @@ enum Base64URL {
 
     /// The three parts of a compact JWS, split on `.` over its bytes (nil unless exactly three).
     static func compactParts(_ jws: String) -> [Substring]? {
-        let dots = jws.utf8.indices.filter { jws.utf8[$0] == UInt8(ascii: ".") }
-        guard dots.count == 2 else { return nil }
-        let first = dots[0], second = dots[1]
+        let utf8 = jws.utf8
+        let dot = UInt8(ascii: ".")
+        // One pass over contiguous bytes (a native string's always are); no index array.
+        let offsets = utf8.withContiguousStorageIfAvailable { bytes -> (Int, Int)? in
+            var found: [Int] = []
+            found.reserveCapacity(2)
+            var position = bytes.startIndex
+            while let next = bytes[position...].firstIndex(of: dot) {
+                guard found.count < 2 else { return nil }
+                found.append(next)
+                position = next + 1
+            }
+            return found.count == 2 ? (found[0], found[1]) : nil
+        }
+        let first: String.UTF8View.Index
+        let second: String.UTF8View.Index
+        if let offsets {
+            guard let (firstOffset, secondOffset) = offsets else { return nil }
+            first = utf8.index(utf8.startIndex, offsetBy: firstOffset)
+            second = utf8.index(utf8.startIndex, offsetBy: secondOffset)
+        } else {
+            let dots = utf8.indices.filter { utf8[$0] == dot }
+            guard dots.count == 2 else { return nil }
+            (first, second) = (dots[0], dots[1])
+        }
         return [
-            Substring(jws.utf8[jws.utf8.startIndex..<first]), Substring(jws.utf8[jws.utf8.index(after: first)..<second]),
-            Substring(jws.utf8[jws.utf8.index(after: second)...]),
+            Substring(utf8[utf8.startIndex..<first]), Substring(utf8[utf8.index(after: first)..<second]),
+            Substring(utf8[utf8.index(after: second)...]),
         ]
     }
 
