@@ -132,6 +132,9 @@ public final class AppStoreServerAPIClient: Sendable {
             guard breaker.acquire() == .allowed else {
                 return .unavailable(.init(.circuitOpen, "recent lookups at \(environment.rawValue) failed; failing fast until the cool-down ends"))
             }
+            // What was left of the budget when this environment was asked: a time-out of a lookup
+            // that began late (queued here, or after another environment) is this service's doing.
+            let timeGiven = ContinuousClock.now.duration(to: deadline)
             let result = await lookup(
                 transactionID: transactionID, environment: environment, baseURL: baseURL, app: app, credentials: credentials, now: now,
                 deadline: deadline)
@@ -150,7 +153,12 @@ public final class AppStoreServerAPIClient: Sendable {
                     breaker.abandon()
                     return .unavailable(.init(.cancelled, "the caller stopped waiting for Apple's answer"))
                 }
-                breaker.record(success: !Self.countsAgainstHost(unavailable.reason))
+                if unavailable.reason == .timeBudgetExhausted && timeGiven < configuration.timeBudget / 2 {
+                    // Less than half the budget to answer in: the time-out says little about the host.
+                    breaker.abandon()
+                } else {
+                    breaker.record(success: !Self.countsAgainstHost(unavailable.reason))
+                }
                 return .unavailable(unavailable)
             }
         }
@@ -348,7 +356,11 @@ public final class AppStoreServerAPIClient: Sendable {
                 case 429:
                     metrics.call(endpoint: endpoint.rawValue, outcome: "rate_limited", duration: elapsed)
                     lastFailure = .init(.rateLimited, "\(endpoint.rawValue) answered 429 (error \(error?.errorCode.map(String.init) ?? "none"))")
-                    retryAfter = headers.first(name: "Retry-After").flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }.map { .seconds(max(0, $0)) }
+                    retryAfter = headers.first(name: "Retry-After").flatMap { Self.retryAfter($0, now: Date()) }
+                case 404 where error.flatMap(\.errorCode).map(AppleErrorCode.retryableNotFound.contains) == true:
+                    // Apple's "...NotFoundRetryable" errors: its side is not ready yet; tried again like a 5xx.
+                    metrics.call(endpoint: endpoint.rawValue, outcome: "server_error", duration: elapsed)
+                    lastFailure = .init(.serverError, "\(endpoint.rawValue) answered 404 error \(error?.errorCode.map(String.init) ?? "none") (Apple says to retry)")
                 case 401:
                     metrics.call(endpoint: endpoint.rawValue, outcome: "unauthorized", duration: elapsed)
                     return .failure(.unavailable(.init(.unauthorized, "\(endpoint.rawValue) refused the token (401); check the key and its issuer ID")))
@@ -376,6 +388,33 @@ public final class AppStoreServerAPIClient: Sendable {
             }
         }
         return .failure(.unavailable(givingUp()))
+    }
+
+    /// The wait a `Retry-After` header asks for. Apple sends a UNIX time in milliseconds (the
+    /// moment the next request may be sent); HTTP's own forms, delta-seconds and an HTTP-date, are
+    /// read too. Nil when the value is none of these; never negative.
+    static func retryAfter(_ value: String, now: Date) -> Duration? {
+        let text = value.trimmingCharacters(in: .whitespaces)
+        if !text.isEmpty, text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
+            guard let number = Int64(text) else { return nil }
+            // Milliseconds since 1970 from 1973 on; smaller numbers are delta-seconds.
+            if number >= 100_000_000_000 {
+                let milliseconds = number - Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
+                return .milliseconds(max(0, milliseconds))
+            }
+            return .seconds(number)
+        }
+        guard let date = httpDate(text) else { return nil }
+        return .milliseconds(max(0, Int64((date.timeIntervalSince(now) * 1000).rounded(.up))))
+    }
+
+    /// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the HTTP-date form servers send.
+    private static func httpDate(_ text: String) -> Date? {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter.date(from: text)
     }
 
     private func backoff(attempt: Int) -> Duration {

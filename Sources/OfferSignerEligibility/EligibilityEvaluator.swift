@@ -12,7 +12,9 @@ import Foundation
 ///   `transactionId`. Renewal infos count when their `originalTransactionId` belongs to that history or
 ///   their product is one of the offer's products.
 /// - "Active" means a non-revoked group transaction with `purchaseDate <= now < expiresDate`, or a renewal
-///   info whose `gracePeriodExpiresDate` is after `now`.
+///   info whose `gracePeriodExpiresDate` is after `now`. An upgraded transaction (`isUpgraded`) paid for
+///   service only until the next transaction of the group began (Apple: the other transaction says
+///   what the customer is entitled to); for activity, the lapse and paid months it ends there.
 /// - Months are calendar months in UTC on the Gregorian calendar: "N months after D" is D plus N months,
 ///   clamped to the end of shorter months (Jan 31 + 1 month = Feb 28/29).
 public struct EligibilityEvaluator: Sendable {
@@ -239,17 +241,28 @@ private struct History {
             return false
         }
 
+        // The end of the service a transaction paid for: its expiry, except for an upgraded one
+        // (Apple: look for another transaction for what the customer is entitled to), whose
+        // service ended when the next transaction of the group began (at once when none is known).
+        let groupStarts = group.map(\.purchaseDate).sorted()
+        func serviceEnd(_ transaction: VerifiedTransaction) -> Date? {
+            guard let expires = transaction.expiresDate else { return nil }
+            guard transaction.isUpgraded == true else { return expires }
+            let next = groupStarts.first { $0 > transaction.purchaseDate } ?? transaction.purchaseDate
+            return min(next, expires)
+        }
+
         let inGrace = renewalInfos.contains { ($0.gracePeriodExpiresDate.map { $0 > now }) ?? false }
         isActive =
             inGrace
             || group.contains { transaction in
-                guard !transaction.isRevoked, let expires = transaction.expiresDate else { return false }
+                guard !transaction.isRevoked, let expires = serviceEnd(transaction) else { return false }
                 return transaction.purchaseDate <= now && now < expires
             }
 
         // Access ended at expiry, or at revocation when earlier; a past grace period extends it.
         var ends: [Date] = group.compactMap { transaction in
-            switch (transaction.expiresDate, transaction.revocationDate) {
+            switch (serviceEnd(transaction), transaction.revocationDate) {
             case let (expires?, revoked?): return min(expires, revoked)
             case let (expires?, nil): return expires
             case let (nil, revoked?): return revoked
@@ -263,7 +276,7 @@ private struct History {
         let periods = group
             .filter { !$0.isFreeTrial && !$0.isRevoked && !$0.isFamilyShared }
             .compactMap { transaction -> (start: Date, end: Date)? in
-                guard let expires = transaction.expiresDate, expires > transaction.purchaseDate else { return nil }
+                guard let expires = serviceEnd(transaction), expires > transaction.purchaseDate else { return nil }
                 return (transaction.purchaseDate, expires)
             }
             .sorted { $0.start < $1.start }

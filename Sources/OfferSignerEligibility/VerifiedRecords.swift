@@ -44,6 +44,9 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
     public var appAccountToken: String?
     /// `signedDate`: when the App Store signed this payload.
     public var signedDate: Date?
+    /// `isUpgraded`: the customer upgraded to another subscription of the group; the service this
+    /// transaction paid for ended when the upgrade's transaction began, not at `expiresDate`.
+    public var isUpgraded: Bool?
 
     public init(
         transactionID: String,
@@ -64,7 +67,8 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
         bundleID: String,
         type: AppleProductType? = .autoRenewableSubscription,
         appAccountToken: String? = nil,
-        signedDate: Date? = nil
+        signedDate: Date? = nil,
+        isUpgraded: Bool? = nil
     ) {
         self.transactionID = transactionID
         self.originalTransactionID = originalTransactionID
@@ -85,6 +89,7 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
         self.type = type
         self.appAccountToken = appAccountToken
         self.signedDate = signedDate
+        self.isUpgraded = isUpgraded
     }
 
     /// A free trial: an introductory offer with `offerDiscountType` `FREE_TRIAL`, or any price of 0.

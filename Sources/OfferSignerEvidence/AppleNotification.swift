@@ -53,11 +53,22 @@ struct NotificationPayload: Decodable {
     var notificationUUID: String
     var signedDate: Double
     var data: DataField?
+    /// Apple's `externalPurchaseToken`: it has no `environment`; as in Apple's library, a
+    /// Sandbox token's `externalPurchaseId` starts with "SANDBOX".
+    struct ExternalPurchaseToken: Decodable {
+        var appAppleId: Int64?
+        var bundleId: String?
+        var externalPurchaseId: String?
+    }
     var summary: Summary?
-    var externalPurchaseToken: Summary?
+    var externalPurchaseToken: ExternalPurchaseToken?
 
     var bundleID: String? { data?.bundleId ?? summary?.bundleId ?? externalPurchaseToken?.bundleId }
-    var environmentName: String? { data?.environment ?? summary?.environment ?? externalPurchaseToken?.environment }
+    var environmentName: String? {
+        if let environment = data?.environment ?? summary?.environment { return environment }
+        guard let token = externalPurchaseToken else { return nil }
+        return token.externalPurchaseId?.hasPrefix("SANDBOX") == true ? AppleEnvironment.sandbox.rawValue : AppleEnvironment.production.rawValue
+    }
     var appAppleID: Int64? { data?.appAppleId ?? summary?.appAppleId ?? externalPurchaseToken?.appAppleId }
 }
 

@@ -22,6 +22,7 @@ struct TransactionPayload: Decodable {
     var type: String?
     var appAccountToken: String?
     var signedDate: Double?
+    var isUpgraded: Bool?
 
     func verified(environment: AppleEnvironment) -> VerifiedTransaction {
         VerifiedTransaction(
@@ -43,7 +44,8 @@ struct TransactionPayload: Decodable {
             bundleID: bundleId,
             type: type.map(AppleProductType.init(rawValue:)),
             appAccountToken: appAccountToken,
-            signedDate: signedDate.map(date)
+            signedDate: signedDate.map(date),
+            isUpgraded: isUpgraded
         )
     }
 }

@@ -164,6 +164,38 @@ import X509
         #expect(fake.requests.filter { $0.endpoint == .history }.map(\.answeredStatus) == [429, 200])
     }
 
+    @Test func retryAfterIsReadInApplesFormAndHTTPs() {
+        let now = Date(timeIntervalSince1970: 1_764_000_000)
+        let nowMillis = Int64(now.timeIntervalSince1970 * 1000)
+        // Apple: the UNIX time in milliseconds of the next allowed request.
+        #expect(AppStoreServerAPIClient.retryAfter(String(nowMillis + 1_500), now: now) == .milliseconds(1_500))
+        #expect(AppStoreServerAPIClient.retryAfter(String(nowMillis - 5_000), now: now) == .zero, "a moment already past: no wait")
+        // HTTP: delta-seconds and an HTTP-date.
+        #expect(AppStoreServerAPIClient.retryAfter(" 3 ", now: now) == .seconds(3))
+        #expect(AppStoreServerAPIClient.retryAfter("Mon, 24 Nov 2025 16:00:10 GMT", now: now) == .seconds(10))
+        #expect(AppStoreServerAPIClient.retryAfter("soon", now: now) == nil)
+        #expect(AppStoreServerAPIClient.retryAfter("-1", now: now) == nil)
+        #expect(AppStoreServerAPIClient.retryAfter("", now: now) == nil)
+    }
+
+    @Test func applesRetryableNotFoundErrorsAreTriedAgain() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 2)
+        fake.add(try customer.customer(chain, now: now))
+        fake.script(.history, [.status(404, errorCode: 4_040_002)])
+        let client = try client()
+        try await fake.run { port in
+            try await withClient(client) {
+                let lookup = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                guard case .history = lookup else {
+                    Issue.record("expected history after a retry, got \(lookup)")
+                    return
+                }
+            }
+        }
+        #expect(fake.requests.filter { $0.endpoint == .history }.map(\.answeredStatus) == [404, 200])
+    }
+
     @Test func aRetryAfterPastTheBudgetEndsTheLookupAtOnce() async throws {
         let fake = fake()
         let customer = subscriber(months: 2)

@@ -29,7 +29,8 @@ public final class FakeAppStoreServerAPI: Sendable {
 
     /// One scripted misbehaviour, used for one request of its endpoint.
     public enum Fault: Sendable, Hashable {
-        /// Answer this status, with Apple's error body when `errorCode` is set, and a `Retry-After`.
+        /// Answer this status, with Apple's error body when `errorCode` is set, and a `Retry-After`
+        /// that far ahead, in Apple's form: the UNIX time, in milliseconds, of the next allowed request.
         case status(Int, errorCode: Int? = nil, retryAfterSeconds: Int? = nil)
         /// Answer normally, but only after this long.
         case delay(Duration)
@@ -192,7 +193,7 @@ public final class FakeAppStoreServerAPI: Sendable {
             response = Response(status: .unauthorized)
         } else if case .status(let status, let errorCode, let retryAfter) = fault {
             var headers = HTTPFields()
-            if let retryAfter { headers[.retryAfter] = String(retryAfter) }
+            if let retryAfter { headers[.retryAfter] = String(Int64((Date().timeIntervalSince1970 + Double(retryAfter)) * 1000)) }
             var body = ""
             if let errorCode {
                 headers[.contentType] = "application/json"

@@ -49,6 +49,13 @@ enum Fixture {
             currency: "USD", storefront: storefront, environment: environment, bundleID: bundleID)
     }
 
+    /// The same transaction marked `isUpgraded` (the customer moved to another product of the group).
+    static func upgraded(_ transaction: VerifiedTransaction) -> VerifiedTransaction {
+        var upgraded = transaction
+        upgraded.isUpgraded = true
+        return upgraded
+    }
+
     /// `count` consecutive monthly paid periods ending at `end`.
     static func paidMonths(
         _ count: Int, endingAt end: Date, idPrefix: String = "t", storefront: String = "USA",
@@ -148,6 +155,24 @@ struct EligibilityEvaluatorTests {
                 F.transaction("t2", start: F.daysAgo(40), end: F.daysAgo(10), revoked: F.daysAgo(35)),
             ],
             reasons: []),
+
+        // isUpgraded: the service an upgraded transaction paid for ended at the upgrade.
+        HistoryCase(
+            name: "a yearly period upgraded after a month ends at the upgrade: lapsed, paid 2 months, not 12",
+            offer: F.offer(rules: OfferRules(minPaidMonths: 3, lapsedMonths: .init(min: 1))),
+            transactions: [
+                F.upgraded(F.transaction("year", start: F.monthsAgo(5), end: F.months(7, from: F.now))),
+                F.transaction("premium", start: F.monthsAgo(4), end: F.monthsAgo(3)),
+            ],
+            reasons: [.paidTooShort]),
+        HistoryCase(
+            name: "the same periods without isUpgraded: the yearly period still runs",
+            offer: F.offer(rules: OfferRules(minPaidMonths: 3, lapsedMonths: .init(min: 1))),
+            transactions: [
+                F.transaction("year", start: F.monthsAgo(5), end: F.months(7, from: F.now)),
+                F.transaction("premium", start: F.monthsAgo(4), end: F.monthsAgo(3)),
+            ],
+            reasons: [.currentlySubscribed]),
 
         // minPaidMonths.
         HistoryCase(

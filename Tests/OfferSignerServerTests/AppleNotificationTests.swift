@@ -250,6 +250,26 @@ struct AppleNotificationTests {
         }
     }
 
+    @Test("EXTERNAL_PURCHASE_TOKEN (no data, no environment field) is answered 200: its environment comes from the token's ID, as in Apple's library")
+    func externalPurchaseToken() async throws {
+        try await withServer { server, _, _, client in
+            func body(externalPurchaseID: String) throws -> String {
+                let payload: [String: Any] = [
+                    "notificationType": "EXTERNAL_PURCHASE_TOKEN", "subtype": "UNREPORTED", "notificationUUID": UUID().uuidString, "version": "2.0",
+                    "signedDate": TestAppleChain.milliseconds(now),
+                    "externalPurchaseToken": [
+                        "externalPurchaseId": externalPurchaseID, "tokenCreationDate": TestAppleChain.milliseconds(now),
+                        "appAppleId": Self.appAppleID, "bundleId": Self.bundleID,
+                    ] as [String: Any],
+                ]
+                return #"{"signedPayload":"\#(try chain.signJWS(payload))"}"#
+            }
+            let production = try await client.postJSON("/v1/apple/notifications", try body(externalPurchaseID: "b2b1c8d4-0000-4000-8000-000000000001"))
+            #expect(production.status == .ok, "\(production.text)")
+            #expect(try StoreCount.count(server.storePath, "apple_notifications") == 1)
+        }
+    }
+
     @Test("A redeemed offer is matched to the signature that enabled it: audited, counted in metrics and in the report")
     func redemption() async throws {
         try await withServer { server, _, secret, client in
