@@ -104,6 +104,12 @@ public final class PostgresStore: OfferSignerStore {
             ("application_name", "offer-signer"),
             // Commits are durable when they return, whatever the server's default says.
             ("synchronous_commit", "on"),
+            // The audit append's conditional head update and the head lock rely on READ COMMITTED
+            // (a re-check after waiting, no serialization failures), whatever the role's default.
+            ("default_transaction_isolation", "read committed"),
+            // A customer lock is a transaction left open while its request decides: the server
+            // must not end it for being idle (the lock would vanish unseen).
+            ("idle_in_transaction_session_timeout", "0"),
         ]
         var direct = PostgresConnection.Configuration(
             host: configuration.host, port: configuration.port, username: configuration.username, password: configuration.password,

@@ -24,6 +24,7 @@ import Synchronization
 /// sends no signing traffic to an instance that is not ready.
 final class AuditCommitter: Service, Sendable {
     private struct Pending: Sendable {
+        var id: UInt64
         var appends: [AuditAppend]
         var continuation: CheckedContinuation<[AuditRecord], any Error>
     }
@@ -38,6 +39,8 @@ final class AuditCommitter: Service, Sendable {
         /// a full group while it holds a busy-period commit back; see `commitDelay`).
         var wakeAtEntries = 1
         var stopped = false
+        /// The last id given to a queued request (see `withdraw`).
+        var lastID: UInt64 = 0
     }
 
     private enum NextStep {
@@ -98,11 +101,60 @@ final class AuditCommitter: Service, Sendable {
     /// Queues entries that must land together (consecutive, in one transaction) and waits
     /// until they are committed.
     func commit(_ appends: [AuditAppend]) async throws -> [AuditRecord] {
+        try await commit(appends, id: nextID())
+    }
+
+    /// Queues entries that must land together and waits at most `timeout` for their commit.
+    ///
+    /// Rule: entries still queued when the time passes (or the caller is cancelled) are withdrawn
+    /// and never written, so a request answered "nothing was issued" leaves no audit record or
+    /// ledger row behind (a phantom issuance would count against the customer's next request).
+    /// Entries the writer has already taken keep the outcome of that write: past the timeout this
+    /// throws, and they may still land (an audit record for a signature never sent, never the
+    /// other way round).
+    func commit(_ appends: [AuditAppend], within timeout: Duration) async throws -> [AuditRecord] {
+        let id = nextID()
+        do {
+            return try await StoreDeadline.run("audit commit", timeout: timeout) { [self] in try await commit(appends, id: id) }
+        } catch {
+            withdraw(id)
+            throw error
+        }
+    }
+
+    /// One entry, committed as `commit(_:within:)` commits several.
+    func commit(_ append: AuditAppend, within timeout: Duration) async throws -> AuditRecord {
+        try await commit([append], within: timeout)[0]
+    }
+
+    private func nextID() -> UInt64 {
+        state.withLock { state in
+            state.lastID += 1
+            return state.lastID
+        }
+    }
+
+    /// Takes a request's entries back out of the queue if the writer has not taken them yet; its
+    /// waiter gets `Withdrawn`. Does nothing once they are being written or done.
+    private func withdraw(_ id: UInt64) {
+        let withdrawn = state.withLock { state -> Pending? in
+            guard let index = state.pending.firstIndex(where: { $0.id == id }) else { return nil }
+            let pending = state.pending.remove(at: index)
+            state.pendingEntries -= pending.appends.count
+            return pending
+        }
+        withdrawn?.continuation.resume(throwing: Withdrawn())
+    }
+
+    /// The entries were taken back before the writer reached them: nothing was written.
+    struct Withdrawn: Error {}
+
+    private func commit(_ appends: [AuditAppend], id: UInt64) async throws -> [AuditRecord] {
         precondition(!appends.isEmpty, "nothing to commit")
         return try await withCheckedThrowingContinuation { continuation in
             let (wake, stopped) = state.withLock { state -> (Bool, Bool) in
                 if state.stopped { return (false, true) }
-                state.pending.append(Pending(appends: appends, continuation: continuation))
+                state.pending.append(Pending(id: id, appends: appends, continuation: continuation))
                 state.pendingEntries += appends.count
                 let wake = state.writerParked && state.pendingEntries >= state.wakeAtEntries
                 if wake { state.writerParked = false }
@@ -268,9 +320,14 @@ final class AuditCommitter: Service, Sendable {
                 offset += count
             }
         } catch {
-            if batch.count > 1 && Self.isRequestsOwnFault(error) {
-                // One bad request must not sink the others: retry each on its own.
-                for pending in batch { write([pending]) }
+            if Self.isRequestsOwnFault(error) {
+                if batch.count > 1 {
+                    // One bad request must not sink the others: retry each on its own.
+                    for pending in batch { write([pending]) }
+                } else {
+                    // The request's own fault says nothing about the store: readiness stays.
+                    for pending in batch { pending.continuation.resume(throwing: error) }
+                }
                 return
             }
             // A store-wide failure (busy past the timeout, I/O, read-only, full) fails the whole

@@ -244,7 +244,7 @@ struct RetentionController: Sendable {
         writer.field("decisions", json: "[" + tried.joined(separator: ",") + "]")
         let appends = [AuditAppend(entry: AuditEntry(kind: "retention.answered", body: writer.finish()))]
             + signatures.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }
-        _ = try await StoreDeadline.run("audit commit", timeout: storeTimeout) { [committer] in try await committer.commit(appends) }
+        _ = try await committer.commit(appends, within: storeTimeout)
     }
 
     private func answered(_ fallback: RetentionFallback?, reason: String, metrics: ServerMetrics) -> Response {

@@ -116,7 +116,7 @@ struct SigningController: Sendable {
             // Refused before the commit (no usable key, a field that cannot be signed): the
             // eligibility decision is still audited, on its own.
             if let decision {
-                _ = try? await StoreDeadline.run("audit commit", timeout: storeTimeout) { [committer] in try await committer.commit(decision) }
+                _ = try? await committer.commit(decision, within: storeTimeout)
             }
             throw problem
         }
@@ -180,7 +180,7 @@ struct SigningController: Sendable {
         // Audit, durably, before anything leaves.
         do {
             let appends = (decision.map { [$0] } ?? []) + issued.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }
-            _ = try await StoreDeadline.run("audit commit", timeout: storeTimeout) { [committer] in try await committer.commit(appends) }
+            _ = try await committer.commit(appends, within: storeTimeout)
         } catch {
             context.logger.error("signature withheld: audit record not written", metadata: ["error": "\(error)"])
             throw APIProblem(.serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")
@@ -224,7 +224,7 @@ struct SigningController: Sendable {
             principal: principal.identity, at: now)
         if decision.eligible { return AuditAppend(entry: entry) }
         do {
-            _ = try await StoreDeadline.run("audit commit", timeout: storeTimeout) { [committer] in try await committer.commit(AuditAppend(entry: entry)) }
+            _ = try await committer.commit(AuditAppend(entry: entry), within: storeTimeout)
         } catch {
             context.logger.error("eligibility decision not audited", metadata: ["error": "\(error)"])
             throw APIProblem(.serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")

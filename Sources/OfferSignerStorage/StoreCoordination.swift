@@ -61,7 +61,9 @@ public protocol StoreCoordination: Sendable {
 ///
 /// Rule: the operation is not abandoned half-way: it keeps running on its own task until the
 /// store answers, and only its result is dropped. So a bounded wait may give up on an audit commit
-/// that lands later (an audit record for a signature never sent), never the other way round.
+/// that lands later (an audit record for a signature never sent), never the other way round. (The
+/// server's audit committer takes back entries it has not started writing when its caller gives
+/// up; this rule covers what is already being written.)
 public enum StoreDeadline {
     /// Runs `operation`, returning its result, or throwing `StoreError` with code `timeout` when
     /// it has not finished after `timeout`. Cancelling the caller cancels the operation's task.

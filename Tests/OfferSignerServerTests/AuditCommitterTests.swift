@@ -159,6 +159,27 @@ struct AuditCommitterTests {
         }
     }
 
+    @Test("A request that gives up while its entries still wait is withdrawn: nothing of it is ever written", arguments: StoreBackend.testedCases)
+    func aRequestGivingUpWhileQueuedIsWithdrawn(backend: StoreBackend) async throws {
+        try await Self.withCommitter(backend, commitDelay: Self.longDelay) { committer, fixture in
+            let store = fixture.store
+            // A busy group: the next commit is held for a fuller group (or the two-minute delay).
+            _ = try await committer.commit(Self.entries(AuditCommitter.busyGroupEntries))
+            let signature = Self.signature(nonce: UUID.timeOrdered().lowercasedString)
+            await #expect {
+                try await committer.commit([AuditAppend(entry: signature.auditEntry, signatures: [signature])], within: .milliseconds(200))
+            } throws: { error in
+                (error as? StoreError)?.code == .timeout
+            }
+            // A full group goes at once; the withdrawn request is not in it, nor anywhere.
+            let after = try await committer.commit(Self.entries(AuditCommitter.fullGroupEntries))
+            #expect(after.first?.sequence == Int64(1 + AuditCommitter.busyGroupEntries))
+            #expect(try await store.auditHead().count == Int64(AuditCommitter.busyGroupEntries + AuditCommitter.fullGroupEntries))
+            let records = try await store.auditRecords(after: 0, limit: 1000)
+            #expect(!records.contains { $0.body.contains(signature.nonce) }, "the withdrawn signature has no audit record")
+        }
+    }
+
     @Test("A store-wide failure fails every request of the group, and the store goes on afterwards", arguments: StoreBackend.testedCases)
     func aStoreWideFailureFailsTheGroup(backend: StoreBackend) async throws {
         try await Self.withCommitter(backend, commitDelay: Self.longDelay) { committer, fixture in
