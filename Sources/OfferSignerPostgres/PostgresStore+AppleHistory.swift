@@ -9,17 +9,36 @@ import PostgresNIO
 /// Rule: a notification's UUID is inserted first (`ON CONFLICT DO NOTHING`), so two instances that
 /// receive the same notification at once write it once: the second waits for the first's commit
 /// and then finds the UUID. A redemption's `offer.redeemed` record locks the audit chain head in
-/// the same transaction, like every audit append.
+/// the same transaction, like every audit append, and only once every history of the batch is
+/// written: the head's lock, which every signature of every instance waits for, is held for the
+/// redemptions and the commit, not for a batch of upserts.
 extension PostgresStore {
     public func recordAppleHistories(_ updates: [AppleHistoryUpdate], at time: Date) async throws -> [AppleHistoryUpdateResult] {
         try await transaction("recording Apple's history") { connection, logger in
+            var recorded: [Bool] = []
+            for update in updates { recorded.append(try await Self.upsert(update, at: time, connection, logger)) }
+            let matching = zip(updates, recorded).filter { $0.1 && !$0.0.redemptions.isEmpty }
+            if !matching.isEmpty {
+                // Matching takes the chain head's lock first (its audit record needs it anyway), so
+                // two instances never match one issuance to two redemptions: under READ COMMITTED
+                // neither would see the other's uncommitted match.
+                _ = try await connection.query("SELECT seq FROM audit_head WHERE id = 1 FOR UPDATE", logger: logger).collect()
+            }
             var results: [AppleHistoryUpdateResult] = []
-            for update in updates { results.append(try await Self.record(update, at: time, connection, logger)) }
+            for (update, wasRecorded) in zip(updates, recorded) {
+                guard wasRecorded else {
+                    results.append(.duplicateNotification)
+                    continue
+                }
+                results.append(.recorded(redemptions: try await Self.recordRedemptions(of: update, at: time, connection, logger)))
+            }
             return results
         }
     }
 
-    private static func record(_ update: AppleHistoryUpdate, at time: Date, _ connection: PostgresConnection, _ logger: Logger) async throws -> AppleHistoryUpdateResult {
+    /// Writes a history's notification (false, writing nothing else, when its UUID was seen
+    /// before), subscriptions, transactions and renewal infos.
+    private static func upsert(_ update: AppleHistoryUpdate, at time: Date, _ connection: PostgresConnection, _ logger: Logger) async throws -> Bool {
         do {
             let now = time.unixMilliseconds
             if let notification = update.notification {
@@ -31,7 +50,7 @@ extension PostgresStore {
                     ON CONFLICT (notification_uuid) DO NOTHING RETURNING 1
                     """, logger: logger
                 ).collect()
-                if inserted.isEmpty { return .duplicateNotification }
+                if inserted.isEmpty { return false }
             }
             for subscription in update.subscriptions {
                 let complete = update.completeSubscriptions.contains(subscription) ? 1 : 0
@@ -64,13 +83,18 @@ extension PostgresStore {
                     WHERE apple_renewal_infos.signed_date IS NULL OR excluded.signed_date >= apple_renewal_infos.signed_date
                     """, logger: logger)
             }
+            return true
+        }
+    }
+
+    /// Matches a recorded history's redeemed offers to our issuances and audits each new one; the
+    /// caller holds the chain head's lock.
+    private static func recordRedemptions(
+        of update: AppleHistoryUpdate, at time: Date, _ connection: PostgresConnection, _ logger: Logger
+    ) async throws -> [OfferRedemption] {
+        do {
+            let now = time.unixMilliseconds
             var redemptions: [OfferRedemption] = []
-            if !update.redemptions.isEmpty {
-                // Matching takes the chain head's lock first (its audit record needs it anyway), so
-                // two instances never match one issuance to two redemptions: under READ COMMITTED
-                // neither would see the other's uncommitted match.
-                _ = try await connection.query("SELECT seq FROM audit_head WHERE id = 1 FOR UPDATE", logger: logger).collect()
-            }
             for candidate in update.redemptions {
                 var issuance: (Int64, Int64)?
                 if let token = candidate.appAccountToken {
@@ -107,7 +131,7 @@ extension PostgresStore {
                 _ = try await appendAudit(connection, logger, [AuditAppend(entry: redemption.auditEntry)], at: time)
                 redemptions.append(redemption)
             }
-            return .recorded(redemptions: redemptions)
+            return redemptions
         }
     }
 
