@@ -121,16 +121,21 @@ extension PostgresStore {
         AppleHistorySchema.statements,
     ]
 
+    /// The longest an instance waits to open a store whose schema it must check or migrate.
+    static let migrationTimeout: Duration = .seconds(600)
+
     /// The newest schema version this build knows.
     public static var schemaVersion: Int { migrations.count }
 
     /// Checks the database on a connection of its own and applies the migrations it lacks,
     /// under the migration lock. A database that has them all is only read (so a read-only
-    /// server still opens, for reads).
+    /// server still opens, for reads). Bounded by ``migrationTimeout``, not the operation
+    /// timeout: a migration may build an index over a large ledger, and an instance starting
+    /// beside it waits for its lock.
     func migrate() async throws {
         let logger = self.logger
         let description = configuration.redactedDescription
-        try await bounded("opening store \(description)") { [directConfiguration] in
+        try await bounded("opening store \(description)", timeout: max(Self.migrationTimeout, configuration.operationTimeout)) { [directConfiguration] in
             let connection = try await PostgresConnection.connect(configuration: directConfiguration, id: 0, logger: logger)
             do {
                 if try await Self.isCurrent(connection, logger: logger) == false {

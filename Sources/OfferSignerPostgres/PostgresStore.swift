@@ -230,9 +230,9 @@ public final class PostgresStore: OfferSignerStore {
     }
 
     /// How many customer locks may be held at once: at most half the pool once the registry
-    /// listener's connection is set aside, so the requests holding them always find a
-    /// connection for their reads and audit commits.
-    static func customerLockHolders(poolSize: Int) -> Int { max(1, (poolSize - 1) / 2) }
+    /// listener's connection and the audit checkpoint writer's lock are set aside, so the
+    /// requests holding them always find a connection for their reads and audit commits.
+    static func customerLockHolders(poolSize: Int) -> Int { max(1, (poolSize - 2) / 2) }
 
     /// Stops the pool; later calls fail with `StoreError.unavailable`. Idempotent.
     public func close() async {
@@ -257,9 +257,11 @@ public final class PostgresStore: OfferSignerStore {
 
     /// Runs `operation` and fails it with `StoreError.unavailable` when it takes longer than the
     /// operation timeout (cancelling it) or fails; `what` names the operation in messages.
-    func bounded<T: Sendable>(_ what: String, _ operation: @escaping @Sendable () async throws -> T) async throws -> T {
+    func bounded<T: Sendable>(
+        _ what: String, timeout: Duration? = nil, _ operation: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
         guard !closed.load(ordering: .acquiring) else { throw StoreError(.unavailable, "\(what) failed: the store is closed") }
-        let timeout = configuration.operationTimeout
+        let timeout = timeout ?? configuration.operationTimeout
         let race = ResumeOnce<T>()
         let description = configuration.redactedDescription
         return try await withTaskCancellationHandler {

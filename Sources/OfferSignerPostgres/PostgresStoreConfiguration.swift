@@ -139,9 +139,10 @@ public struct PostgresStoreConfiguration: Sendable, Equatable, CustomStringConve
         if rootCertificatePath != nil && tlsMode != .verifyFull {
             throw InvalidConfiguration("the store URL gives sslrootcert, which only sslmode=verify-full uses")
         }
-        // Three at least: one listens for registry changes, and a request holding its customer
-        // lock on one needs another for its reads and commit.
-        guard poolSize >= 3 && poolSize <= 1000 else { throw InvalidConfiguration("the store pool size must be from 3 to 1000; got \(poolSize)") }
+        // Four at least: one listens for registry changes, the audit checkpoint writer's lock may
+        // hold another, and a request holding its customer lock on one needs another for its
+        // reads and commit.
+        guard poolSize >= 4 && poolSize <= 1000 else { throw InvalidConfiguration("the store pool size must be from 4 to 1000; got \(poolSize)") }
 
         if password == nil, let fromEnvironment = environment["PGPASSWORD"], !fromEnvironment.isEmpty {
             password = fromEnvironment

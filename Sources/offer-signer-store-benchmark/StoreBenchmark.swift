@@ -49,7 +49,7 @@ enum StoreBenchmark {
         if let url = ProcessInfo.processInfo.environment["OFFER_SIGNER_BENCH_POSTGRES_URL"], !url.isEmpty {
             let configuration: PostgresStoreConfiguration
             do {
-                configuration = try PostgresStoreConfiguration(url: url, environment: ProcessInfo.processInfo.environment, poolSize: 3)
+                configuration = try PostgresStoreConfiguration(url: url, environment: ProcessInfo.processInfo.environment, poolSize: 4)
             } catch {
                 fail("OFFER_SIGNER_BENCH_POSTGRES_URL: \(error)")
             }

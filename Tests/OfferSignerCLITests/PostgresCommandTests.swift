@@ -125,7 +125,7 @@ extension StoreCommandTests {
                 let port = try Self.freePort()
                 let server = try ChildProcess.spawn(
                     try CLIExecutable.url().path,
-                    ["serve", "--store", fixture.storeArgument, "--store-pool-size", "3", "--master-key-file", fixture.masterKey.path, "--port", "\(port)"],
+                    ["serve", "--store", fixture.storeArgument, "--store-pool-size", "4", "--master-key-file", fixture.masterKey.path, "--port", "\(port)"],
                     environment: childEnvironment([:]), captureOutput: true)
                 var stopped = false
                 defer { if !stopped { server.terminate(); _ = server.waitForExit() } }
