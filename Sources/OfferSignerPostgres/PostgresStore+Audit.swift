@@ -72,7 +72,7 @@ extension PostgresStore {
     /// two appends on one head can never both succeed. One round trip instead of four (BEGIN,
     /// the head's lock, the group, COMMIT); the commit is as durable (`synchronous_commit`).
     static func appendAuditOnKnownHead(
-        _ client: PostgresClient, _ logger: Logger, records: [AuditRecord], signatures: [(IssuedSignature, Int64)], expected: (Int64, String)
+        _ connection: PostgresConnection, _ logger: Logger, records: [AuditRecord], signatures: [(IssuedSignature, Int64)], expected: (Int64, String)
     ) async throws -> Bool {
         guard let last = records.last else { return true }
         var binds = PostgresBindings(capacity: records.count * 6 + signatures.count * 10 + 4)
@@ -97,7 +97,7 @@ extension PostgresStore {
         }
         sql += " SELECT count(*) FROM head"
         do {
-            let rows = try await client.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).collect()
+            let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).collect()
             return try rows.first?.decode(Int64.self) == 1
         } catch where sqlState(error) == "23505" && constraint(error) == "issued_signatures_pkey" {
             throw StoreError(.duplicate, duplicateNonceMessage(error, signatures.map(\.0.nonce)))
@@ -220,8 +220,8 @@ extension PostgresStore {
                 let logger = self.logger
                 let applied: Bool
                 do {
-                    applied = try await bounded("appending to the audit log") { [client] in
-                        try await Self.appendAuditOnKnownHead(client, logger, records: records, signatures: signatures, expected: head)
+                    applied = try await boundedOnConnection("appending to the audit log") { connection in
+                        try await Self.appendAuditOnKnownHead(connection, logger, records: records, signatures: signatures, expected: head)
                     }
                 } catch {
                     // The statement may have committed (an autocommit statement whose answer was

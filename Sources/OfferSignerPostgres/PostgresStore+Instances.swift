@@ -118,6 +118,7 @@ final class AdvisoryLockHolding: Sendable {
     ) async throws -> AdvisoryLockHolding {
         let holding = AdvisoryLockHolding()
         let race = ResumeOnce<Void>()
+        let inUse = ConnectionInUse()
         let milliseconds = max(1, timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
         let timeoutError = StoreError(.timeout, "the \(lock.kind) lock was held elsewhere for more than \(timeout.millisecondsText)")
         try await withTaskCancellationHandler {
@@ -126,6 +127,9 @@ final class AdvisoryLockHolding: Sendable {
                 let work = Task {
                     do {
                         try await client.withConnection { connection in
+                            // A wait that outlives its deadline closes the connection (see
+                            // `PostgresStore.boundedOnConnection`).
+                            try inUse.use(connection)
                             try await connection.run("BEGIN", logger: logger)
                             do {
                                 try await connection.run(PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = \(milliseconds)"), logger: logger)
@@ -135,12 +139,20 @@ final class AdvisoryLockHolding: Sendable {
                                 try await connection.run("SELECT pg_advisory_xact_lock(\(key.0), \(key.1))", logger: logger)
                             } catch {
                                 _ = try? await connection.run("ROLLBACK", logger: logger)
+                                inUse.release()
                                 throw error
                             }
                             // Held. If the caller gave up meanwhile, `release()` was called already.
+                            inUse.release()
                             race.resume(.success(()))
                             for await _ in holding.released.stream {}
+                            // A ROLLBACK that does not come back (the database vanished without a
+                            // reset) closes the connection rather than keep it from the pool.
+                            let unanswered = DeadlineWheel.shared.schedule(after: timeout + .seconds(1)) {
+                                Task { try? await connection.close() }
+                            }
                             _ = try? await connection.run("ROLLBACK", logger: logger)
+                            DeadlineWheel.shared.cancel(unanswered)
                         }
                     } catch {
                         let failure = PostgresStore.sqlState(error) == "55P03" ? timeoutError : PostgresStore.storeError(error, "taking the \(lock.kind) lock")
@@ -152,6 +164,9 @@ final class AdvisoryLockHolding: Sendable {
                     if race.resume(.failure(timeoutError)) {
                         holding.release()
                         work.cancel()
+                        // The server ends a lock wait at its lock_timeout; a connection still on
+                        // it a second later is not answering, and is closed.
+                        _ = DeadlineWheel.shared.schedule(after: .seconds(1)) { inUse.expire() }
                     }
                 })
             }

@@ -182,8 +182,18 @@ public final class PostgresStore: OfferSignerStore {
     private func pingPool() async throws {
         let logger = self.logger
         let client = self.client
-        let probe = Task { _ = try await client.query("SELECT 1", logger: logger).collect() }
-        let deadline = DeadlineWheel.shared.schedule(after: configuration.operationTimeout) { probe.cancel() }
+        let inUse = ConnectionInUse()
+        let probe = Task {
+            try await client.withConnection { connection in
+                try inUse.use(connection)
+                defer { inUse.release() }
+                _ = try await connection.query("SELECT 1", logger: logger).collect()
+            }
+        }
+        let deadline = DeadlineWheel.shared.schedule(after: configuration.operationTimeout) {
+            probe.cancel()
+            inUse.expire()
+        }
         defer { DeadlineWheel.shared.cancel(deadline) }
         try await probe.value
     }
@@ -258,7 +268,7 @@ public final class PostgresStore: OfferSignerStore {
     /// Runs `operation` and fails it with `StoreError.unavailable` when it takes longer than the
     /// operation timeout (cancelling it) or fails; `what` names the operation in messages.
     func bounded<T: Sendable>(
-        _ what: String, timeout: Duration? = nil, _ operation: @escaping @Sendable () async throws -> T
+        _ what: String, timeout: Duration? = nil, onDeadline: (@Sendable () -> Void)? = nil, _ operation: @escaping @Sendable () async throws -> T
     ) async throws -> T {
         guard !closed.load(ordering: .acquiring) else { throw StoreError(.unavailable, "\(what) failed: the store is closed") }
         let timeout = timeout ?? configuration.operationTimeout
@@ -280,6 +290,7 @@ public final class PostgresStore: OfferSignerStore {
                 race.setTimer(DeadlineWheel.shared.schedule(after: timeout) {
                     if race.resume(.failure(StoreError(.unavailable, "\(what) failed: the database at \(description) did not answer within \(timeout)"))) {
                         work.cancel()
+                        onDeadline?()
                     }
                 })
             }
@@ -288,21 +299,41 @@ public final class PostgresStore: OfferSignerStore {
         }
     }
 
+    /// Runs `body` on one pooled connection, bounded like every operation; when the deadline
+    /// passes while `body` is on its connection, that connection is closed.
+    ///
+    /// Rule: a connection whose operation outlived its deadline is closed, not handed back.
+    /// PostgresNIO does not give up a query it has sent when its task is cancelled, so without
+    /// this a connection to a database that vanished without a reset (a failover that moved its
+    /// address, a dropped NAT entry) would stay taken until TCP gives up, about 15 minutes later,
+    /// and a pool of them would keep the service down though the database answers again. Closing
+    /// frees the pool's place for a new connection and ends the server's transaction.
+    func boundedOnConnection<T: Sendable>(
+        _ what: String, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        let inUse = ConnectionInUse()
+        return try await bounded(what, onDeadline: { inUse.expire() }) { [client] in
+            try await client.withConnection { connection in
+                try inUse.use(connection)
+                defer { inUse.release() }
+                return try await body(connection)
+            }
+        }
+    }
+
     /// Runs `body` in one transaction on one pooled connection: BEGIN, body, COMMIT; ROLLBACK
-    /// when the body throws. Bounded like every operation.
+    /// when the body throws. Bounded like every operation (see ``boundedOnConnection(_:_:)``).
     func transaction<T: Sendable>(_ what: String, _ body: @escaping @Sendable (PostgresConnection, Logger) async throws -> T) async throws -> T {
         let logger = self.logger
-        return try await bounded(what) { [client] in
-            try await client.withConnection { connection in
-                try await connection.run("BEGIN", logger: logger)
-                do {
-                    let value = try await body(connection, logger)
-                    try await connection.run("COMMIT", logger: logger)
-                    return value
-                } catch {
-                    _ = try? await connection.query("ROLLBACK", logger: logger)
-                    throw error
-                }
+        return try await boundedOnConnection(what) { connection in
+            try await connection.run("BEGIN", logger: logger)
+            do {
+                let value = try await body(connection, logger)
+                try await connection.run("COMMIT", logger: logger)
+                return value
+            } catch {
+                _ = try? await connection.query("ROLLBACK", logger: logger)
+                throw error
             }
         }
     }
@@ -310,7 +341,7 @@ public final class PostgresStore: OfferSignerStore {
     /// All rows of one query outside a transaction.
     func rows(_ what: String, _ query: PostgresQuery) async throws -> [PostgresRow] {
         let logger = self.logger
-        return try await bounded(what) { [client] in try await client.query(query, logger: logger).collect() }
+        return try await boundedOnConnection(what) { connection in try await connection.query(query, logger: logger).collect() }
     }
 
     /// A StoreError for anything a PostgreSQL call threw: the server's message and SQLSTATE, or
@@ -376,6 +407,38 @@ public final class PostgresStore: OfferSignerStore {
 
 /// Resumes one continuation exactly once, from whichever of the work, the timer or a
 /// cancellation comes first, and cancels the others.
+/// The connection a bounded operation is on, so that its deadline can close it (see
+/// ``PostgresStore/boundedOnConnection(_:_:)``).
+final class ConnectionInUse: Sendable {
+    private let state = Mutex<(connection: PostgresConnection?, expired: Bool)>((nil, false))
+
+    /// Records the connection the operation got; throws when its deadline has already passed
+    /// (nothing is sent for an operation its caller gave up on).
+    func use(_ connection: PostgresConnection) throws {
+        let expired = state.withLock { state -> Bool in
+            if !state.expired { state.connection = connection }
+            return state.expired
+        }
+        if expired { throw CancellationError() }
+    }
+
+    /// The operation is off its connection (done or failed): a later deadline leaves it alone.
+    func release() {
+        state.withLock { $0.connection = nil }
+    }
+
+    /// The deadline passed: the connection the operation is on, if any, is closed.
+    func expire() {
+        let connection = state.withLock { state -> PostgresConnection? in
+            state.expired = true
+            defer { state.connection = nil }
+            return state.connection
+        }
+        guard let connection else { return }
+        Task { try? await connection.close() }
+    }
+}
+
 final class ResumeOnce<T: Sendable>: Sendable {
     private struct State {
         var continuation: CheckedContinuation<T, any Error>?
