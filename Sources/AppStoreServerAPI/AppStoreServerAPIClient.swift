@@ -113,6 +113,8 @@ public final class AppStoreServerAPIClient: Sendable {
             return .history(cached)
         }
         metrics.cache(hit: false)
+        // Before asking: a notification that arrives meanwhile keeps this answer out of the cache.
+        let cacheGeneration = cache.generation
         guard let credentials, credentials.bundleID == app.bundleID, !credentials.issuerID.isEmpty else {
             return .unavailable(.init(.noCredentials, "\(app.bundleID) has no active In-App Purchase key with an issuer ID"))
         }
@@ -141,7 +143,7 @@ public final class AppStoreServerAPIClient: Sendable {
             switch result {
             case .found(let history):
                 breaker.record(success: true)
-                cache.store(history, bundleID: app.bundleID, transactionID: transactionID)
+                cache.store(history, bundleID: app.bundleID, transactionID: transactionID, lookedUpAt: cacheGeneration)
                 onFetch?(history)
                 return .history(history)
             case .notFound:

@@ -6,8 +6,10 @@ import Synchronization
 ///
 /// Rules: an entry is served only before its expiry (`ttl` after it was stored); it is found by the
 /// transaction ID it was asked for and by every original transaction ID it covers, for its app;
-/// `invalidate(originalTransactionID:)` removes every entry covering that ID; at most `capacity`
-/// entries are kept (expired ones go first, then the soonest to expire).
+/// `invalidate(originalTransactionID:)` removes every entry covering that ID, and a history looked
+/// up before that call (its lookup began at an earlier ``generation``) is not stored for it
+/// afterwards (a notification arriving while Apple was being asked makes that answer stale); at
+/// most `capacity` entries are kept (expired ones go first, then the soonest to expire).
 final class HistoryCache: Sendable {
     private struct Key: Hashable {
         var bundleID: String
@@ -24,7 +26,15 @@ final class HistoryCache: Sendable {
         var entries: [Int: Entry] = [:]
         var index: [Key: Int] = [:]
         var nextID = 0
+        /// Counts invalidations.
+        var generation: UInt64 = 0
+        /// The generation of each original transaction ID's latest invalidation (recent ones).
+        var invalidated: [String: UInt64] = [:]
     }
+
+    /// How many invalidations are remembered for lookups still in flight (far more than can
+    /// happen within one lookup's time budget).
+    static let rememberedInvalidations = 50_000
 
     private let ttl: Duration
     private let capacity: Int
@@ -46,10 +56,21 @@ final class HistoryCache: Sendable {
         }
     }
 
-    func store(_ history: VerifiedHistory, bundleID: String, transactionID: String, now: ContinuousClock.Instant = .now) {
+    /// The current generation: take it before asking Apple, and pass it to `store`.
+    var generation: UInt64 { state.withLock { $0.generation } }
+
+    /// Stores a history looked up from `generation` on, unless one of the IDs it covers was
+    /// invalidated since.
+    func store(
+        _ history: VerifiedHistory, bundleID: String, transactionID: String, lookedUpAt generation: UInt64, now: ContinuousClock.Instant = .now
+    ) {
         guard ttl > .zero else { return }
         let keys = ([transactionID] + history.originalTransactionIDs.sorted()).map { Key(bundleID: bundleID, transactionID: $0) }
         state.withLock { state in
+            if state.generation != generation,
+                keys.contains(where: { (state.invalidated[$0.transactionID] ?? 0) > generation }) {
+                return
+            }
             for key in keys { if let old = state.index[key] { Self.remove(old, from: &state) } }
             if state.entries.count >= capacity {
                 for (id, entry) in state.entries where entry.expires <= now { Self.remove(id, from: &state) }
@@ -66,6 +87,12 @@ final class HistoryCache: Sendable {
 
     func invalidate(originalTransactionID: String) {
         state.withLock { state in
+            state.generation += 1
+            state.invalidated[originalTransactionID] = state.generation
+            if state.invalidated.count > Self.rememberedInvalidations {
+                let oldest = state.generation - UInt64(Self.rememberedInvalidations / 2)
+                state.invalidated = state.invalidated.filter { $0.value > oldest }
+            }
             let ids = Set(state.index.filter { $0.key.transactionID == originalTransactionID }.map(\.value))
             for id in ids { Self.remove(id, from: &state) }
         }
