@@ -59,7 +59,8 @@ extension PostgresStore {
                     INSERT INTO apple_subscriptions (bundle_id, environment, original_transaction_id, complete, updated_at)
                     VALUES (\(subscription.bundleID), \(subscription.environment), \(subscription.originalTransactionID), \(complete), \(now))
                     ON CONFLICT (bundle_id, environment, original_transaction_id) DO UPDATE SET
-                        complete = GREATEST(apple_subscriptions.complete, excluded.complete), updated_at = excluded.updated_at
+                        complete = GREATEST(apple_subscriptions.complete, excluded.complete),
+                        updated_at = GREATEST(excluded.updated_at, apple_subscriptions.updated_at + 1)
                     """, logger: logger)
             }
             for item in update.transactions {
@@ -133,6 +134,25 @@ extension PostgresStore {
             }
             return redemptions
         }
+    }
+
+    public func appleHistoryVersion(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistoryVersion? {
+        // One statement: the subscription of the transaction ID (or of the ID itself, when it is an
+        // original transaction ID the store has no transaction for).
+        let rows = try await rows(
+            "reading Apple's history",
+            """
+            SELECT s.original_transaction_id, s.complete, s.updated_at FROM apple_subscriptions s
+            WHERE s.bundle_id = \(bundleID) AND s.environment = \(environment) AND s.original_transaction_id = COALESCE(
+                (SELECT t.original_transaction_id FROM apple_transactions t
+                 WHERE t.bundle_id = \(bundleID) AND t.environment = \(environment) AND t.transaction_id = \(transactionID)),
+                \(transactionID))
+            """)
+        guard let row = rows.first else { return nil }
+        let (original, complete, updatedAt) = try row.decode((String, Int, Int64).self)
+        return StoredAppleHistoryVersion(
+            subscription: AppleSubscriptionKey(bundleID: bundleID, environment: environment, originalTransactionID: original),
+            isComplete: complete != 0, updatedAt: Self.date(updatedAt))
     }
 
     public func appleHistory(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistory? {

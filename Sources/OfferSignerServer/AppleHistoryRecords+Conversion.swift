@@ -110,14 +110,16 @@ enum AppleHistoryConversion {
     }
 }
 
-/// Stored histories already decoded, so a subscription asked about again is not decoded again.
+/// Stored histories already decoded, so a subscription asked about again is neither read whole
+/// nor decoded again.
 ///
-/// Rule: an entry is used only while the stored items (their decoded JSON, in order) and the
-/// history's update time are exactly those it was made from; at most `capacity` subscriptions
-/// are kept (when full, the cache starts over).
+/// Rule: an entry is used only while the store reports the history at the very version
+/// (`updatedAt`) it was decoded from; every write of a history moves that on (see
+/// ``OfferSignerStore/appleHistoryVersion(bundleID:environment:transactionID:)``). At most
+/// `capacity` subscriptions are kept (when full, the cache starts over).
 final class DecodedHistoryCache: Sendable {
     private struct Entry {
-        var source: [String]
+        var updatedAt: Date
         var history: VerifiedHistory
     }
 
@@ -128,17 +130,20 @@ final class DecodedHistoryCache: Sendable {
         self.capacity = max(1, capacity)
     }
 
-    func history(_ stored: StoredAppleHistory) -> VerifiedHistory? {
-        // By key: the stores return a subscription's items in no set order (an ORDER BY made
-        // SQLite walk the whole app's transactions by primary key instead of the subscription's).
-        var source = stored.transactions.sorted { $0.key < $1.key }.map(\.decoded)
-        source.append("\u{1F}\(stored.updatedAt.timeIntervalSince1970)")
-        source += stored.renewalInfos.map(\.decoded)
-        if let entry = entries.withLock({ $0[stored.subscription] }), entry.source == source { return entry.history }
+    /// The history decoded before at exactly `version`.
+    func history(at version: StoredAppleHistoryVersion) -> VerifiedHistory? {
+        entries.withLock { entries in
+            guard let entry = entries[version.subscription], entry.updatedAt == version.updatedAt else { return nil }
+            return entry.history
+        }
+    }
+
+    /// Decodes a history read whole (nil when an item cannot be read back) and keeps it for its version.
+    func remember(_ stored: StoredAppleHistory) -> VerifiedHistory? {
         guard let history = AppleHistoryConversion.history(stored) else { return nil }
         entries.withLock { entries in
             if entries.count >= capacity { entries.removeAll(keepingCapacity: true) }
-            entries[stored.subscription] = Entry(source: source, history: history)
+            entries[stored.subscription] = Entry(updatedAt: stored.updatedAt, history: history)
         }
         return history
     }

@@ -84,12 +84,19 @@ struct EligibilityService: Sendable {
 
     /// The complete stored history of the subscription `transactionID` belongs to, in the first of
     /// the app's environments that has one (nil when none is complete).
+    /// A history decoded before is used while the store still reports it at that version (one
+    /// short read); otherwise it is read whole and decoded.
     func storedHistory(transactionID: String, app: AppStoreAppSettings) async throws -> VerifiedHistory? {
         for environment in app.environments {
+            let version = try await StoreDeadline.run("stored history read", timeout: storeTimeout) { [store] in
+                try await store.appleHistoryVersion(bundleID: app.bundleID, environment: environment.rawValue, transactionID: transactionID)
+            }
+            guard let version, version.isComplete else { continue }
+            if let decoded = decodedHistories.history(at: version) { return decoded }
             let stored = try await StoreDeadline.run("stored history read", timeout: storeTimeout) { [store] in
                 try await store.appleHistory(bundleID: app.bundleID, environment: environment.rawValue, transactionID: transactionID)
             }
-            if let stored, stored.isComplete, let history = decodedHistories.history(stored) { return history }
+            if let stored, stored.isComplete, let history = decodedHistories.remember(stored) { return history }
         }
         return nil
     }

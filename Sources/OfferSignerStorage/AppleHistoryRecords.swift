@@ -212,6 +212,20 @@ public struct StoredAppleHistory: Sendable, Equatable {
     }
 }
 
+/// A stored history's identity and version (see ``OfferSignerStore/appleHistoryVersion(bundleID:environment:transactionID:)``).
+public struct StoredAppleHistoryVersion: Sendable, Equatable {
+    public var subscription: AppleSubscriptionKey
+    public var isComplete: Bool
+    /// When the history last changed: different after every write of it.
+    public var updatedAt: Date
+
+    public init(subscription: AppleSubscriptionKey, isComplete: Bool, updatedAt: Date) {
+        self.subscription = subscription
+        self.isComplete = isComplete
+        self.updatedAt = updatedAt
+    }
+}
+
 /// Issuances of one offer (one per signing request, whatever its number of formats).
 public struct OfferIssuanceCount: Sendable, Equatable {
     public var bundleID: String

@@ -99,6 +99,14 @@ public protocol OfferSignerStore: StoreCoordination {
     /// or an original transaction ID), or nil when the store knows neither.
     func appleHistory(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistory?
 
+    /// Which stored history `transactionID` belongs to, whether it is complete and when it last
+    /// changed, without its items (one short read): a history decoded before at that
+    /// ``StoredAppleHistoryVersion/updatedAt`` is still the stored one.
+    ///
+    /// Rule: every write of a subscription's history moves its `updatedAt` on (to the write's time,
+    /// or one millisecond past the last, whichever is later), in the same transaction as its items.
+    func appleHistoryVersion(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistoryVersion?
+
     /// Recorded redemptions whose purchase date is at or after `since` (all when nil), oldest first.
     func offerRedemptions(since: Date?) async throws -> [OfferRedemption]
 

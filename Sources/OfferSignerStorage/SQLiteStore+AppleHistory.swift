@@ -138,7 +138,8 @@ extension SQLiteStore {
                     sql: """
                         INSERT INTO apple_subscriptions (bundle_id, environment, original_transaction_id, complete, updated_at) VALUES (?, ?, ?, ?, ?)
                         ON CONFLICT (bundle_id, environment, original_transaction_id) DO UPDATE SET
-                            complete = MAX(apple_subscriptions.complete, excluded.complete), updated_at = excluded.updated_at
+                            complete = MAX(apple_subscriptions.complete, excluded.complete),
+                            updated_at = MAX(excluded.updated_at, apple_subscriptions.updated_at + 1)
                         """,
                     arguments: [subscription.bundleID, subscription.environment, subscription.originalTransactionID, complete, now])
             }
@@ -209,6 +210,24 @@ extension SQLiteStore {
                 redemptions.append(redemption)
             }
             return .recorded(redemptions: redemptions)
+        }
+    }
+
+    public func appleHistoryVersion(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistoryVersion? {
+        try pointRead { db in
+            let original =
+                try String.fetchOne(
+                    db.cachedStatement(sql: "SELECT original_transaction_id FROM apple_transactions WHERE bundle_id = ? AND environment = ? AND transaction_id = ?"),
+                    arguments: [bundleID, environment, transactionID])
+                ?? transactionID
+            guard
+                let row = try Row.fetchOne(
+                    db.cachedStatement(sql: "SELECT complete, updated_at FROM apple_subscriptions WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ?"),
+                    arguments: [bundleID, environment, original])
+            else { return nil }
+            return StoredAppleHistoryVersion(
+                subscription: AppleSubscriptionKey(bundleID: bundleID, environment: environment, originalTransactionID: original),
+                isComplete: (row["complete"] as Int64) != 0, updatedAt: Date(timeIntervalSince1970: Double(row["updated_at"] as Int64) / 1000))
         }
     }
 

@@ -85,6 +85,36 @@ struct AppleHistoryStoreTests {
         }
     }
 
+    @Test("A history's version names its subscription and moves on with every write, even two in one millisecond", arguments: StoreBackend.testedCases)
+    func historyVersion(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            #expect(try await store.appleHistoryVersion(bundleID: Self.bundle, environment: "Production", transactionID: "1001") == nil)
+            _ = try await store.recordAppleHistory(
+                AppleHistoryUpdate(
+                    notification: Self.receipt("uuid-v1"), transactions: [Self.transaction("1001", signedAt: Self.base)], subscriptions: [Self.subscription()],
+                    source: "notification"),
+                at: Self.base)
+            let first = try #require(try await store.appleHistoryVersion(bundleID: Self.bundle, environment: "Production", transactionID: "1001"))
+            #expect(first.subscription == Self.subscription())
+            #expect(!first.isComplete)
+            #expect(try await store.appleHistoryVersion(bundleID: Self.bundle, environment: "Production", transactionID: "1000") == first, "by original ID too")
+            let whole = try #require(try await store.appleHistory(bundleID: Self.bundle, environment: "Production", transactionID: "1001"))
+            #expect(whole.updatedAt == first.updatedAt && whole.isComplete == first.isComplete)
+
+            // A second write at the very same time (same millisecond) still moves the version on.
+            _ = try await store.recordAppleHistory(
+                AppleHistoryUpdate(
+                    notification: Self.receipt("uuid-v2"), transactions: [Self.transaction("1002", signedAt: Self.base)], subscriptions: [Self.subscription()],
+                    completeSubscriptions: [Self.subscription()], source: "notification"),
+                at: Self.base)
+            let second = try #require(try await store.appleHistoryVersion(bundleID: Self.bundle, environment: "Production", transactionID: "1002"))
+            #expect(second.updatedAt > first.updatedAt)
+            #expect(second.isComplete)
+            #expect(try await store.appleHistoryVersion(bundleID: Self.bundle, environment: "Sandbox", transactionID: "1001") == nil)
+        }
+    }
+
     @Test("Redemptions: matched to the latest signature of the same customer and offer within 24 h, audited once; others unmatched", arguments: StoreBackend.testedCases)
     func redemptionMatching(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in
