@@ -110,6 +110,25 @@ enum AppleHistoryConversion {
     }
 }
 
+/// Whether a stored history can still be trusted to be current, or a notification may have been
+/// lost (Apple retries a notification only a few times, and in Sandbox not at all).
+///
+/// Rule: once the latest period of the subscription has ended (its latest `expiresDate`, plus
+/// `renewalAllowance` for the renewal's notification to arrive), the store must have heard of
+/// the subscription at or after that end: a renewal, an `EXPIRED`, a `DID_FAIL_TO_RENEW`, any
+/// write of it. Otherwise a renewal or the expiry went unheard, and Apple's API is asked instead
+/// (its answer is then stored). What this cannot catch: a lost notification about an event with no
+/// set time (a refund, a revocation).
+enum StoredHistoryFreshness {
+    static let renewalAllowance: TimeInterval = 3600
+
+    static func isCurrent(_ history: VerifiedHistory, updatedAt: Date, now: Date) -> Bool {
+        guard let latestEnd = history.transactions.compactMap(\.expiresDate).max() else { return true }
+        if now < latestEnd.addingTimeInterval(renewalAllowance) { return true }
+        return updatedAt >= latestEnd
+    }
+}
+
 /// Stored histories already decoded, so a subscription asked about again is neither read whole
 /// nor decoded again.
 ///

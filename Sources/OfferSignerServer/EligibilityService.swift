@@ -85,18 +85,23 @@ struct EligibilityService: Sendable {
     /// The complete stored history of the subscription `transactionID` belongs to, in the first of
     /// the app's environments that has one (nil when none is complete).
     /// A history decoded before is used while the store still reports it at that version (one
-    /// short read); otherwise it is read whole and decoded.
-    func storedHistory(transactionID: String, app: AppStoreAppSettings) async throws -> VerifiedHistory? {
+    /// short read); otherwise it is read whole and decoded. A history that may have missed a
+    /// notification (see `StoredHistoryFreshness`) is not used.
+    func storedHistory(transactionID: String, app: AppStoreAppSettings, now: Date) async throws -> VerifiedHistory? {
         for environment in app.environments {
             let version = try await StoreDeadline.run("stored history read", timeout: storeTimeout) { [store] in
                 try await store.appleHistoryVersion(bundleID: app.bundleID, environment: environment.rawValue, transactionID: transactionID)
             }
             guard let version, version.isComplete else { continue }
-            if let decoded = decodedHistories.history(at: version) { return decoded }
+            if let decoded = decodedHistories.history(at: version) {
+                return StoredHistoryFreshness.isCurrent(decoded, updatedAt: version.updatedAt, now: now) ? decoded : nil
+            }
             let stored = try await StoreDeadline.run("stored history read", timeout: storeTimeout) { [store] in
                 try await store.appleHistory(bundleID: app.bundleID, environment: environment.rawValue, transactionID: transactionID)
             }
-            if let stored, stored.isComplete, let history = decodedHistories.remember(stored) { return history }
+            if let stored, stored.isComplete, let history = decodedHistories.remember(stored) {
+                return StoredHistoryFreshness.isCurrent(history, updatedAt: stored.updatedAt, now: now) ? history : nil
+            }
         }
         return nil
     }

@@ -68,7 +68,7 @@ struct HistorySourceResolver: Sendable {
         // group of every offer asked about, else a transaction ID of another group would show
         // an empty history for the offer's group.
         let groups = Set(offers.filter { $0.rules != nil && $0.historySource.asksApple }.map(\.subscriptionGroupID))
-        if needsApple, let transactionID, app.notificationHistory, let stored = try await service.storedHistory(transactionID: transactionID, app: app),
+        if needsApple, let transactionID, app.notificationHistory, let stored = try await service.storedHistory(transactionID: transactionID, app: app, now: now),
             groups.allSatisfy({ group in stored.transactions.contains { $0.subscriptionGroupID == group } })
         {
             apple = .history(stored)

@@ -140,7 +140,7 @@ struct RetentionController: Sendable {
     private func history(_ request: VerifiedRetentionRequest, app: AppStoreAppSettings) async -> VerifiedHistory? {
         var environmentApp = app
         environmentApp.environments = [request.environment]
-        if app.notificationHistory, let stored = try? await eligibility.storedHistory(transactionID: request.originalTransactionID, app: environmentApp) {
+        if app.notificationHistory, let stored = try? await eligibility.storedHistory(transactionID: request.originalTransactionID, app: environmentApp, now: Date()) {
             return stored
         }
         guard let client = eligibility.appleHistory else { return nil }

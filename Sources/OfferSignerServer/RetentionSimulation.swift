@@ -35,7 +35,8 @@ public enum RetentionSimulation {
         var source = "none"
         if app.notificationHistory,
             let stored = try await store.appleHistory(bundleID: app.bundleID, environment: environment.rawValue, transactionID: originalTransactionID),
-            stored.isComplete, let decoded = AppleHistoryConversion.history(stored)
+            stored.isComplete, let decoded = AppleHistoryConversion.history(stored),
+            StoredHistoryFreshness.isCurrent(decoded, updatedAt: stored.updatedAt, now: now)
         {
             history = decoded
             source = "store"

@@ -7,7 +7,7 @@ import HTTPTypes
 import HummingbirdTesting
 import OfferSignerCore
 import OfferSignerEligibility
-import OfferSignerServer
+@testable import OfferSignerServer
 import OfferSignerStorage
 import SwiftASN1
 import Testing
@@ -189,6 +189,47 @@ struct AppleNotificationTests {
             #expect(decision.status == .ok, "\(decision.text)")
             #expect(!fake.requests.isEmpty, "Apple's API was asked")
             #expect((decision.json["decisions"] as? [[String: Any]])?.first?["reasons"] as? [String] == ["history_unavailable"], "\(decision.text)")
+        }
+    }
+
+    /// A complete history of a subscription whose last month ended two days ago, written to the
+    /// store at `heardAt` (as if its last notification came then).
+    func storeLapsedHistory(in server: TestServer, heardAt: Date) async throws {
+        var history = VerifiedHistory(bundleID: Self.bundleID, environment: .production, asOf: heardAt)
+        let lastEnd = now.addingTimeInterval(-2 * 86_400)
+        for month in 0..<4 {
+            let start = Calendar(identifier: .gregorian).date(byAdding: .month, value: month - 4, to: lastEnd)!
+            let end = Calendar(identifier: .gregorian).date(byAdding: .month, value: month - 3, to: lastEnd)!
+            history.record(VerifiedTransaction(
+                transactionID: "50000000\(month)", originalTransactionID: "500000000", productID: "pro.monthly", subscriptionGroupID: "G1",
+                purchaseDate: start, expiresDate: end, price: 9_990, currency: "USD", storefront: "USA", environment: .production, bundleID: Self.bundleID,
+                appAccountToken: Self.token, signedDate: start))
+        }
+        _ = try await server.store.recordAppleHistories([AppleHistoryConversion.update(history)], at: heardAt)
+    }
+
+    @Test("A stored history that heard nothing since its last period ended may have missed a renewal: Apple's API is asked")
+    func staleStoredHistoryAsksApple() async throws {
+        try await withServer { server, fake, secret, client in
+            // Last heard of three days ago, before the period that ended two days ago: a DID_RENEW or
+            // EXPIRED notification went missing.
+            try await storeLapsedHistory(in: server, heardAt: now.addingTimeInterval(-3 * 86_400))
+            let decision = try await client.postJSON(
+                "/v1/offers/eligibility", #"{"appAccountToken":"\#(Self.token)","transactionID":"500000000","offerIDs":["wb_apple"]}"#, bearer: secret)
+            #expect(decision.status == .ok, "\(decision.text)")
+            #expect(!fake.requests.isEmpty, "Apple's API was asked")
+            let decisions = try #require(decision.json["decisions"] as? [[String: Any]])
+            #expect(decisions.first?["reasons"] as? [String] == ["history_unavailable"], "Apple does not know the customer: \(decision.text)")
+        }
+        try await withServer { server, fake, secret, client in
+            // Heard of after that end (the EXPIRED notification came): the store decides.
+            try await storeLapsedHistory(in: server, heardAt: now.addingTimeInterval(-86_400))
+            let decision = try await client.postJSON(
+                "/v1/offers/eligibility", #"{"appAccountToken":"\#(Self.token)","transactionID":"500000000","offerIDs":["wb_apple"]}"#, bearer: secret)
+            #expect(decision.status == .ok, "\(decision.text)")
+            #expect(fake.requests.isEmpty, "the store decided")
+            let decisions = try #require(decision.json["decisions"] as? [[String: Any]])
+            #expect(decisions.first?["eligible"] as? Bool == false && decisions.first?["reasons"] as? [String] == ["lapsed_too_recently"], "\(decision.text)")
         }
     }
 
