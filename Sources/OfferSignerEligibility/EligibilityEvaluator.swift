@@ -135,21 +135,18 @@ public struct EligibilityEvaluator: Sendable {
         }
 
         // Redemptions of this offer: verified promotional transactions plus our own ledger.
-        let redemptionDates = history.bundleTransactions
-            .filter { $0.offerType == .promotional && $0.offerIdentifier == offer.offerID }
-            .map(\.purchaseDate)
+        let redemptionDates = Self.redemptionStarts(in: history.bundleTransactions) {
+            $0.offerType == .promotional && $0.offerIdentifier == offer.offerID
+        }
         let issuedDates = ledger.filter { $0.offerID == offer.offerID }.map(\.issuedAt)
 
         // waitBetweenOffersMonths
         if let wait = rules.waitBetweenOffersMonths, wait > 0 {
             var dates = redemptionDates + issuedDates
             if rules.waitScope == .anyWinBack {
-                dates += history.bundleTransactions
-                    .filter {
-                        $0.offerType == .winBack
-                            || ($0.offerType == .promotional && $0.offerIdentifier.map(winBackOfferIDs.contains) == true)
-                    }
-                    .map(\.purchaseDate)
+                dates += Self.redemptionStarts(in: history.bundleTransactions) {
+                    $0.offerType == .winBack || ($0.offerType == .promotional && $0.offerIdentifier.map(winBackOfferIDs.contains) == true)
+                }
                 dates += ledger.filter { winBackOfferIDs.contains($0.offerID) }.map(\.issuedAt)
             }
             if let last = dates.max() {
@@ -199,6 +196,28 @@ public struct EligibilityEvaluator: Sendable {
             eligibleFrom: eligibleFrom,
             evidenceFailures: reasons.contains(.evidenceUnverified) ? evidence.failures : []
         )
+    }
+}
+
+extension EligibilityEvaluator {
+    /// When each redemption of an offer began: the purchase date of each transaction that
+    /// `isOffer` matches unless its subscription's previous transaction was under the same offer
+    /// (same `offerType` and `offerIdentifier`). An offer over several billing periods (pay as you
+    /// go) renews under it, period after period, and is one redemption, not one per period.
+    static func redemptionStarts(in transactions: [VerifiedTransaction], where isOffer: (VerifiedTransaction) -> Bool) -> [Date] {
+        var starts: [Date] = []
+        let chains = Dictionary(grouping: transactions, by: \.originalTransactionID)
+        for chain in chains.values {
+            var previous: VerifiedTransaction?
+            for transaction in chain.sorted(by: { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }) {
+                let continues = previous.map {
+                    isOffer($0) && $0.offerType == transaction.offerType && $0.offerIdentifier == transaction.offerIdentifier
+                } ?? false
+                if isOffer(transaction) && !continues { starts.append(transaction.purchaseDate) }
+                previous = transaction
+            }
+        }
+        return starts
     }
 }
 

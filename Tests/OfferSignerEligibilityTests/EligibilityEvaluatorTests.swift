@@ -1,5 +1,5 @@
 import Foundation
-import OfferSignerEligibility
+@testable import OfferSignerEligibility
 import Testing
 
 /// Fixtures for customer histories. All dates UTC; `now` is 2025-06-15T00:00:00Z.
@@ -398,6 +398,27 @@ struct EligibilityEvaluatorTests {
 
     static let failure = EvidenceFailure(
         source: .signedTransaction, index: 0, code: .invalidSignature, message: "ES256 signature does not match")
+
+    @Test func anOfferOverSeveralPeriodsIsOneRedemption() {
+        // promo_50 for three months (pay as you go: each renewal under the offer), full price,
+        // then promo_50 again: two redemptions, not four.
+        let start = Fixture.monthsAgo(12)
+        var transactions: [VerifiedTransaction] = []
+        for month in 0..<6 {
+            let offer = month < 3 || month == 5
+            transactions.append(Fixture.transaction(
+                "t\(month)", start: Fixture.months(month, from: start), end: Fixture.months(month + 1, from: start),
+                offerType: offer ? .promotional : nil, offerID: offer ? "promo_50" : nil))
+        }
+        let starts = EligibilityEvaluator.redemptionStarts(in: transactions) { $0.offerType == .promotional && $0.offerIdentifier == "promo_50" }
+        #expect(starts.sorted() == [start, Fixture.months(5, from: start)])
+
+        let offer = Fixture.offer(.any, id: "promo_50", rules: OfferRules(maxRedemptions: 3))
+        let decision = EligibilityEvaluator().evaluate(offer, evidence: EligibilityEvidence(transactions: transactions, renewalInfos: []), ledger: [], now: Fixture.now)
+        #expect(decision.reasons == [], "two redemptions of three allowed: \(decision.reasons)")
+        let strict = Fixture.offer(.any, id: "promo_50", rules: OfferRules(maxRedemptions: 2))
+        #expect(EligibilityEvaluator().evaluate(strict, evidence: EligibilityEvidence(transactions: transactions, renewalInfos: []), ledger: [], now: Fixture.now).reasons == [.maxRedemptions])
+    }
 
     @Test func offerWithoutRulesIsAlwaysEligible() {
         let decision = EligibilityEvaluator().evaluate(
