@@ -206,13 +206,24 @@ public final class PostgresStore: OfferSignerStore {
     /// True when a connection of the store's own (not the pool's) opens and answers.
     private func databaseAcceptsConnections() async -> Bool {
         let logger = self.logger
+        let inUse = ConnectionInUse()
         let probe = Task { [directConfiguration] () -> Bool in
             guard let connection = try? await PostgresConnection.connect(configuration: directConfiguration, id: -1, logger: logger) else { return false }
+            guard (try? inUse.use(connection)) != nil else {
+                try? await connection.close()
+                return false
+            }
             let answered = (try? await connection.query("SELECT 1", logger: logger).collect()) != nil
+            inUse.release()
             try? await connection.close()
             return answered
         }
-        let deadline = DeadlineWheel.shared.schedule(after: configuration.connectTimeout + .seconds(1)) { probe.cancel() }
+        // A probe whose connection stops answering is closed (a query once sent is not given up
+        // on cancellation), so neither the renewal loop nor `close()` waits on it.
+        let deadline = DeadlineWheel.shared.schedule(after: configuration.connectTimeout + .seconds(1)) {
+            probe.cancel()
+            inUse.expire()
+        }
         defer { DeadlineWheel.shared.cancel(deadline) }
         return await probe.value
     }
