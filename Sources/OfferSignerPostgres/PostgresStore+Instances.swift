@@ -139,11 +139,11 @@ final class AdvisoryLockHolding: Sendable {
                                 try await connection.run("SELECT pg_advisory_xact_lock(\(key.0), \(key.1))", logger: logger)
                             } catch {
                                 _ = try? await connection.run("ROLLBACK", logger: logger)
-                                inUse.release()
+                                await inUse.release()
                                 throw error
                             }
                             // Held. If the caller gave up meanwhile, `release()` was called already.
-                            inUse.release()
+                            await inUse.release()
                             race.resume(.success(()))
                             for await _ in holding.released.stream {}
                             // A ROLLBACK that does not come back (the database vanished without a

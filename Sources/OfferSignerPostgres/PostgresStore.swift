@@ -186,8 +186,9 @@ public final class PostgresStore: OfferSignerStore {
         let probe = Task {
             try await client.withConnection { connection in
                 try inUse.use(connection)
-                defer { inUse.release() }
-                _ = try await connection.query("SELECT 1", logger: logger).collect()
+                let answered = await Result(catchingAsync: { _ = try await connection.query("SELECT 1", logger: logger).collect() })
+                await inUse.release()
+                try answered.get()
             }
         }
         let deadline = DeadlineWheel.shared.schedule(after: configuration.operationTimeout) {
@@ -214,7 +215,7 @@ public final class PostgresStore: OfferSignerStore {
                 return false
             }
             let answered = (try? await connection.query("SELECT 1", logger: logger).collect()) != nil
-            inUse.release()
+            await inUse.release()
             try? await connection.close()
             return answered
         }
@@ -326,8 +327,9 @@ public final class PostgresStore: OfferSignerStore {
         return try await bounded(what, onDeadline: { inUse.expire() }) { [client] in
             try await client.withConnection { connection in
                 try inUse.use(connection)
-                defer { inUse.release() }
-                return try await body(connection)
+                let result = await Result(catchingAsync: { try await body(connection) })
+                await inUse.release()
+                return try result.get()
             }
         }
     }
@@ -418,10 +420,32 @@ public final class PostgresStore: OfferSignerStore {
 
 /// Resumes one continuation exactly once, from whichever of the work, the timer or a
 /// cancellation comes first, and cancels the others.
+extension Result where Failure == any Error {
+    /// The outcome of an asynchronous `body`, its error included.
+    init(catchingAsync body: () async throws -> Success) async {
+        do {
+            self = .success(try await body())
+        } catch {
+            self = .failure(error)
+        }
+    }
+}
+
 /// The connection a bounded operation is on, so that its deadline can close it (see
 /// ``PostgresStore/boundedOnConnection(_:_:)``).
+///
+/// Rule: a close starts under the same lock `release` takes, and `release` waits for a close
+/// that started, so a connection closed at its deadline is closed before it goes back to the
+/// pool, never after another operation took it.
 final class ConnectionInUse: Sendable {
-    private let state = Mutex<(connection: PostgresConnection?, expired: Bool)>((nil, false))
+    private struct State {
+        var connection: PostgresConnection?
+        var expired = false
+        /// The close the deadline started, if any.
+        var closing: EventLoopFuture<Void>?
+    }
+
+    private let state = Mutex(State())
 
     /// Records the connection the operation got; throws when its deadline has already passed
     /// (nothing is sent for an operation its caller gave up on).
@@ -434,19 +458,23 @@ final class ConnectionInUse: Sendable {
     }
 
     /// The operation is off its connection (done or failed): a later deadline leaves it alone.
-    func release() {
-        state.withLock { $0.connection = nil }
+    /// Returns once a close the deadline started has ended, so the pool gets it back closed.
+    func release() async {
+        let closing = state.withLock { state -> EventLoopFuture<Void>? in
+            state.connection = nil
+            return state.closing
+        }
+        if let closing { try? await closing.get() }
     }
 
-    /// The deadline passed: the connection the operation is on, if any, is closed.
+    /// The deadline passed: the connection the operation is on, if any, starts closing.
     func expire() {
-        let connection = state.withLock { state -> PostgresConnection? in
+        state.withLock { state in
             state.expired = true
-            defer { state.connection = nil }
-            return state.connection
+            guard let connection = state.connection else { return }
+            state.connection = nil
+            state.closing = connection.close()
         }
-        guard let connection else { return }
-        Task { try? await connection.close() }
     }
 }
 
