@@ -361,8 +361,8 @@ public final class AppStoreServerAPIClient: Sendable {
                     retryAfter = headers.first(name: "Retry-After").flatMap { Self.retryAfter($0, now: Date()) }
                 case 404 where error.flatMap(\.errorCode).map(AppleErrorCode.retryableNotFound.contains) == true:
                     // Apple's "...NotFoundRetryable" errors: its side is not ready yet; tried again like a 5xx.
-                    metrics.call(endpoint: endpoint.rawValue, outcome: "server_error", duration: elapsed)
-                    lastFailure = .init(.serverError, "\(endpoint.rawValue) answered 404 error \(error?.errorCode.map(String.init) ?? "none") (Apple says to retry)")
+                    metrics.call(endpoint: endpoint.rawValue, outcome: "retry_later", duration: elapsed)
+                    lastFailure = .init(.retryLater, "\(endpoint.rawValue) answered 404 error \(error?.errorCode.map(String.init) ?? "none") (Apple says to retry)")
                 case 401:
                     metrics.call(endpoint: endpoint.rawValue, outcome: "unauthorized", duration: elapsed)
                     return .failure(.unavailable(.init(.unauthorized, "\(endpoint.rawValue) refused the token (401); check the key and its issuer ID")))

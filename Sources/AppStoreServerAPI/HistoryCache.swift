@@ -30,6 +30,8 @@ final class HistoryCache: Sendable {
         var generation: UInt64 = 0
         /// The generation of each original transaction ID's latest invalidation (recent ones).
         var invalidated: [String: UInt64] = [:]
+        /// Invalidations before this generation were forgotten: a lookup older than it is not stored.
+        var forgottenBefore: UInt64 = 0
     }
 
     /// How many invalidations are remembered for lookups still in flight (far more than can
@@ -68,7 +70,7 @@ final class HistoryCache: Sendable {
         let keys = ([transactionID] + history.originalTransactionIDs.sorted()).map { Key(bundleID: bundleID, transactionID: $0) }
         state.withLock { state in
             if state.generation != generation,
-                keys.contains(where: { (state.invalidated[$0.transactionID] ?? 0) > generation }) {
+                generation < state.forgottenBefore || keys.contains(where: { (state.invalidated[$0.transactionID] ?? 0) > generation }) {
                 return
             }
             for key in keys { if let old = state.index[key] { Self.remove(old, from: &state) } }
@@ -92,6 +94,7 @@ final class HistoryCache: Sendable {
             if state.invalidated.count > Self.rememberedInvalidations {
                 let oldest = state.generation - UInt64(Self.rememberedInvalidations / 2)
                 state.invalidated = state.invalidated.filter { $0.value > oldest }
+                state.forgottenBefore = oldest + 1
             }
             let ids = Set(state.index.filter { $0.key.transactionID == originalTransactionID }.map(\.value))
             for id in ids { Self.remove(id, from: &state) }

@@ -20,6 +20,10 @@ public struct HistoryUnavailable: Error, Sendable, Hashable, CustomStringConvert
         case rateLimited = "rate_limited"
         /// Apple kept answering 5xx.
         case serverError = "server_error"
+        /// Apple kept answering one of its retryable 404 errors (4040002, 4040004, 4040006: the
+        /// account, app or transaction is not ready there yet). About one customer, not the host:
+        /// never held against it.
+        case retryLater = "retry_later"
         /// The connection failed.
         case networkError = "network_error"
         /// Too many lookups at once in this service: the budget ran out before this one could ask

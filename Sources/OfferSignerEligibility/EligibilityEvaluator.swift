@@ -201,17 +201,23 @@ public struct EligibilityEvaluator: Sendable {
 
 extension EligibilityEvaluator {
     /// When each redemption of an offer began: the purchase date of each transaction that
-    /// `isOffer` matches unless its subscription's previous transaction was under the same offer
-    /// (same `offerType` and `offerIdentifier`). An offer over several billing periods (pay as you
-    /// go) renews under it, period after period, and is one redemption, not one per period.
+    /// `isOffer` matches unless it renews the one before it under the same pay-as-you-go offer:
+    /// the subscription's previous transaction was under the same offer (`offerType` and
+    /// `offerIdentifier`), both pay as you go, and this one began when that one ended (within a
+    /// day). An offer over several billing periods is one redemption, not one per period; the
+    /// same offer redeemed again, after a lapse or paid up front, is another.
     static func redemptionStarts(in transactions: [VerifiedTransaction], where isOffer: (VerifiedTransaction) -> Bool) -> [Date] {
         var starts: [Date] = []
         let chains = Dictionary(grouping: transactions, by: \.originalTransactionID)
         for chain in chains.values {
             var previous: VerifiedTransaction?
             for transaction in chain.sorted(by: { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }) {
-                let continues = previous.map {
-                    isOffer($0) && $0.offerType == transaction.offerType && $0.offerIdentifier == transaction.offerIdentifier
+                let continues = previous.map { previous in
+                    guard isOffer(previous), previous.offerType == transaction.offerType, previous.offerIdentifier == transaction.offerIdentifier,
+                        previous.offerDiscountType == .payAsYouGo, transaction.offerDiscountType == .payAsYouGo,
+                        let previousEnd = previous.expiresDate
+                    else { return false }
+                    return abs(transaction.purchaseDate.timeIntervalSince(previousEnd)) <= 86_400
                 } ?? false
                 if isOffer(transaction) && !continues { starts.append(transaction.purchaseDate) }
                 previous = transaction
@@ -262,12 +268,13 @@ private struct History {
 
         // The end of the service a transaction paid for: its expiry, except for an upgraded one
         // (Apple: look for another transaction for what the customer is entitled to), whose
-        // service ended when the next transaction of the group began (at once when none is known).
+        // service ended when the next transaction of the group began (at its expiry when none is
+        // known: the history may lack the upgrade's transaction).
         let groupStarts = group.map(\.purchaseDate).sorted()
         func serviceEnd(_ transaction: VerifiedTransaction) -> Date? {
             guard let expires = transaction.expiresDate else { return nil }
             guard transaction.isUpgraded == true else { return expires }
-            let next = groupStarts.first { $0 > transaction.purchaseDate } ?? transaction.purchaseDate
+            guard let next = groupStarts.first(where: { $0 > transaction.purchaseDate }) else { return expires }
             return min(next, expires)
         }
 

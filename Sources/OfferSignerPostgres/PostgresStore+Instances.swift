@@ -130,8 +130,8 @@ final class AdvisoryLockHolding: Sendable {
                             // A wait that outlives its deadline closes the connection (see
                             // `PostgresStore.boundedOnConnection`).
                             try inUse.use(connection)
-                            try await connection.run("BEGIN", logger: logger)
                             do {
+                                try await connection.run("BEGIN", logger: logger)
                                 try await connection.run(PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = \(milliseconds)"), logger: logger)
                                 // `run` reads the statement to its end: `query` returns at BindComplete, and
                                 // a lock_timeout (55P03) would then be lost in the unread rows, so the
@@ -148,11 +148,12 @@ final class AdvisoryLockHolding: Sendable {
                             for await _ in holding.released.stream {}
                             // A ROLLBACK that does not come back (the database vanished without a
                             // reset) closes the connection rather than keep it from the pool.
-                            let unanswered = DeadlineWheel.shared.schedule(after: timeout + .seconds(1)) {
-                                Task { try? await connection.close() }
-                            }
+                            let rollback = ConnectionInUse()
+                            try? rollback.use(connection)
+                            let unanswered = DeadlineWheel.shared.schedule(after: max(timeout, .seconds(5)) + .seconds(1)) { rollback.expire() }
                             _ = try? await connection.run("ROLLBACK", logger: logger)
                             DeadlineWheel.shared.cancel(unanswered)
+                            await rollback.release()
                         }
                     } catch {
                         let failure = PostgresStore.sqlState(error) == "55P03" ? timeoutError : PostgresStore.storeError(error, "taking the \(lock.kind) lock")
@@ -164,9 +165,11 @@ final class AdvisoryLockHolding: Sendable {
                     if race.resume(.failure(timeoutError)) {
                         holding.release()
                         work.cancel()
-                        // The server ends a lock wait at its lock_timeout; a connection still on
-                        // it a second later is not answering, and is closed.
-                        _ = DeadlineWheel.shared.schedule(after: .seconds(1)) { inUse.expire() }
+                        // The server ends a lock wait at its lock_timeout, counted from the lock
+                        // statement, which went out by now (or its connection is released unused):
+                        // a connection still on it a lock timeout and a second later is not
+                        // answering, and is closed.
+                        _ = DeadlineWheel.shared.schedule(after: timeout + .seconds(1)) { inUse.expire() }
                     }
                 })
             }

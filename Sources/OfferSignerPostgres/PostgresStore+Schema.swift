@@ -129,16 +129,23 @@ extension PostgresStore {
 
     /// Checks the database on a connection of its own and applies the migrations it lacks,
     /// under the migration lock. A database that has them all is only read (so a read-only
-    /// server still opens, for reads). Bounded by ``migrationTimeout``, not the operation
-    /// timeout: a migration may build an index over a large ledger, and an instance starting
-    /// beside it waits for its lock.
+    /// server still opens, for reads). Connecting and the check are bounded by the operation
+    /// timeout; the lock wait and the migration by ``migrationTimeout``: a migration may build an
+    /// index over a large ledger, and an instance starting beside it waits for its lock. A
+    /// deadline closes the connection (which also gives up the session's migration lock).
     func migrate() async throws {
         let logger = self.logger
         let description = configuration.redactedDescription
-        try await bounded("opening store \(description)", timeout: max(Self.migrationTimeout, configuration.operationTimeout)) { [directConfiguration] in
-            let connection = try await PostgresConnection.connect(configuration: directConfiguration, id: 0, logger: logger)
-            do {
-                if try await Self.isCurrent(connection, logger: logger) == false {
+        let connection = try await bounded("opening store \(description)") { [directConfiguration] in
+            try await PostgresConnection.connect(configuration: directConfiguration, id: 0, logger: logger)
+        }
+        let closeAtDeadline: @Sendable () -> Void = { let _: EventLoopFuture<Void> = connection.close() }
+        do {
+            let current = try await bounded("opening store \(description)", onDeadline: closeAtDeadline) {
+                try await Self.isCurrent(connection, logger: logger)
+            }
+            if current == false {
+                try await bounded("migrating store \(description)", timeout: max(Self.migrationTimeout, configuration.operationTimeout), onDeadline: closeAtDeadline) {
                     try await connection.run("SELECT pg_advisory_lock(\(Self.migrationLockKey))", logger: logger)
                     do {
                         try await Self.migrate(connection, logger: logger)
@@ -148,12 +155,12 @@ extension PostgresStore {
                     }
                     try await connection.run("SELECT pg_advisory_unlock(\(Self.migrationLockKey))", logger: logger)
                 }
-            } catch {
-                try? await connection.close()
-                throw error
             }
+        } catch {
             try? await connection.close()
+            throw error
         }
+        try? await connection.close()
     }
 
     /// The schema versions recorded, or nil when there is no `schema_migrations` table yet.

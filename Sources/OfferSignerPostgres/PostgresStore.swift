@@ -13,8 +13,10 @@ import Synchronization
 /// Rules (besides those of ``OfferSignerStore``):
 /// - The store owns its connection pool (`PostgresClient`) and runs it in a task of its own from
 ///   ``open(configuration:logger:)`` until ``close()``; nothing else has to run it.
-/// - Every operation is bounded by `configuration.operationTimeout`: an unreachable or hung
-///   database fails the call with `StoreError.unavailable`, it never hangs it.
+/// - Every operation is bounded by `configuration.operationTimeout` (a schema migration, and the
+///   wait for another instance's, by ``migrationTimeout``): an unreachable or hung database fails
+///   the call with `StoreError.unavailable`, it never hangs it, and a connection whose operation
+///   outlived its bound is closed.
 /// - All instances append to one audit chain in one order: a group is hashed onto the head this
 ///   instance last wrote and committed in one statement that moves the head (`audit_head`) only
 ///   if it is still that one; when another writer moved it, nothing is written and the group is

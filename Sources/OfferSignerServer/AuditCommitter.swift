@@ -26,7 +26,7 @@ final class AuditCommitter: Service, Sendable {
     private struct Pending: Sendable {
         var id: UInt64
         var appends: [AuditAppend]
-        var continuation: CheckedContinuation<[AuditRecord], any Error>
+        var waiter: CommitWaiter
     }
 
     private struct State: Sendable {
@@ -101,7 +101,9 @@ final class AuditCommitter: Service, Sendable {
     /// Queues entries that must land together (consecutive, in one transaction) and waits
     /// until they are committed.
     func commit(_ appends: [AuditAppend]) async throws -> [AuditRecord] {
-        try await commit(appends, id: nextID())
+        let waiter = CommitWaiter()
+        enqueue(appends, waiter: waiter)
+        return try await waiter.value()
     }
 
     /// Queues entries that must land together and waits at most `timeout` for their commit.
@@ -109,13 +111,15 @@ final class AuditCommitter: Service, Sendable {
     /// Rule: entries still queued when the time passes (or the caller is cancelled) are withdrawn
     /// and never written, so a request answered "nothing was issued" leaves no audit record or
     /// ledger row behind (a phantom issuance would count against the customer's next request).
-    /// Entries the writer has already taken keep the outcome of that write: past the timeout this
-    /// throws, and they may still land (an audit record for a signature never sent, never the
-    /// other way round).
+    /// They are queued before the wait starts, so a withdrawal always finds them if the writer has
+    /// not. Entries the writer has already taken keep the outcome of that write: past the timeout
+    /// this throws, and they may still land (an audit record for a signature never sent, never
+    /// the other way round).
     func commit(_ appends: [AuditAppend], within timeout: Duration) async throws -> [AuditRecord] {
-        let id = nextID()
+        let waiter = CommitWaiter()
+        let id = enqueue(appends, waiter: waiter)
         do {
-            return try await StoreDeadline.run("audit commit", timeout: timeout) { [self] in try await commit(appends, id: id) }
+            return try await StoreDeadline.run("audit commit", timeout: timeout) { try await waiter.value() }
         } catch {
             withdraw(id)
             throw error
@@ -127,13 +131,6 @@ final class AuditCommitter: Service, Sendable {
         try await commit([append], within: timeout)[0]
     }
 
-    private func nextID() -> UInt64 {
-        state.withLock { state in
-            state.lastID += 1
-            return state.lastID
-        }
-    }
-
     /// Takes a request's entries back out of the queue if the writer has not taken them yet; its
     /// waiter gets `Withdrawn`. Does nothing once they are being written or done.
     private func withdraw(_ id: UInt64) {
@@ -143,29 +140,31 @@ final class AuditCommitter: Service, Sendable {
             state.pendingEntries -= pending.appends.count
             return pending
         }
-        withdrawn?.continuation.resume(throwing: Withdrawn())
+        withdrawn?.waiter.finish(.failure(Withdrawn()))
     }
 
     /// The entries were taken back before the writer reached them: nothing was written.
     struct Withdrawn: Error {}
 
-    private func commit(_ appends: [AuditAppend], id: UInt64) async throws -> [AuditRecord] {
+    /// Queues entries at once (the caller waits on `waiter`); returns their id for `withdraw`.
+    @discardableResult
+    private func enqueue(_ appends: [AuditAppend], waiter: CommitWaiter) -> UInt64 {
         precondition(!appends.isEmpty, "nothing to commit")
-        return try await withCheckedThrowingContinuation { continuation in
-            let (wake, stopped) = state.withLock { state -> (Bool, Bool) in
-                if state.stopped { return (false, true) }
-                state.pending.append(Pending(id: id, appends: appends, continuation: continuation))
-                state.pendingEntries += appends.count
-                let wake = state.writerParked && state.pendingEntries >= state.wakeAtEntries
-                if wake { state.writerParked = false }
-                return (wake, false)
-            }
-            if stopped {
-                continuation.resume(throwing: Stopped())
-            } else if wake {
-                wakeUp.signal()
-            }
+        let (id, wake, stopped) = state.withLock { state -> (UInt64, Bool, Bool) in
+            state.lastID += 1
+            if state.stopped { return (state.lastID, false, true) }
+            state.pending.append(Pending(id: state.lastID, appends: appends, waiter: waiter))
+            state.pendingEntries += appends.count
+            let wake = state.writerParked && state.pendingEntries >= state.wakeAtEntries
+            if wake { state.writerParked = false }
+            return (state.lastID, wake, false)
         }
+        if stopped {
+            waiter.finish(.failure(Stopped()))
+        } else if wake {
+            wakeUp.signal()
+        }
+        return id
     }
 
     /// Stops accepting entries; what is queued is still committed.
@@ -316,7 +315,7 @@ final class AuditCommitter: Service, Sendable {
             var offset = 0
             for pending in batch {
                 let count = pending.appends.count
-                pending.continuation.resume(returning: Array(records[offset..<offset + count]))
+                pending.waiter.finish(.success(Array(records[offset..<offset + count])))
                 offset += count
             }
         } catch {
@@ -326,7 +325,7 @@ final class AuditCommitter: Service, Sendable {
                     for pending in batch { write([pending]) }
                 } else {
                     // The request's own fault says nothing about the store: readiness stays.
-                    for pending in batch { pending.continuation.resume(throwing: error) }
+                    for pending in batch { pending.waiter.finish(.failure(error)) }
                 }
                 return
             }
@@ -336,7 +335,7 @@ final class AuditCommitter: Service, Sendable {
             for _ in batch { metrics.auditFailure() }
             health.recordFailure(error)
             logger.error("audit commit failed", metadata: ["error": "\(error)", "requests": "\(batch.count)"])
-            for pending in batch { pending.continuation.resume(throwing: error) }
+            for pending in batch { pending.waiter.finish(.failure(error)) }
         }
     }
 
@@ -344,5 +343,38 @@ final class AuditCommitter: Service, Sendable {
     /// a reused nonce is the only such failure the store reports.
     static func isRequestsOwnFault(_ error: any Error) -> Bool {
         (error as? StoreError)?.code == .duplicate
+    }
+}
+
+/// The outcome of one queued commit, handed to its one waiter whenever it comes (before or after
+/// the waiter asks).
+final class CommitWaiter: Sendable {
+    private enum State {
+        case waiting(CheckedContinuation<[AuditRecord], any Error>?)
+        case finished(Result<[AuditRecord], any Error>)
+    }
+
+    private let state = Mutex<State>(.waiting(nil))
+
+    /// Sets the outcome; later calls are ignored.
+    func finish(_ result: Result<[AuditRecord], any Error>) {
+        let waiter = state.withLock { state -> CheckedContinuation<[AuditRecord], any Error>? in
+            guard case .waiting(let waiter) = state else { return nil }
+            state = .finished(result)
+            return waiter
+        }
+        waiter?.resume(with: result)
+    }
+
+    func value() async throws -> [AuditRecord] {
+        try await withCheckedThrowingContinuation { continuation in
+            let finished = state.withLock { state -> Result<[AuditRecord], any Error>? in
+                switch state {
+                case .finished(let result): return result
+                case .waiting: state = .waiting(continuation); return nil
+                }
+            }
+            if let finished { continuation.resume(with: finished) }
+        }
     }
 }

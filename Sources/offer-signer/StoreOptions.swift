@@ -16,7 +16,7 @@ struct StoreOptions: ParsableArguments {
     @Option(name: .long, help: "PostgreSQL: a file holding the password (mode 600), used when neither the URL nor PGPASSWORD gives one. Env: OFFER_SIGNER_STORE_PASSWORD_FILE.")
     var storePasswordFile: String?
 
-    @Option(name: .long, help: "PostgreSQL: connections in the pool (3-1000). Env: OFFER_SIGNER_STORE_POOL_SIZE. Default 10.")
+    @Option(name: .long, help: "PostgreSQL: connections in the pool (4-1000). Env: OFFER_SIGNER_STORE_POOL_SIZE. Default 10.")
     var storePoolSize: Int?
 
     /// What `--store` (or the environment) names: a path or a URL.

@@ -166,6 +166,11 @@ struct EligibilityEvaluatorTests {
             ],
             reasons: [.paidTooShort]),
         HistoryCase(
+            name: "an upgraded period whose upgrade is not in the history runs to its expiry",
+            offer: F.offer(rules: OfferRules(minPaidMonths: 3, lapsedMonths: .init(min: 1))),
+            transactions: [F.upgraded(F.transaction("year", start: F.monthsAgo(5), end: F.months(7, from: F.now)))],
+            reasons: [.currentlySubscribed]),
+        HistoryCase(
             name: "the same periods without isUpgraded: the yearly period still runs",
             offer: F.offer(rules: OfferRules(minPaidMonths: 3, lapsedMonths: .init(min: 1))),
             transactions: [
@@ -408,7 +413,7 @@ struct EligibilityEvaluatorTests {
             let offer = month < 3 || month == 5
             transactions.append(Fixture.transaction(
                 "t\(month)", start: Fixture.months(month, from: start), end: Fixture.months(month + 1, from: start),
-                offerType: offer ? .promotional : nil, offerID: offer ? "promo_50" : nil))
+                offerType: offer ? .promotional : nil, offerID: offer ? "promo_50" : nil, discount: offer ? .payAsYouGo : nil))
         }
         let starts = EligibilityEvaluator.redemptionStarts(in: transactions) { $0.offerType == .promotional && $0.offerIdentifier == "promo_50" }
         #expect(starts.sorted() == [start, Fixture.months(5, from: start)])
@@ -418,6 +423,21 @@ struct EligibilityEvaluatorTests {
         #expect(decision.reasons == [], "two redemptions of three allowed: \(decision.reasons)")
         let strict = Fixture.offer(.any, id: "promo_50", rules: OfferRules(maxRedemptions: 2))
         #expect(EligibilityEvaluator().evaluate(strict, evidence: EligibilityEvidence(transactions: transactions, renewalInfos: []), ledger: [], now: Fixture.now).reasons == [.maxRedemptions])
+
+        // The same offer paid up front month after month, or redeemed again after a lapse, is
+        // redeemed each time.
+        let upFront = (0..<3).map { month in
+            Fixture.transaction(
+                "u\(month)", start: Fixture.months(month, from: start), end: Fixture.months(month + 1, from: start),
+                offerType: .promotional, offerID: "promo_50", discount: .payUpFront)
+        }
+        #expect(EligibilityEvaluator.redemptionStarts(in: upFront) { $0.offerIdentifier == "promo_50" }.count == 3)
+        let afterLapse = [
+            Fixture.transaction("l0", start: start, end: Fixture.months(1, from: start), offerType: .promotional, offerID: "promo_50", discount: .payAsYouGo),
+            Fixture.transaction(
+                "l1", start: Fixture.months(3, from: start), end: Fixture.months(4, from: start), offerType: .promotional, offerID: "promo_50", discount: .payAsYouGo),
+        ]
+        #expect(EligibilityEvaluator.redemptionStarts(in: afterLapse) { $0.offerIdentifier == "promo_50" }.count == 2)
     }
 
     @Test func offerWithoutRulesIsAlwaysEligible() {
