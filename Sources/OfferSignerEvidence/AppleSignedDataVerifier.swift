@@ -86,14 +86,8 @@ public struct AppleSignedDataVerifier: Sendable {
     /// Verifies one signed transaction.
     public func verifyTransaction(_ jws: String, now: Date) async -> Result<VerifiedTransaction, VerificationFailure> {
         let decoded: TransactionPayload
-        switch await verifySignedData(jws, decoding: TransactionPayload.self, now: now) {
-        case .success((_, let payload?)): decoded = payload
-        case .success((let data, nil)):
-            do {
-                decoded = try JSONDecoder().decode(TransactionPayload.self, from: data)
-            } catch {
-                return .failure(.init(.malformedPayload, "transaction payload: \(Self.describe(error))"))
-            }
+        switch await verifiedPayload(jws, as: TransactionPayload.self, named: "transaction", now: now) {
+        case .success(let payload): decoded = payload
         case .failure(let failure): return .failure(failure)
         }
         guard decoded.bundleId == bundleID else {
@@ -108,14 +102,8 @@ public struct AppleSignedDataVerifier: Sendable {
     /// Verifies one signed renewal info (it has no bundle ID to check, as in Apple's library).
     public func verifyRenewalInfo(_ jws: String, now: Date) async -> Result<VerifiedRenewalInfo, VerificationFailure> {
         let decoded: RenewalInfoPayload
-        switch await verifySignedData(jws, decoding: RenewalInfoPayload.self, now: now) {
-        case .success((_, let payload?)): decoded = payload
-        case .success((let data, nil)):
-            do {
-                decoded = try JSONDecoder().decode(RenewalInfoPayload.self, from: data)
-            } catch {
-                return .failure(.init(.malformedPayload, "renewal info payload: \(Self.describe(error))"))
-            }
+        switch await verifiedPayload(jws, as: RenewalInfoPayload.self, named: "renewal info", now: now) {
+        case .success(let payload): decoded = payload
         case .failure(let failure): return .failure(failure)
         }
         switch checkEnvironment(decoded.environment) {
@@ -159,6 +147,24 @@ public struct AppleSignedDataVerifier: Sendable {
             }
         }
         return .success(value)
+    }
+
+    /// A verified JWS's payload decoded as `Payload`; a payload that is not one is
+    /// `malformedPayload`, naming what it should have been (`name`).
+    private func verifiedPayload<Payload: SignedPayload>(_ jws: String, as type: Payload.Type, named name: String, now: Date) async -> Result<Payload, VerificationFailure> {
+        switch await verifySignedData(jws, decoding: type, now: now) {
+        case .success((_, let payload?)):
+            return .success(payload)
+        case .success((let data, nil)):
+            // Decoded again only to say what is wrong with it.
+            do {
+                return .success(try JSONDecoder().decode(type, from: data))
+            } catch {
+                return .failure(.init(.malformedPayload, "\(name) payload: \(Self.describe(error))"))
+            }
+        case .failure(let failure):
+            return .failure(failure)
+        }
     }
 
     /// Checks structure, header, chain and signature; returns the signed payload bytes and, when

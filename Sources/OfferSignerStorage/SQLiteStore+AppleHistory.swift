@@ -213,37 +213,33 @@ extension SQLiteStore {
         }
     }
 
+    /// The subscription `transactionID` belongs to (a transaction ID, or an original transaction
+    /// ID the store has no transaction for), with its completeness and version.
+    private static func historyVersion(_ db: Database, bundleID: String, environment: String, transactionID: String) throws -> StoredAppleHistoryVersion? {
+        let original =
+            try String.fetchOne(
+                db.cachedStatement(sql: "SELECT original_transaction_id FROM apple_transactions WHERE bundle_id = ? AND environment = ? AND transaction_id = ?"),
+                arguments: [bundleID, environment, transactionID])
+            ?? transactionID
+        guard
+            let row = try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT complete, updated_at FROM apple_subscriptions WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ?"),
+                arguments: [bundleID, environment, original])
+        else { return nil }
+        return StoredAppleHistoryVersion(
+            subscription: AppleSubscriptionKey(bundleID: bundleID, environment: environment, originalTransactionID: original),
+            isComplete: (row["complete"] as Int64) != 0, updatedAt: Date(timeIntervalSince1970: Double(row["updated_at"] as Int64) / 1000))
+    }
+
     public func appleHistoryVersion(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistoryVersion? {
-        try pointRead { db in
-            let original =
-                try String.fetchOne(
-                    db.cachedStatement(sql: "SELECT original_transaction_id FROM apple_transactions WHERE bundle_id = ? AND environment = ? AND transaction_id = ?"),
-                    arguments: [bundleID, environment, transactionID])
-                ?? transactionID
-            guard
-                let row = try Row.fetchOne(
-                    db.cachedStatement(sql: "SELECT complete, updated_at FROM apple_subscriptions WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ?"),
-                    arguments: [bundleID, environment, original])
-            else { return nil }
-            return StoredAppleHistoryVersion(
-                subscription: AppleSubscriptionKey(bundleID: bundleID, environment: environment, originalTransactionID: original),
-                isComplete: (row["complete"] as Int64) != 0, updatedAt: Date(timeIntervalSince1970: Double(row["updated_at"] as Int64) / 1000))
-        }
+        try pointRead { db in try Self.historyVersion(db, bundleID: bundleID, environment: environment, transactionID: transactionID) }
     }
 
     public func appleHistory(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistory? {
         try pointRead { db in
-            let original =
-                try String.fetchOne(
-                    db.cachedStatement(sql: "SELECT original_transaction_id FROM apple_transactions WHERE bundle_id = ? AND environment = ? AND transaction_id = ?"),
-                    arguments: [bundleID, environment, transactionID])
-                ?? transactionID
-            guard
-                let subscription = try Row.fetchOne(
-                    db.cachedStatement(sql: "SELECT complete, updated_at FROM apple_subscriptions WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ?"),
-                    arguments: [bundleID, environment, original])
-            else { return nil }
-            let key = AppleSubscriptionKey(bundleID: bundleID, environment: environment, originalTransactionID: original)
+            guard let version = try Self.historyVersion(db, bundleID: bundleID, environment: environment, transactionID: transactionID) else { return nil }
+            let key = version.subscription
+            let original = key.originalTransactionID
             let transactions = try Row.fetchAll(
                 db.cachedStatement(sql: "SELECT transaction_id, signed_date, decoded, jws FROM apple_transactions WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ?"),
                 arguments: [bundleID, environment, original]
@@ -261,8 +257,7 @@ extension SQLiteStore {
                     signedDate: (row["signed_date"] as Int64?).map { Date(timeIntervalSince1970: Double($0) / 1000) }, decoded: row["decoded"], jws: row["jws"])
             }
             return StoredAppleHistory(
-                subscription: key, isComplete: (subscription["complete"] as Int64) != 0,
-                updatedAt: Date(timeIntervalSince1970: Double(subscription["updated_at"] as Int64) / 1000), transactions: transactions, renewalInfos: renewalInfos)
+                subscription: key, isComplete: version.isComplete, updatedAt: version.updatedAt, transactions: transactions, renewalInfos: renewalInfos)
         }
     }
 
