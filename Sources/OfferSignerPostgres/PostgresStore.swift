@@ -420,8 +420,6 @@ public final class PostgresStore: OfferSignerStore {
     static func optionalDate(_ millis: Int64?) -> Date? { millis.map { date($0) } }
 }
 
-/// Resumes one continuation exactly once, from whichever of the work, the timer or a
-/// cancellation comes first, and cancels the others.
 extension Result where Failure == any Error {
     /// The outcome of an asynchronous `body`, its error included.
     init(catchingAsync body: () async throws -> Success) async {
@@ -480,6 +478,8 @@ final class ConnectionInUse: Sendable {
     }
 }
 
+/// Resumes one continuation exactly once, from whichever of the work, the timer or a
+/// cancellation comes first, and cancels the others.
 final class ResumeOnce<T: Sendable>: Sendable {
     private struct State {
         var continuation: CheckedContinuation<T, any Error>?
