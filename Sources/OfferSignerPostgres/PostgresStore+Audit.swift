@@ -20,8 +20,8 @@ extension PostgresStore {
     ///
     /// Rule: the chain head is locked once (`FOR UPDATE` on the one `audit_head` row, a separate
     /// statement so later reads see what the previous holder committed); the whole group is
-    /// hashed from it, inserted with multi-row INSERTs and the head moved (one statement for
-    /// a usual group), all before the caller's COMMIT. A reused nonce fails with
+    /// hashed from it, inserted and the head moved in one prepared statement
+    /// (``GroupOnLockedHead``), all before the caller's COMMIT. A reused nonce fails with
     /// `StoreError.duplicate`, naming the nonce.
     static func appendAudit(_ connection: PostgresConnection, _ logger: Logger, _ batch: [AuditAppend], at time: Date) async throws -> [AuditRecord] {
         guard !batch.isEmpty else { return [] }
@@ -31,14 +31,8 @@ extension PostgresStore {
         let (records, signatures) = chained(batch, on: try head.decode((Int64, String).self), at: time)
         guard let last = records.last else { return [] }
         do {
-            if records.count <= groupStatementRows && signatures.count <= groupStatementRows {
-                // The usual group: one statement (one round trip) inserts both and moves the head.
-                try await connection.run(groupStatement(records, signatures, head: (last.sequence, last.hash)), logger: logger)
-            } else {
-                try await insertAuditRecords(connection, logger, records)
-                try await insertLedgerRows(connection, logger, signatures)
-                try await connection.run("UPDATE audit_head SET seq = \(last.sequence), hash = \(last.hash) WHERE id = 1", logger: logger)
-            }
+            // One statement (one round trip) inserts both and moves the head.
+            _ = try await connection.execute(GroupOnLockedHead(records: records, signatures: signatures, head: (last.sequence, last.hash)), logger: logger)
         } catch where sqlState(error) == "23505" && constraint(error) == "issued_signatures_pkey" {
             throw StoreError(.duplicate, duplicateNonceMessage(error, signatures.map(\.0.nonce)))
         }
@@ -75,62 +69,14 @@ extension PostgresStore {
         _ connection: PostgresConnection, _ logger: Logger, records: [AuditRecord], signatures: [(IssuedSignature, Int64)], expected: (Int64, String)
     ) async throws -> Bool {
         guard let last = records.last else { return true }
-        var binds = PostgresBindings(capacity: records.count * 6 + signatures.count * 10 + 4)
-        binds.append(last.sequence)
-        binds.append(last.hash)
-        binds.append(expected.0)
-        binds.append(expected.1)
-        var sql = "WITH head AS (UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1 AND seq = $3 AND hash = $4 RETURNING seq)"
-        sql += ", audit AS (INSERT INTO audit_log (seq, recorded_at, kind, body, previous_hash, hash) SELECT * FROM (VALUES "
-        for (offset, record) in records.enumerated() {
-            if offset > 0 { sql += ", " }
-            sql += auditRow(record, into: &binds)
-        }
-        sql += ") AS rows WHERE EXISTS (SELECT 1 FROM head))"
-        if !signatures.isEmpty {
-            sql += ", ledger AS (INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format) SELECT * FROM (VALUES "
-            for (offset, (signature, sequence)) in signatures.enumerated() {
-                if offset > 0 { sql += ", " }
-                sql += ledgerRow(signature, sequence, into: &binds)
-            }
-            sql += ") AS rows WHERE EXISTS (SELECT 1 FROM head))"
-        }
-        sql += " SELECT count(*) FROM head"
+        let statement = GroupOnKnownHead(records: records, signatures: signatures, head: (last.sequence, last.hash), expected: expected)
         do {
-            let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).collect()
-            return try rows.first?.decode(Int64.self) == 1
+            var moved: Int64 = 0
+            for try await count in try await connection.execute(statement, logger: logger) { moved = count }
+            return moved == 1
         } catch where sqlState(error) == "23505" && constraint(error) == "issued_signatures_pkey" {
             throw StoreError(.duplicate, duplicateNonceMessage(error, signatures.map(\.0.nonce)))
         }
-    }
-
-    /// Groups up to this many audit records and this many ledger rows go into one statement
-    /// (16 parameters per pair, well under PostgreSQL's 65,535).
-    static let groupStatementRows = 2048
-
-    /// One statement for a group: the audit rows and the ledger rows inserted by data-modifying
-    /// WITH clauses, and the head moved to the last record.
-    static func groupStatement(_ records: [AuditRecord], _ signatures: [(IssuedSignature, Int64)], head: (sequence: Int64, hash: String)) -> PostgresQuery {
-        var binds = PostgresBindings(capacity: records.count * 6 + signatures.count * 10 + 2)
-        var sql = "WITH audit AS (INSERT INTO audit_log (seq, recorded_at, kind, body, previous_hash, hash) VALUES "
-        for (offset, record) in records.enumerated() {
-            if offset > 0 { sql += ", " }
-            sql += auditRow(record, into: &binds)
-        }
-        sql += ")"
-        if !signatures.isEmpty {
-            sql += ", ledger AS (INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format) VALUES "
-            for (offset, (signature, sequence)) in signatures.enumerated() {
-                if offset > 0 { sql += ", " }
-                sql += ledgerRow(signature, sequence, into: &binds)
-            }
-            sql += ")"
-        }
-        let base = binds.count
-        sql += " UPDATE audit_head SET seq = $\(base + 1), hash = $\(base + 2) WHERE id = 1"
-        binds.append(head.sequence)
-        binds.append(head.hash)
-        return PostgresQuery(unsafeSQL: sql, binds: binds)
     }
 
     /// Appends one audit record's six values to `binds` and returns its placeholders, `($n, …)`,
@@ -216,7 +162,7 @@ extension PostgresStore {
         guard !batch.isEmpty else { return [] }
         if DispatchTime.now().uptimeNanoseconds >= optimisticAppendsPausedUntil.load(ordering: .relaxed), let head = knownAuditHead.withLock({ $0 }) {
             let (records, signatures) = Self.chained(batch, on: head, at: time)
-            if let last = records.last, records.count <= Self.groupStatementRows, signatures.count <= Self.groupStatementRows {
+            if let last = records.last {
                 let logger = self.logger
                 let applied: Bool
                 do {

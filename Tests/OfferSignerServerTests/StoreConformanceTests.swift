@@ -170,6 +170,27 @@ struct StoreConformanceTests {
         }
     }
 
+    @Test("Groups with and without appAccountTokens keep each ledger row's token (none stays none) and its record's sequence", arguments: StoreBackend.testedCases)
+    func groupsKeepEachRowsToken(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            // The first group finds no head known to the store (PostgreSQL: the locking path),
+            // the second appends on the head the first left (PostgreSQL: the one-statement path).
+            let groups = [["token-a", nil, "token-b"], [nil, "token-c"]].map { $0.map { AuditAppendTests.signature(token: $0) } }
+            for group in groups {
+                _ = try await store.appendAudit(group.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }, at: Date())
+            }
+            let written = groups.flatMap { $0 }
+            let rows = try await store.ledger(after: nil, limit: 100).sorted { $0.auditSequence < $1.auditSequence }
+            #expect(rows.map(\.auditSequence) == [1, 2, 3, 4, 5])
+            #expect(rows.map(\.signature.nonce) == written.map(\.nonce))
+            #expect(rows.map(\.signature.appAccountToken) == written.map(\.appAccountToken))
+            #expect(try await store.issuedSignatures(appAccountToken: "token-b", bundleID: "com.example.app").map(\.auditSequence) == [3])
+            let report = try await store.verifiedChain()
+            #expect(report.isIntact && report.recordsChecked == 5, "\(report)")
+        }
+    }
+
     @Test("Two instances append concurrently to one chain: no gap, no fork, every ledger row has its record", arguments: StoreBackend.testedCases)
     func twoInstancesOneChain(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in
