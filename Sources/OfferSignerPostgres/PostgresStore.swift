@@ -287,7 +287,7 @@ public final class PostgresStore: OfferSignerStore {
         guard !closed.load(ordering: .acquiring) else { throw StoreError(.unavailable, "\(what) failed: the store is closed") }
         let timeout = timeout ?? configuration.operationTimeout
         let race = ResumeOnce<T>()
-        let description = configuration.redactedDescription
+        let configuration = self.configuration
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
                 race.install(continuation)
@@ -302,7 +302,7 @@ public final class PostgresStore: OfferSignerStore {
                 }
                 race.setWork(work)
                 race.setTimer(DeadlineWheel.shared.schedule(after: timeout) {
-                    if race.resume(.failure(StoreError(.unavailable, "\(what) failed: the database at \(description) did not answer within \(timeout)"))) {
+                    if race.resume(.failure(StoreError(.unavailable, "\(what) failed: the database at \(configuration.redactedDescription) did not answer within \(timeout)"))) {
                         work.cancel()
                         onDeadline?()
                     }
