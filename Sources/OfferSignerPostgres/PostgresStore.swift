@@ -347,7 +347,10 @@ public final class PostgresStore: OfferSignerStore {
                 try await connection.run("COMMIT", logger: logger)
                 return value
             } catch {
-                _ = try? await connection.query("ROLLBACK", logger: logger)
+                // A connection closed on the way (a failed prepared statement, see
+                // `closeAfterFailedPreparedStatement`) has no transaction left to end, and a
+                // query on it would only wait for the deadline.
+                if !connection.isClosed { _ = try? await connection.query("ROLLBACK", logger: logger) }
                 throw error
             }
         }

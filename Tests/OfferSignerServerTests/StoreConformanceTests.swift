@@ -4,7 +4,7 @@ import Glibc
 #endif
 import Logging
 import OfferSignerCore
-import OfferSignerPostgres
+@testable import OfferSignerPostgres
 import OfferSignerStorage
 import TestPostgres
 import Testing
@@ -253,6 +253,66 @@ struct PostgresStoreTests {
                 (error as? StoreError)?.message.contains(
                     "database schema version \(newer) is newer than this offer-signer knows (\(PostgresStore.schemaVersion)); upgrade offer-signer") == true
             }
+        }
+    }
+
+    @Test("The one-statement append writes a group only on the head it names: on a moved head nothing, on the current head all of it")
+    func oneStatementAppendOnKnownHead() async throws {
+        try await TestPostgres.withDatabase { database in
+            let store = try await PostgresStore.open(configuration: database.configuration, logger: StoreFixture.quietLogger)
+            let first = AuditAppendTests.signature(token: "token-a")
+            let written = try await store.appendAudit([AuditAppend(entry: first.auditEntry, signatures: [first])], at: Date())
+            let head = (written[0].sequence, written[0].hash)
+            let group = [AuditAppendTests.signature(token: nil), AuditAppendTests.signature(token: "token-b")]
+            let (records, signatures) = PostgresStore.chained(group.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }, on: head, at: Date())
+            func append(expecting expected: (Int64, String)) async throws -> Bool {
+                try await store.boundedOnConnection("test append") { connection in
+                    try await PostgresStore.appendAuditOnKnownHead(connection, StoreFixture.quietLogger, records: records, signatures: signatures, expected: expected)
+                }
+            }
+            #expect(try await append(expecting: (0, AuditChain.genesisHash)) == false)
+            #expect(try await TestPostgres.scalar("SELECT COUNT(*) FROM audit_log", database: database.name) == 1)
+            #expect(try await TestPostgres.scalar("SELECT COUNT(*) FROM issued_signatures", database: database.name) == 1)
+            #expect(try await append(expecting: head) == true)
+            #expect(try await TestPostgres.scalar("SELECT COUNT(*) FROM audit_log", database: database.name) == 3)
+            #expect(try await TestPostgres.scalar("SELECT COUNT(*) FROM issued_signatures WHERE app_account_token IS NULL", database: database.name) == 1)
+            #expect(try await store.auditHead().count == 3)
+            let report = try await store.verifiedChain()
+            #expect(report.isIntact && report.recordsChecked == 3, "\(report)")
+            await store.close()
+        }
+    }
+
+    @Test("A connection whose audit statement failed (here: its preparation timed out on a lock) is not used again: appends succeed once the lock is gone")
+    func failedPreparationDoesNotStick() async throws {
+        try await TestPostgres.withDatabase { database in
+            try await TestPostgres.execute("ALTER DATABASE \"\(database.name)\" SET lock_timeout = '300ms'")
+            let store = try await PostgresStore.open(configuration: database.configuration, logger: StoreFixture.quietLogger)
+            // Every pooled connection opened (a ping each), none has prepared the audit statements.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<8 { group.addTask { try await store.ping() } }
+                try await group.waitForAll()
+            }
+            let locked = try await TestPostgres.holdLock("LOCK TABLE audit_log IN ACCESS EXCLUSIVE MODE", database: database.name)
+            let started = ContinuousClock.now
+            let failures = await withTaskGroup(of: Bool.self) { group in
+                for _ in 0..<8 {
+                    group.addTask { (try? await store.appendAudit(AuditServiceLifecycleTests.entries(1), at: Date())) == nil }
+                }
+                var failed = 0
+                for await didFail in group where didFail { failed += 1 }
+                return failed
+            }
+            #expect(failures == 8)
+            // Each failed at its lock timeout, none waited for the operation timeout (180 s here):
+            // a closed connection is not asked to roll back.
+            #expect(started.duration(to: .now) < .seconds(90))
+            try await locked.release()
+            for _ in 0..<12 {
+                _ = try await store.appendAudit(AuditServiceLifecycleTests.entries(1), at: Date())
+            }
+            #expect(try await store.auditHead().count == 12)
+            await store.close()
         }
     }
 

@@ -133,6 +133,23 @@ public enum TestPostgres {
     /// Runs one statement and returns the first column of its first row as an integer (nil when
     /// there is no row or it is NULL).
     public static func scalar(_ sql: String, database: String? = nil) async throws -> Int64? {
+        let connection = try await connect(database: database)
+        var value: Int64?
+        do {
+            let rows = try await connection.query(PostgresQuery(unsafeSQL: sql), logger: Logger(label: "test-postgres")).collect()
+            if let row = rows.first {
+                value = try row.decode(Int64?.self)
+            }
+        } catch {
+            try? await connection.close()
+            throw Unavailable(description: "'\(sql)' failed: \(String(reflecting: error))")
+        }
+        try await connection.close()
+        return value
+    }
+
+    /// A connection of its own to `database` (else the admin database).
+    static func connect(database: String?) async throws -> PostgresConnection {
         let server = try await self.server()
         let tls: PostgresConnection.Configuration.TLS
         switch server.configuration.tlsMode {
@@ -148,19 +165,32 @@ public enum TestPostgres {
             host: server.configuration.host, port: server.configuration.port, username: server.configuration.username,
             password: server.configuration.password, database: database ?? server.configuration.database, tls: tls)
         configuration.options.connectTimeout = .seconds(10)
-        let connection = try await PostgresConnection.connect(configuration: configuration, id: 1, logger: Logger(label: "test-postgres"))
-        var value: Int64?
+        return try await PostgresConnection.connect(configuration: configuration, id: 1, logger: Logger(label: "test-postgres"))
+    }
+
+    /// A transaction held open on a connection of its own, for example to hold a lock, until
+    /// ``release()`` commits it and closes the connection.
+    public struct HeldTransaction: Sendable {
+        let connection: PostgresConnection
+
+        public func release() async throws {
+            _ = try await connection.query("COMMIT", logger: Logger(label: "test-postgres")).collect()
+            try await connection.close()
+        }
+    }
+
+    /// Opens a transaction on `database`, runs `sql` in it (for example `LOCK TABLE …`) and
+    /// holds it open.
+    public static func holdLock(_ sql: String, database: String) async throws -> HeldTransaction {
+        let connection = try await connect(database: database)
         do {
-            let rows = try await connection.query(PostgresQuery(unsafeSQL: sql), logger: Logger(label: "test-postgres")).collect()
-            if let row = rows.first {
-                value = try row.decode(Int64?.self)
-            }
+            _ = try await connection.query("BEGIN", logger: Logger(label: "test-postgres")).collect()
+            _ = try await connection.query(PostgresQuery(unsafeSQL: sql), logger: Logger(label: "test-postgres")).collect()
         } catch {
             try? await connection.close()
             throw Unavailable(description: "'\(sql)' failed: \(String(reflecting: error))")
         }
-        try await connection.close()
-        return value
+        return HeldTransaction(connection: connection)
     }
 
     // MARK: - Finding or starting the server
