@@ -138,7 +138,9 @@ final class AdvisoryLockHolding: Sendable {
                                 // caller would go on without the lock.
                                 try await connection.run("SELECT pg_advisory_xact_lock(\(key.0), \(key.1))", logger: logger)
                             } catch {
-                                _ = try? await connection.run("ROLLBACK", logger: logger)
+                                // Not on a connection the deadline closed: a query written to a
+                                // closed PostgresNIO connection is never answered.
+                                if !connection.isClosed { _ = try? await connection.run("ROLLBACK", logger: logger) }
                                 await inUse.release()
                                 throw error
                             }

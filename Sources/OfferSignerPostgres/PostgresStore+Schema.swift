@@ -150,7 +150,11 @@ extension PostgresStore {
                     do {
                         try await Self.migrate(connection, logger: logger)
                     } catch {
-                        _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.migrationLockKey))", logger: logger)
+                        // Not on a connection the deadline closed (its lock ended with its
+                        // session): a query written to a closed connection is never answered.
+                        if !connection.isClosed {
+                            _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.migrationLockKey))", logger: logger)
+                        }
                         throw error
                     }
                     try await connection.run("SELECT pg_advisory_unlock(\(Self.migrationLockKey))", logger: logger)

@@ -288,11 +288,9 @@ struct PostgresStoreTests {
         try await TestPostgres.withDatabase { database in
             try await TestPostgres.execute("ALTER DATABASE \"\(database.name)\" SET lock_timeout = '300ms'")
             let store = try await PostgresStore.open(configuration: database.configuration, logger: StoreFixture.quietLogger)
-            // Every pooled connection opened (a ping each), none has prepared the audit statements.
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for _ in 0..<8 { group.addTask { try await store.ping() } }
-                try await group.waitForAll()
-            }
+            // One append, so the store knows the head: the appends below all take the one-statement
+            // path, each on a connection of its own that has never prepared that statement.
+            _ = try await store.appendAudit(AuditServiceLifecycleTests.entries(1), at: Date())
             let locked = try await TestPostgres.holdLock("LOCK TABLE audit_log IN ACCESS EXCLUSIVE MODE", database: database.name)
             let started = ContinuousClock.now
             let failures = await withTaskGroup(of: Bool.self) { group in
@@ -304,14 +302,14 @@ struct PostgresStoreTests {
                 return failed
             }
             #expect(failures == 8)
-            // Each failed at its lock timeout, none waited for the operation timeout (180 s here):
-            // a closed connection is not asked to roll back.
+            // Each failed at its lock timeout; none waited for the operation timeout (180 s here),
+            // as a query written to a connection closed on the way would.
             #expect(started.duration(to: .now) < .seconds(90))
             try await locked.release()
             for _ in 0..<12 {
                 _ = try await store.appendAudit(AuditServiceLifecycleTests.entries(1), at: Date())
             }
-            #expect(try await store.auditHead().count == 12)
+            #expect(try await store.auditHead().count == 13)
             await store.close()
         }
     }

@@ -174,7 +174,12 @@ public enum TestPostgres {
         let connection: PostgresConnection
 
         public func release() async throws {
-            _ = try await connection.query("COMMIT", logger: Logger(label: "test-postgres")).collect()
+            do {
+                _ = try await connection.query("COMMIT", logger: Logger(label: "test-postgres")).collect()
+            } catch {
+                try? await connection.close()
+                throw error
+            }
             try await connection.close()
         }
     }
