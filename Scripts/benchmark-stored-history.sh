@@ -12,8 +12,12 @@
 # Usage:   Scripts/benchmark-stored-history.sh
 # Env:     DURATION=10 (seconds per run)  CONNECTIONS=32  THREADS=2  CUSTOMERS=2000
 #          RETENTION_RATE=500  RETENTION_CONNECTIONS=16  PORT=18193
+#          STORE=sqlite (default) or postgres: a throw-away PostgreSQL cluster (initdb and pg_ctl
+#          from /usr/lib/postgresql/*/bin, run as the postgres user when root), or the empty
+#          database POSTGRES_URL names; PostgreSQL's CPU is then printed beside the service's
 #          SKIP_BUILD=1 (use the existing .build/release/offer-signer)
-# Needs:   wrk, curl, openssl, python3 with the `cryptography` package.
+# Needs:   wrk, curl, openssl, python3 with the `cryptography` package; for STORE=postgres
+#          without POSTGRES_URL, the PostgreSQL server (`apt-get install -y postgresql`).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -26,7 +30,12 @@ CUSTOMERS=${CUSTOMERS:-2000}
 RETENTION_RATE=${RETENTION_RATE:-500}
 RETENTION_CONNECTIONS=${RETENTION_CONNECTIONS:-16}
 PORT=${PORT:-18193}
+STORE_KIND=${STORE:-sqlite}
 APP_APPLE_ID=1234567890
+case "$STORE_KIND" in
+    sqlite | postgres) ;;
+    *) echo "error: STORE='$STORE_KIND' is not sqlite or postgres" >&2; exit 2 ;;
+esac
 
 for tool in wrk curl openssl python3; do
     command -v "$tool" >/dev/null 2>&1 || { echo "error: '$tool' is not installed (apt-get install -y $tool)" >&2; exit 2; }
@@ -47,11 +56,15 @@ BIN="$(pwd)/.build/release/offer-signer"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/offer-signer-stored-bench.XXXXXX")
 SERVER_PID=
+PG_DATA=
+# shellcheck source=benchmark-postgres.sh
+. Scripts/benchmark-postgres.sh
 cleanup() {
     if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
         kill "$SERVER_PID" 2>/dev/null || true
         wait "$SERVER_PID" 2>/dev/null || true
     fi
+    stop_throwaway_postgres
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -59,7 +72,11 @@ ulimit -n 8192 2>/dev/null || true
 
 # --- Chain, store, key, client, catalog ------------------------------------------------
 python3 Scripts/stored-history-fixtures.py chain "$WORK/chain.json" "$WORK/root.pem"
-STORE="$WORK/offer-signer.sqlite"
+if [ "$STORE_KIND" = postgres ]; then
+    if [ -n "${POSTGRES_URL:-}" ]; then STORE=$POSTGRES_URL; else start_throwaway_postgres; fi
+else
+    STORE="$WORK/offer-signer.sqlite"
+fi
 MASTER="$WORK/master.key"
 KEY="$WORK/AuthKey_BENCH00001.p8"
 (umask 077 && openssl rand -base64 32 > "$MASTER")
@@ -106,20 +123,27 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 field() { grep '^BENCH ' "$1" | grep -o "$2=[^ ]*" | head -n 1 | cut -d= -f2; }
 run() {
-    local label=$1 connections=$2 rate=$3 before
+    local label=$1 connections=$2 rate=$3 before pg_before
     before=$(ticks "$SERVER_PID")
+    pg_before=$(postgres_ticks)
     echo "==> $label: OFFER_SIGNER_BENCH_MODE=$label OFFER_SIGNER_BENCH_RATE=$rate wrk -t$THREADS -c$connections -d${DURATION}s --latency -s Scripts/benchmark-stored-history.lua"
     OFFER_SIGNER_BENCH_MODE=$label OFFER_SIGNER_BENCH_RATE=$rate OFFER_SIGNER_BENCH_THREADS=$THREADS OFFER_SIGNER_BENCH_SECRET="$SECRET" \
         OFFER_SIGNER_BENCH_CUSTOMERS="$CUSTOMERS" OFFER_SIGNER_BENCH_BODIES="$WORK/retention.jsonl" \
         wrk -t"$THREADS" -c"$connections" -d"${DURATION}s" --timeout 10s --latency -s Scripts/benchmark-stored-history.lua "$URL" > "$WORK/$label.txt"
     echo "$(( $(ticks "$SERVER_PID") - before ))" > "$WORK/$label-cpu.txt"
+    if [ "$pg_before" = n/a ]; then echo n/a; else echo "$(( $(postgres_ticks) - pg_before ))"; fi > "$WORK/$label-pg-cpu.txt"
 }
 report() {
     local label=$1
-    printf '%-10s %s requests/s, p50 %s ms, p99 %s ms, non-2xx %s, socket errors %s, service CPU %s%% of a core\n' "$label" \
+    local pg=""
+    if [ "$STORE_KIND" = postgres ]; then
+        pg=$(awk -v t="$(cat "$WORK/$label-pg-cpu.txt")" -v hz="$HZ" -v d="$DURATION" \
+            'BEGIN { if (t == "n/a") print ", PostgreSQL CPU n/a (POSTGRES_URL)"; else printf ", PostgreSQL CPU %.0f%% of a core", 100 * t / hz / d }')
+    fi
+    printf '%-10s %s requests/s, p50 %s ms, p99 %s ms, non-2xx %s, socket errors %s, service CPU %s%% of a core%s\n' "$label" \
         "$(field "$WORK/$label.txt" rps)" "$(field "$WORK/$label.txt" p50_ms)" "$(field "$WORK/$label.txt" p99_ms)" \
         "$(field "$WORK/$label.txt" non2xx)" "$(field "$WORK/$label.txt" socket_errors)" \
-        "$(awk -v t="$(cat "$WORK/$label-cpu.txt")" -v hz="$HZ" -v d="$DURATION" 'BEGIN { printf "%.0f", 100 * t / hz / d }')"
+        "$(awk -v t="$(cat "$WORK/$label-cpu.txt")" -v hz="$HZ" -v d="$DURATION" 'BEGIN { printf "%.0f", 100 * t / hz / d }')" "$pg"
 }
 
 run sign "$CONNECTIONS" 0
@@ -130,7 +154,7 @@ run retention "$RETENTION_CONNECTIONS" "$RETENTION_RATE"
 curl -fsS "$URL/metrics" > "$WORK/metrics.txt"
 
 echo
-echo "== offer-signer deciding on stored history ($(nproc) cores, shared machine; $CUSTOMERS subscribers seeded in $SEED_SECONDS s)"
+echo "== offer-signer deciding on stored history ($(nproc) cores, shared machine, store $STORE_KIND; $CUSTOMERS subscribers seeded in $SEED_SECONDS s)"
 report sign
 echo "           (saturation, $CONNECTIONS connections; offer under rules, historySource apple)"
 report retention

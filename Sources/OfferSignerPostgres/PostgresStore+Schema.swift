@@ -119,6 +119,17 @@ extension PostgresStore {
         // 3: Apple's history (App Store Server Notifications V2, App Store Server API answers) and
         // offer redemptions, the same tables as SQLite's "v3".
         AppleHistorySchema.statements,
+        // 4: the subscription index leads with the original transaction ID. Led by bundle and
+        // environment (one value each for most deployments), it matched the first two columns of
+        // every lookup by transaction ID as well as the primary key did; before the table had
+        // statistics (a fresh deployment, the first minute of notifications) the planner could
+        // take it, and each signing read walked every transaction of the app: about 1 ms at
+        // 3,000 rows, growing with the table. An index no lookup by transaction ID can use as a
+        // condition leaves the primary key as the only choice.
+        [
+            "DROP INDEX apple_transactions_by_subscription",
+            "CREATE INDEX apple_transactions_by_subscription ON apple_transactions (original_transaction_id, bundle_id, environment)",
+        ],
     ]
 
     /// The longest an instance waits to open a store whose schema it must check or migrate.

@@ -256,6 +256,28 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test("A lookup by transaction ID uses the primary key even before the table has statistics (a fresh deployment)")
+    func transactionLookupUsesThePrimaryKey() async throws {
+        try await TestPostgres.withDatabase { database in
+            let store = try await PostgresStore.open(configuration: database.configuration, logger: StoreFixture.quietLogger)
+            await store.close()
+            // One app's transactions, never analyzed: every row has the same bundle and environment.
+            try await TestPostgres.execute(
+                """
+                INSERT INTO apple_transactions (bundle_id, environment, transaction_id, original_transaction_id, signed_date, decoded, jws)
+                SELECT 'com.example.app', 'Production', (600000000 + n)::text, (600000000 + n - n % 6)::text, 0, '{}', 'x'
+                FROM generate_series(1, 3000) AS n
+                """, database: database.name)
+            let plan = try await TestPostgres.text(
+                """
+                EXPLAIN SELECT original_transaction_id FROM apple_transactions
+                WHERE bundle_id = 'com.example.app' AND environment = 'Production' AND transaction_id = '600000005'
+                """, database: database.name)
+            #expect(plan.contains("apple_transactions_pkey"), "\(plan)")
+            #expect(!plan.contains("Filter"), "\(plan)")
+        }
+    }
+
     @Test("The one-statement append writes a group only on the head it names: on a moved head nothing, on the current head all of it")
     func oneStatementAppendOnKnownHead() async throws {
         try await TestPostgres.withDatabase { database in

@@ -148,6 +148,23 @@ public enum TestPostgres {
         return value
     }
 
+    /// Runs one statement and returns the first column of every row as text, one line each (for
+    /// example an `EXPLAIN`).
+    public static func text(_ sql: String, database: String? = nil) async throws -> String {
+        let connection = try await connect(database: database)
+        var lines: [String] = []
+        do {
+            for row in try await connection.query(PostgresQuery(unsafeSQL: sql), logger: Logger(label: "test-postgres")).collect() {
+                lines.append(try row.decode(String.self))
+            }
+        } catch {
+            try? await connection.close()
+            throw Unavailable(description: "'\(sql)' failed: \(String(reflecting: error))")
+        }
+        try await connection.close()
+        return lines.joined(separator: "\n")
+    }
+
     /// A connection of its own to `database` (else the admin database).
     static func connect(database: String?) async throws -> PostgresConnection {
         let server = try await self.server()
