@@ -139,17 +139,12 @@ extension PostgresStore {
     public func appleHistoryVersion(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistoryVersion? {
         // One statement: the subscription of the transaction ID (or of the ID itself, when it is an
         // original transaction ID the store has no transaction for).
-        let rows = try await rows(
-            "reading Apple's history",
-            """
-            SELECT s.original_transaction_id, s.complete, s.updated_at FROM apple_subscriptions s
-            WHERE s.bundle_id = \(bundleID) AND s.environment = \(environment) AND s.original_transaction_id = COALESCE(
-                (SELECT t.original_transaction_id FROM apple_transactions t
-                 WHERE t.bundle_id = \(bundleID) AND t.environment = \(environment) AND t.transaction_id = \(transactionID)),
-                \(transactionID))
-            """)
-        guard let row = rows.first else { return nil }
-        let (original, complete, updatedAt) = try row.decode((String, Int, Int64).self)
+        let logger = self.logger
+        let statement = HistoryVersionLookup(bundleID: bundleID, environment: environment, transactionID: transactionID)
+        let rows = try await boundedOnConnection("reading Apple's history") { connection in
+            try await Self.collect(statement, on: connection, logger: logger)
+        }
+        guard let (original, complete, updatedAt) = rows.first else { return nil }
         return StoredAppleHistoryVersion(
             subscription: AppleSubscriptionKey(bundleID: bundleID, environment: environment, originalTransactionID: original),
             isComplete: complete != 0, updatedAt: Self.date(updatedAt))

@@ -313,6 +313,9 @@ extension PostgresStore {
         ).map(Self.ledgerRecord(from:))
     }
 
+    /// An unnamed statement, planned for its values each time: a generic plan (what a prepared
+    /// statement gets after a few executions) cannot tell one customer's few rows from an app's
+    /// many, and before the table has statistics took the offer index and walked the app's ledger.
     public func ledgerIssuances(appAccountToken: String, bundleID: String) async throws -> [LedgerIssuance] {
         try await rows(
             "reading the ledger",
