@@ -71,18 +71,24 @@ struct HistoryVersionLookup: PostgresPreparedStatement {
 
 extension PostgresStore {
     /// Runs a prepared statement and reads its rows to the end (so an error it raises is thrown
-    /// here). On failure the connection is closed (see `closeAfterFailedPreparedStatement`),
-    /// unless `keepsConnection` says the error is one the statement's execution raises by design.
+    /// here).
+    ///
+    /// Rule: the connection is closed when the statement could not be sent or prepared (see
+    /// `closeAfterFailedPreparedStatement`), not when its execution answers an error or is
+    /// cancelled while its rows are read (a lock timeout, a cancelled request): a statement that
+    /// was prepared stays prepared, and the connection gets its ROLLBACK as before.
     static func collect<Statement: PostgresPreparedStatement>(
-        _ statement: Statement, on connection: PostgresConnection, logger: Logger, keepsConnection: (any Error) -> Bool = { _ in false }
+        _ statement: Statement, on connection: PostgresConnection, logger: Logger
     ) async throws -> [Statement.Row] {
+        let sequence: AsyncThrowingMapSequence<PostgresRowSequence, Statement.Row>
         do {
-            var rows: [Statement.Row] = []
-            for try await row in try await connection.execute(statement, logger: logger) { rows.append(row) }
-            return rows
+            sequence = try await connection.execute(statement, logger: logger)
         } catch {
-            if !keepsConnection(error) { await closeAfterFailedPreparedStatement(connection) }
+            await closeAfterFailedPreparedStatement(connection)
             throw error
         }
+        var rows: [Statement.Row] = []
+        for try await row in sequence { rows.append(row) }
+        return rows
     }
 }

@@ -135,11 +135,8 @@ final class AdvisoryLockHolding: Sendable {
                                 _ = try await PostgresStore.collect(SetLocalLockTimeout(milliseconds: Int64(milliseconds)), on: connection, logger: logger)
                                 // `collect` reads the statement to its end: `execute` returns at
                                 // BindComplete, and a lock_timeout (55P03) would then be lost in the
-                                // unread rows, so the caller would go on without the lock. A lock
-                                // timeout is the statement's answer, not a fault of the connection.
-                                _ = try await PostgresStore.collect(
-                                    AdvisoryTransactionLock(key: key), on: connection, logger: logger,
-                                    keepsConnection: { PostgresStore.sqlState($0) == "55P03" })
+                                // unread rows, so the caller would go on without the lock.
+                                _ = try await PostgresStore.collect(AdvisoryTransactionLock(key: key), on: connection, logger: logger)
                             } catch {
                                 // Not on a connection the deadline closed: a query written to a
                                 // closed PostgresNIO connection is never answered.

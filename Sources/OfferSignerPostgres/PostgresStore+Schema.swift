@@ -125,10 +125,12 @@ extension PostgresStore {
         // statistics (a fresh deployment, the first minute of notifications) the planner could
         // take it, and each signing read walked every transaction of the app: about 1 ms at
         // 3,000 rows, growing with the table. An index no lookup by transaction ID can use as a
-        // condition leaves the primary key as the only choice.
+        // condition leaves the primary key as the only choice. Built before the old one is
+        // dropped: the build only holds writes to the table back; the drop's exclusive lock lasts
+        // from the drop to the commit, a moment, so running replicas keep reading.
         [
+            "CREATE INDEX apple_transactions_by_original ON apple_transactions (original_transaction_id, bundle_id, environment)",
             "DROP INDEX apple_transactions_by_subscription",
-            "CREATE INDEX apple_transactions_by_subscription ON apple_transactions (original_transaction_id, bundle_id, environment)",
         ],
     ]
 

@@ -148,18 +148,22 @@ public enum TestPostgres {
         return value
     }
 
-    /// Runs one statement and returns the first column of every row as text, one line each (for
-    /// example an `EXPLAIN`).
-    public static func text(_ sql: String, database: String? = nil) async throws -> String {
+    /// Runs statements in order on one connection of its own and returns the first column of
+    /// every row of the last as text, one line each (for example `PREPARE`, then `EXPLAIN
+    /// EXECUTE`).
+    public static func text(_ statements: [String], database: String? = nil) async throws -> String {
         let connection = try await connect(database: database)
         var lines: [String] = []
-        do {
-            for row in try await connection.query(PostgresQuery(unsafeSQL: sql), logger: Logger(label: "test-postgres")).collect() {
-                lines.append(try row.decode(String.self))
+        for (index, sql) in statements.enumerated() {
+            do {
+                let rows = try await connection.query(PostgresQuery(unsafeSQL: sql), logger: Logger(label: "test-postgres")).collect()
+                if index == statements.count - 1 {
+                    for row in rows { lines.append(try row.decode(String.self)) }
+                }
+            } catch {
+                try? await connection.close()
+                throw Unavailable(description: "'\(sql)' failed: \(String(reflecting: error))")
             }
-        } catch {
-            try? await connection.close()
-            throw Unavailable(description: "'\(sql)' failed: \(String(reflecting: error))")
         }
         try await connection.close()
         return lines.joined(separator: "\n")
