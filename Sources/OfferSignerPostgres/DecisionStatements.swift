@@ -1,9 +1,10 @@
 import Logging
 import PostgresNIO
 
-/// The statements every request under eligibility rules runs (its customer lock, its history's
-/// version), as prepared statements: each connection parses and plans them once,
-/// where an unnamed statement is parsed and planned on every request.
+// The statements every request under eligibility rules runs (its customer lock, its history's
+// version), as prepared statements: each connection parses and plans them once, where an unnamed
+// statement is parsed and planned on every request. Last, how every prepared statement of the
+// store is run (`collect`).
 
 /// Sets the transaction's lock timeout (`SET LOCAL lock_timeout`, which takes no parameter).
 struct SetLocalLockTimeout: PostgresPreparedStatement {
@@ -71,12 +72,17 @@ struct HistoryVersionLookup: PostgresPreparedStatement {
 
 extension PostgresStore {
     /// Runs a prepared statement and reads its rows to the end (so an error it raises is thrown
-    /// here).
+    /// here, not left in unread rows).
     ///
-    /// Rule: the connection is closed when the statement could not be sent or prepared (see
-    /// `closeAfterFailedPreparedStatement`), not when its execution answers an error or is
-    /// cancelled while its rows are read (a lock timeout, a cancelled request): a statement that
-    /// was prepared stays prepared, and the connection gets its ROLLBACK as before.
+    /// Rule: a connection never keeps a failed preparation. PostgresNIO remembers a statement
+    /// whose first preparation failed (a lock or statement timeout while another session holds a
+    /// table, a cancelled backend) and answers every later execution on that connection with the
+    /// same error for as long as the connection lives; busy, it would never idle out of the pool.
+    /// So when `execute` itself throws (the statement could not be sent or prepared, or, for a
+    /// statement without rows, its execution failed: there they cannot be told apart), the
+    /// connection is closed and the pool opens a new one. An error or a cancellation that comes
+    /// while the rows are read (a lock timeout, a reused nonce, a cancelled request) keeps it: the
+    /// statement is prepared, and the connection gets its ROLLBACK.
     static func collect<Statement: PostgresPreparedStatement>(
         _ statement: Statement, on connection: PostgresConnection, logger: Logger
     ) async throws -> [Statement.Row] {
@@ -84,7 +90,7 @@ extension PostgresStore {
         do {
             sequence = try await connection.execute(statement, logger: logger)
         } catch {
-            await closeAfterFailedPreparedStatement(connection)
+            try? await connection.close()
             throw error
         }
         var rows: [Statement.Row] = []

@@ -31,15 +31,10 @@ extension PostgresStore {
         let (records, signatures) = chained(batch, on: try head.decode((Int64, String).self), at: time)
         guard let last = records.last else { return [] }
         do {
-            // One statement (one round trip) inserts both and moves the head. Its result is read
-            // to the end (it has no rows), so an error it raises is thrown here, not lost.
-            let statement = GroupOnLockedHead(records: records, signatures: signatures, head: (last.sequence, last.hash))
-            for try await _ in try await connection.execute(statement, logger: logger) {}
+            // One statement (one round trip) inserts both and moves the head.
+            _ = try await collect(GroupOnLockedHead(records: records, signatures: signatures, head: (last.sequence, last.hash)), on: connection, logger: logger)
         } catch where sqlState(error) == "23505" && constraint(error) == "issued_signatures_pkey" {
             throw StoreError(.duplicate, duplicateNonceMessage(error, signatures.map(\.0.nonce)))
-        } catch {
-            await closeAfterFailedPreparedStatement(connection)
-            throw error
         }
         return records
     }
@@ -76,28 +71,10 @@ extension PostgresStore {
         guard let last = records.last else { return true }
         let statement = GroupOnKnownHead(records: records, signatures: signatures, head: (last.sequence, last.hash), expected: expected)
         do {
-            var moved: Int64 = 0
-            for try await count in try await connection.execute(statement, logger: logger) { moved = count }
-            return moved == 1
+            return try await collect(statement, on: connection, logger: logger).first == 1
         } catch where sqlState(error) == "23505" && constraint(error) == "issued_signatures_pkey" {
             throw StoreError(.duplicate, duplicateNonceMessage(error, signatures.map(\.0.nonce)))
-        } catch {
-            await closeAfterFailedPreparedStatement(connection)
-            throw error
         }
-    }
-
-    /// Closes a connection on which one of the prepared statements above failed, for any reason
-    /// but a reused nonce, before it goes back to the pool.
-    ///
-    /// Rule: a connection never keeps a failed preparation. PostgresNIO remembers a statement
-    /// whose first preparation failed (a lock or statement timeout while another session holds a
-    /// table, a cancelled backend) and answers every later execution on that connection with the
-    /// same error, for as long as the connection lives; busy, it would never idle out of the pool.
-    /// Which failures were the preparation's cannot be told apart, and failures are rare, so any
-    /// of them costs the connection; the pool opens a new one.
-    static func closeAfterFailedPreparedStatement(_ connection: PostgresConnection) async {
-        try? await connection.close()
     }
 
     /// Appends one audit record's six values to `binds` and returns its placeholders, `($n, …)`,

@@ -348,7 +348,7 @@ public final class PostgresStore: OfferSignerStore {
                 return value
             } catch {
                 // A connection closed on the way (a failed prepared statement, see
-                // `closeAfterFailedPreparedStatement`) has no transaction left to end, and a
+                // `PostgresStore.collect`) has no transaction left to end, and a
                 // query on it would only wait for the deadline.
                 if !connection.isClosed { _ = try? await connection.query("ROLLBACK", logger: logger) }
                 throw error
