@@ -18,6 +18,11 @@ public struct VerifiedHistory: Sendable, Hashable {
     private var transactionsByID: [String: VerifiedTransaction] = [:]
     private var renewalInfosByOriginalID: [String: VerifiedRenewalInfo] = [:]
     private var signedForms: [String: String] = [:]
+    // Kept in order as items are recorded: a history is recorded once and then read on every
+    // decision (the stored history's cache), so its readers must not sort it each time.
+    private var orderedTransactions: [VerifiedTransaction] = []
+    private var orderedRenewalInfos: [VerifiedRenewalInfo] = []
+    private var accountTokens: Set<String> = []
 
     public init(bundleID: String, environment: AppleEnvironment, asOf: Date) {
         self.bundleID = bundleID
@@ -33,7 +38,14 @@ public struct VerifiedHistory: Sendable, Hashable {
         if let existing = transactionsByID[transaction.transactionID], Self.isNewer(existing.signedDate, than: transaction.signedDate) {
             return true
         }
-        transactionsByID[transaction.transactionID] = transaction
+        let replaced = transactionsByID.updateValue(transaction, forKey: transaction.transactionID) != nil
+        if replaced { orderedTransactions.removeAll { $0.transactionID == transaction.transactionID } }
+        orderedTransactions.insert(transaction, at: orderedTransactions.partitioningIndex { Self.precedes(transaction, $0) })
+        if replaced {
+            accountTokens = Set(orderedTransactions.compactMap(Self.accountToken))
+        } else if let token = Self.accountToken(transaction) {
+            accountTokens.insert(token)
+        }
         signedForms["t:" + transaction.transactionID] = jws
         if let statedAt, statedAt > asOf { asOf = statedAt }
         return true
@@ -47,21 +59,20 @@ public struct VerifiedHistory: Sendable, Hashable {
         if let existing = renewalInfosByOriginalID[key], Self.isNewer(existing.signedDate, than: renewalInfo.signedDate) {
             return true
         }
-        renewalInfosByOriginalID[key] = renewalInfo
+        if renewalInfosByOriginalID.updateValue(renewalInfo, forKey: key) != nil {
+            orderedRenewalInfos.removeAll { $0.originalTransactionID == key }
+        }
+        orderedRenewalInfos.insert(renewalInfo, at: orderedRenewalInfos.partitioningIndex { key < ($0.originalTransactionID ?? "") })
         signedForms["r:" + key] = jws
         if let statedAt, statedAt > asOf { asOf = statedAt }
         return true
     }
 
     /// Transactions, oldest purchase first (ties by transaction ID).
-    public var transactions: [VerifiedTransaction] {
-        transactionsByID.values.sorted { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }
-    }
+    public var transactions: [VerifiedTransaction] { orderedTransactions }
 
     /// Renewal infos, by original transaction ID.
-    public var renewalInfos: [VerifiedRenewalInfo] {
-        renewalInfosByOriginalID.keys.sorted().compactMap { renewalInfosByOriginalID[$0] }
-    }
+    public var renewalInfos: [VerifiedRenewalInfo] { orderedRenewalInfos }
 
     /// The JWS a transaction was verified from, when it was recorded with one.
     public func jws(ofTransaction transactionID: String) -> String? { signedForms["t:" + transactionID] }
@@ -80,18 +91,39 @@ public struct VerifiedHistory: Sendable, Hashable {
     }
 
     /// The `appAccountToken`s (lowercased) Apple recorded on this history's transactions.
-    public var appAccountTokens: Set<String> {
-        Set(transactionsByID.values.compactMap { $0.appAccountToken.flatMap { $0.isEmpty ? nil : $0.lowercased() } })
-    }
+    public var appAccountTokens: Set<String> { accountTokens }
 
     /// This history as evaluator input: every item verified, no failures.
     public var evidence: EligibilityEvidence {
         EligibilityEvidence(transactions: transactions, renewalInfos: renewalInfos, failures: [])
     }
 
+    /// Whether `a` comes before `b`: earlier purchase, then lower transaction ID.
+    private static func precedes(_ a: VerifiedTransaction, _ b: VerifiedTransaction) -> Bool {
+        (a.purchaseDate, a.transactionID) < (b.purchaseDate, b.transactionID)
+    }
+
+    private static func accountToken(_ transaction: VerifiedTransaction) -> String? {
+        transaction.appAccountToken.flatMap { $0.isEmpty ? nil : $0.lowercased() }
+    }
+
     private static func isNewer(_ existing: Date?, than candidate: Date?) -> Bool {
         guard let existing else { return false }
         guard let candidate else { return true }
         return existing > candidate
+    }
+}
+
+extension Array {
+    /// The index of the first element for which `belongsAfter` holds, in an array where every
+    /// element for which it holds comes after every element for which it does not.
+    fileprivate func partitioningIndex(where belongsAfter: (Element) -> Bool) -> Int {
+        var low = 0
+        var high = count
+        while low < high {
+            let middle = (low + high) / 2
+            if belongsAfter(self[middle]) { high = middle } else { low = middle + 1 }
+        }
+        return low
     }
 }
