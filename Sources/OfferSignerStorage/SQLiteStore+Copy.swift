@@ -54,6 +54,8 @@ extension SQLiteStore {
     }
 
     public func importVerbatim(_ batch: VerbatimImport) async throws {
+        // Ledger rows arrive here without an audit append: whatever was cached is forgotten.
+        defer { ledgerCache.clear() }
         try await write { db in
             if let registry = batch.registry {
                 for table in ["signing_keys", "api_clients", "audit_log", "issued_signatures", "audit_checkpoints", "audit_signing_key"] + AppleHistorySchema.tables {

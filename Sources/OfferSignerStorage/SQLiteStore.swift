@@ -26,6 +26,8 @@ public final class SQLiteStore: OfferSignerStore {
     private let servingFiles = Mutex<ServingFiles?>(nil)
     /// The locks of `withExclusiveLock` (see SQLiteStore+Coordination.swift).
     let exclusiveLocks = InProcessLocks()
+    /// Every customer's ledger issuances this process has read or committed (see `LedgerCache`).
+    let ledgerCache = LedgerCache()
 
     /// Opens (creating if needed) the store at `path` and applies schema migrations.
     /// `walRestartPages`: while serving, the write-ahead log is started over once it holds this
@@ -637,21 +639,32 @@ public final class SQLiteStore: OfferSignerStore {
 
     public func appendAudit(_ batch: [AuditAppend], at time: Date) async throws -> [AuditRecord] {
         try await pool.writeWithoutTransaction { db in self.restartLogIfRequested(db) }
-        return try await write { db in try Self.appendAudit(db, batch, at: time) }
+        do {
+            let records = try await write { db in try Self.appendAudit(db, batch, at: time) }
+            ledgerCache.committed(batch)
+            return records
+        } catch {
+            ledgerCache.clear()
+            throw error
+        }
     }
 
     public func appendAuditBlocking(_ batch: [AuditAppend], at time: Date) throws -> [AuditRecord] {
         do {
-            return try pool.writeWithoutTransaction { db in
+            let records = try pool.writeWithoutTransaction { db in
                 restartLogIfRequested(db)
                 return try Self.inAuditTransaction(db) {
                     try checkServingFilesInPlace()
                     return try Self.appendAudit(db, batch, at: time)
                 }
             }
+            ledgerCache.committed(batch)
+            return records
         } catch let error as StoreError {
+            ledgerCache.clear()
             throw error
         } catch {
+            ledgerCache.clear()
             throw StoreError(.unavailable, "store write failed: \(Self.describe(error))")
         }
     }
@@ -689,7 +702,18 @@ public final class SQLiteStore: OfferSignerStore {
         }
     }
 
+    /// From `ledgerCache` once the customer's issuances were read (or none were ever issued here
+    /// and read as such); from the database otherwise.
     public func ledgerIssuances(appAccountToken: String, bundleID: String) async throws -> [LedgerIssuance] {
+        let customer = LedgerCache.Customer(bundleID: bundleID, appAccountToken: appAccountToken)
+        if let cached = ledgerCache.issuances(of: customer) { return cached }
+        let ticket = ledgerCache.ticket()
+        let issuances = try readLedgerIssuances(appAccountToken: appAccountToken, bundleID: bundleID)
+        ledgerCache.fill(customer, issuances, readAfter: ticket)
+        return issuances
+    }
+
+    private func readLedgerIssuances(appAccountToken: String, bundleID: String) throws -> [LedgerIssuance] {
         try pointRead { db in
             let rows = try Row.fetchCursor(
                 db.cachedStatement(
