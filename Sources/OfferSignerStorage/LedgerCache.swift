@@ -17,9 +17,26 @@ import Synchronization
 /// - an append that threw (its outcome is unknown) or a bulk import clears the whole cache;
 /// - at most `capacity` customers are tracked; when full, the cache starts over.
 final class LedgerCache: Sendable {
+    /// Compared and hashed by UTF-8 bytes, as SQLite compares text (Swift's `==` takes
+    /// canonically equivalent strings, such as "é" and "e" with a combining accent, as equal).
     struct Customer: Hashable, Sendable {
         var bundleID: String
         var appAccountToken: String
+
+        static func == (a: Customer, b: Customer) -> Bool {
+            a.bundleID.utf8.elementsEqual(b.bundleID.utf8) && a.appAccountToken.utf8.elementsEqual(b.appAccountToken.utf8)
+        }
+
+        func hash(into hasher: inout Hasher) {
+            Self.combine(bundleID, into: &hasher)
+            hasher.combine(0xFF as UInt8)  // never in UTF-8: separates the two fields
+            Self.combine(appAccountToken, into: &hasher)
+        }
+
+        private static func combine(_ text: String, into hasher: inout Hasher) {
+            let done = text.utf8.withContiguousStorageIfAvailable { bytes in hasher.combine(bytes: UnsafeRawBufferPointer(bytes)) }
+            if done == nil { for byte in text.utf8 { hasher.combine(byte) } }
+        }
     }
 
     /// Taken before a database read, to tell `fill` whether the read may be stale.
@@ -66,7 +83,7 @@ final class LedgerCache: Sendable {
             guard state.generation == ticket.generation, state.entries[customer] == nil,
                 state.lastAppend[customer, default: 0] <= ticket.appends
             else { return }
-            if state.entries.count + state.lastAppend.count >= capacity { state.clear(); return }
+            if max(state.entries.count, state.lastAppend.count) >= capacity { state.clear(); return }
             state.entries[customer] = issuances
         }
     }
@@ -85,13 +102,15 @@ final class LedgerCache: Sendable {
                     let issuance = LedgerIssuance(
                         offerID: signature.offerID,
                         issuedAt: Date(timeIntervalSince1970: Double(signature.issuedAt.unixMilliseconds) / 1000))
-                    guard !issuances.contains(issuance) else { continue }
+                    // DISTINCT (offer_id, issued_at), offer IDs compared by bytes as SQLite does.
+                    guard !issuances.contains(where: { $0.issuedAt == issuance.issuedAt && $0.offerID.utf8.elementsEqual(issuance.offerID.utf8) })
+                    else { continue }
                     let index = issuances.lastIndex { $0.issuedAt <= issuance.issuedAt }.map { $0 + 1 } ?? 0
                     issuances.insert(issuance, at: index)
                     state.entries[customer] = issuances
                 }
             }
-            if state.entries.count + state.lastAppend.count > capacity { state.clear() }
+            if max(state.entries.count, state.lastAppend.count) > capacity { state.clear() }
         }
     }
 

@@ -61,6 +61,13 @@ struct LedgerReadTests {
             _ = try await store.appendAudit([Self.signature("n-6", at: Self.base.addingTimeInterval(4))], at: Self.base)
             #expect(try await expectSameAsDatabase("after a commit that followed the failure").count == 4)
 
+            // Offer IDs that Swift takes as equal but SQLite does not (a precomposed "é" and an
+            // "e" with a combining accent) are two issuances in the same millisecond.
+            let same = Self.base.addingTimeInterval(5)
+            _ = try await store.appendAudit([Self.signature("n-7", offer: "caf\u{e9}", at: same)], at: same)
+            _ = try await store.appendAudit([Self.signature("n-8", offer: "cafe\u{301}", at: same)], at: same)
+            #expect(try await expectSameAsDatabase("after two offer IDs equal only to Swift").count == 6)
+
             // Another customer's and another app's ledgers stay apart.
             #expect(try await store.ledgerIssuances(appAccountToken: "00000000-0000-4000-8000-000000000000", bundleID: Self.bundle).isEmpty)
             #expect(try await store.ledgerIssuances(appAccountToken: Self.token, bundleID: "com.example.other").isEmpty)
