@@ -9,8 +9,9 @@ import Synchronization
 /// path: a lookup hands its history over and goes on deciding.
 ///
 /// Rules: at most `capacity` histories wait (when more arrive, the oldest waiting one is dropped
-/// and counted: the next lookup of that customer fetches and hands it over again); what waits is
-/// written together, up to `batchLimit` histories a transaction; each write records the
+/// and counted: the next lookup of that customer fetches and hands it over again); a history
+/// waits at most `gathering` for others to join it (unless `batchLimit` are waiting), then what
+/// waits is written together, up to `batchLimit` histories a transaction; each write records the
 /// redemptions the history shows (see ``OfferRedemption``); a failed write is logged and
 /// counted, never retried (the next fetch carries the same history).
 final class AppleHistoryRecorder: Service, Sendable {
@@ -18,6 +19,7 @@ final class AppleHistoryRecorder: Service, Sendable {
     private let metrics: ServerMetrics
     private let logger: Logger
     private let capacity: Int
+    private let gathering: Duration
     private let pending = Mutex<[VerifiedHistory]>([])
     private let wakeUps: AsyncStream<Void>
     private let wakeUp: AsyncStream<Void>.Continuation
@@ -25,11 +27,14 @@ final class AppleHistoryRecorder: Service, Sendable {
     /// Most histories written in one transaction.
     static let batchLimit = 64
 
-    init(store: any OfferSignerStore, metrics: ServerMetrics, logger: Logger, capacity: Int = 1024) {
+    /// - Parameter gathering: how long a history waits for others to be written with it (each
+    ///   transaction costs a sync of the store, whatever it holds).
+    init(store: any OfferSignerStore, metrics: ServerMetrics, logger: Logger, capacity: Int = 1024, gathering: Duration = .milliseconds(20)) {
         self.store = store
         self.metrics = metrics
         self.logger = logger
         self.capacity = max(1, capacity)
+        self.gathering = gathering
         (wakeUps, wakeUp) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
@@ -48,6 +53,10 @@ final class AppleHistoryRecorder: Service, Sendable {
     func run() async throws {
         await withGracefulShutdownHandler {
             for await _ in wakeUps {
+                if gathering > .zero && pending.withLock({ $0.count }) < Self.batchLimit {
+                    // Ends early when the service stops (the histories waiting are still written).
+                    try? await Task.sleep(for: gathering)
+                }
                 // Whatever is waiting goes in transactions of up to `batchLimit` (one sync each).
                 while true {
                     let batch = pending.withLock { pending -> [VerifiedHistory] in

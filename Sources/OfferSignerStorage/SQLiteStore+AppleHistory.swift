@@ -121,11 +121,11 @@ extension SQLiteStore {
         do {
             let now = time.unixMilliseconds
             if let notification = update.notification {
-                try db.execute(
+                try db.cachedStatement(
                     sql: """
                         INSERT INTO apple_notifications (notification_uuid, bundle_id, environment, notification_type, subtype, original_transaction_id, signed_date, received_at)
                         VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (notification_uuid) DO NOTHING
-                        """,
+                        """).execute(
                     arguments: [
                         notification.notificationUUID, notification.bundleID, notification.environment, notification.notificationType, notification.subtype,
                         notification.originalTransactionID, notification.signedDate.unixMilliseconds, notification.receivedAt.unixMilliseconds,
@@ -134,17 +134,17 @@ extension SQLiteStore {
             }
             for subscription in update.subscriptions {
                 let complete = update.completeSubscriptions.contains(subscription) ? 1 : 0
-                try db.execute(
+                try db.cachedStatement(
                     sql: """
                         INSERT INTO apple_subscriptions (bundle_id, environment, original_transaction_id, complete, updated_at) VALUES (?, ?, ?, ?, ?)
                         ON CONFLICT (bundle_id, environment, original_transaction_id) DO UPDATE SET
                             complete = MAX(apple_subscriptions.complete, excluded.complete),
                             updated_at = MAX(excluded.updated_at, apple_subscriptions.updated_at + 1)
-                        """,
+                        """).execute(
                     arguments: [subscription.bundleID, subscription.environment, subscription.originalTransactionID, complete, now])
             }
             for item in update.transactions {
-                try db.execute(
+                try db.cachedStatement(
                     sql: """
                         INSERT INTO apple_transactions (bundle_id, environment, transaction_id, original_transaction_id, signed_date, decoded, jws)
                         VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -152,39 +152,39 @@ extension SQLiteStore {
                             original_transaction_id = excluded.original_transaction_id, signed_date = excluded.signed_date,
                             decoded = excluded.decoded, jws = excluded.jws
                         WHERE apple_transactions.signed_date IS NULL OR excluded.signed_date >= apple_transactions.signed_date
-                        """,
+                        """).execute(
                     arguments: [item.bundleID, item.environment, item.key, item.originalTransactionID, item.signedDate?.unixMilliseconds, item.decoded, item.jws])
             }
             for item in update.renewalInfos {
-                try db.execute(
+                try db.cachedStatement(
                     sql: """
                         INSERT INTO apple_renewal_infos (bundle_id, environment, original_transaction_id, signed_date, decoded, jws)
                         VALUES (?, ?, ?, ?, ?, ?)
                         ON CONFLICT (bundle_id, environment, original_transaction_id) DO UPDATE SET
                             signed_date = excluded.signed_date, decoded = excluded.decoded, jws = excluded.jws
                         WHERE apple_renewal_infos.signed_date IS NULL OR excluded.signed_date >= apple_renewal_infos.signed_date
-                        """,
+                        """).execute(
                     arguments: [item.bundleID, item.environment, item.key, item.signedDate?.unixMilliseconds, item.decoded, item.jws])
             }
             var redemptions: [OfferRedemption] = []
             for candidate in update.redemptions {
                 let seen = try Row.fetchOne(
-                    db, sql: "SELECT 1 FROM offer_redemptions WHERE bundle_id = ? AND environment = ? AND transaction_id = ?",
+                    db.cachedStatement(sql: "SELECT 1 FROM offer_redemptions WHERE bundle_id = ? AND environment = ? AND transaction_id = ?"),
                     arguments: [candidate.bundleID, candidate.environment, candidate.transactionID])
                 if seen != nil { continue }
                 var issuance: (Int64, Int64)?
                 if let token = candidate.appAccountToken {
                     let purchase = candidate.purchaseDate
                     let row = try Row.fetchOne(
-                        db,
-                        sql: """
+                        db.cachedStatement(
+                            sql: """
                             SELECT s.audit_seq, s.issued_at FROM issued_signatures s
                             WHERE s.bundle_id = ? AND s.offer_id = ? AND s.product_id = ? AND s.app_account_token = ? AND s.issued_at BETWEEN ? AND ?
                               AND NOT EXISTS (
                                 SELECT 1 FROM offer_redemptions r WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id
                                   AND r.app_account_token = s.app_account_token AND r.signature_issued_at = s.issued_at)
                             ORDER BY s.issued_at DESC, s.audit_seq DESC LIMIT 1
-                            """,
+                            """),
                         arguments: [
                             candidate.bundleID, candidate.offerID, candidate.productID, token,
                             purchase.addingTimeInterval(-RedemptionMatching.signatureLifetime).unixMilliseconds,
@@ -196,12 +196,12 @@ extension SQLiteStore {
                     candidate: candidate, issuanceSequence: issuance?.0,
                     signatureIssuedAt: issuance.map { Date(timeIntervalSince1970: Double($0.1) / 1000) }, source: update.source,
                     recordedAt: Date(timeIntervalSince1970: Double(now) / 1000))
-                try db.execute(
+                try db.cachedStatement(
                     sql: """
                         INSERT INTO offer_redemptions (bundle_id, environment, transaction_id, original_transaction_id, product_id, offer_id,
                             app_account_token, purchase_date, issuance_seq, signature_issued_at, source, recorded_at)
                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        """,
+                        """).execute(
                     arguments: [
                         candidate.bundleID, candidate.environment, candidate.transactionID, candidate.originalTransactionID, candidate.productID,
                         candidate.offerID, candidate.appAccountToken, candidate.purchaseDate.unixMilliseconds, issuance?.0, issuance?.1, update.source, now,
