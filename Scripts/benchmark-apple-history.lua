@@ -8,6 +8,8 @@
 --              an ID an earlier run asked for, which the service's cache would answer).
 --              OFFER_SIGNER_BENCH_ONCE=N (each of the thread's N connections sends one request and
 --              no other: with -c1000 -t2 and N=500, a burst of exactly 1,000 requests at once).
+--              OFFER_SIGNER_BENCH_RATE=N (N > 0, without ONCE): a fixed offered load of N
+--              requests/s in all (Scripts/benchmark-pacing.lua; OFFER_SIGNER_BENCH_THREADS is -t).
 
 local secret = os.getenv("OFFER_SIGNER_BENCH_SECRET")
 local run = tonumber(os.getenv("OFFER_SIGNER_BENCH_RUN") or "0") or 0
@@ -42,4 +44,6 @@ request = function()
 end
 
 local here = (debug.getinfo(1, "S").source:match("^@(.*/)") or "./")
+local rate = tonumber(os.getenv("OFFER_SIGNER_BENCH_RATE") or "0") or 0
+if rate > 0 and once == 0 then delay = dofile(here .. "benchmark-pacing.lua")(rate) end
 dofile(here .. "benchmark-report.lua")

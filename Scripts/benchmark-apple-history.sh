@@ -4,7 +4,9 @@
 # call after DELAY_MS (Scripts/fake-app-store-server-api.py; every request names a new customer,
 # so none is served from the service's cache).
 #
-# Prints, for a latency run (CONNECTIONS), a burst sent once (BURST_CONNECTIONS connections,
+# Prints, for a latency run at a fixed offered load (RATE requests/s over PACED_CONNECTIONS
+# connections, against the fake API alone at the same load), a closed-loop run (CONNECTIONS
+# connections, each sending its next request as soon as it has its answer), a burst sent once (BURST_CONNECTIONS connections,
 # 1,000 by default, each sending one request: that many in flight at once, for different
 # customers; ONCE_SECONDS long) and a sustained burst run (BURST_CONNECTIONS connections, each
 # sending its next request as soon as it has its answer): requests/s, p50/p99, non-2xx and socket errors,
@@ -13,7 +15,8 @@
 # open to the fake API at once (bounded by its connection pool).
 #
 # Usage:   Scripts/benchmark-apple-history.sh
-# Env:     DURATION=15 (seconds per run)  CONNECTIONS=16  BURST_CONNECTIONS=1000  THREADS=2
+# Env:     DURATION=15 (seconds per run)  RATE=100  PACED_CONNECTIONS=32  CONNECTIONS=16
+#          BURST_CONNECTIONS=1000  THREADS=2
 #          ONCE_SECONDS=8  DELAY_MS=50  PORT=18191  FAKE_PORT=18192  CUSTOMERS=1000
 #          SKIP_BUILD=1 (use the existing .build/release/offer-signer)
 # Needs:   wrk, curl, openssl, python3 with the `cryptography` package.
@@ -25,6 +28,8 @@ export PATH=/opt/swift/usr/bin:$PATH
 
 DURATION=${DURATION:-15}
 CONNECTIONS=${CONNECTIONS:-16}
+RATE=${RATE:-100}
+PACED_CONNECTIONS=${PACED_CONNECTIONS:-32}
 BURST_CONNECTIONS=${BURST_CONNECTIONS:-1000}
 ONCE_SECONDS=${ONCE_SECONDS:-8}
 THREADS=${THREADS:-2}
@@ -119,21 +124,22 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 RUN=0
 service() {
-    local label=$1 connections=$2 once=${3:-0} seconds=$DURATION server0 fake0
+    local label=$1 connections=$2 once=${3:-0} rate=${4:-0} seconds=$DURATION server0 fake0
     RUN=$((RUN + 1))
     [ "$once" != 0 ] && seconds=$ONCE_SECONDS
-    echo "==> $label: OFFER_SIGNER_BENCH_RUN=$RUN OFFER_SIGNER_BENCH_ONCE=$once wrk -t$THREADS -c$connections -d${seconds}s --latency -s $LUA $URL/v1/offers/signatures"
+    echo "==> $label: OFFER_SIGNER_BENCH_RUN=$RUN OFFER_SIGNER_BENCH_ONCE=$once OFFER_SIGNER_BENCH_RATE=$rate wrk -t$THREADS -c$connections -d${seconds}s --latency -s $LUA $URL/v1/offers/signatures"
     server0=$(ticks "$SERVER_PID")
     fake0=$(ticks "$FAKE_PID")
     OFFER_SIGNER_BENCH_SECRET="$SECRET" OFFER_SIGNER_BENCH_RUN=$RUN OFFER_SIGNER_BENCH_ONCE=$once \
+        OFFER_SIGNER_BENCH_RATE=$rate OFFER_SIGNER_BENCH_THREADS=$THREADS \
         wrk -t"$THREADS" -c"$connections" -d"${seconds}s" --timeout "$((seconds + 10))s" --latency -s "$LUA" "$URL/v1/offers/signatures" > "$WORK/$label.txt"
     echo "$(( $(ticks "$SERVER_PID") - server0 )) $(( $(ticks "$FAKE_PID") - fake0 ))" > "$WORK/$label-cpu.txt"
     if [ "$(field "$WORK/$label.txt" non2xx)" != 0 ] || [ "$(field "$WORK/$label.txt" socket_errors)" != 0 ]; then FAILED=1; fi
 }
 floor() {
-    local label=$1 connections=$2
-    echo "==> $label floor (the fake API alone): wrk -t$THREADS -c$connections -d${DURATION}s --latency -s $LUA http://127.0.0.1:$FAKE_PORT"
-    OFFER_SIGNER_BENCH_SECRET="" wrk -t"$THREADS" -c"$connections" -d"${DURATION}s" --timeout 10s --latency -s "$LUA" \
+    local label=$1 connections=$2 rate=${3:-0}
+    echo "==> $label floor (the fake API alone): OFFER_SIGNER_BENCH_RATE=$rate wrk -t$THREADS -c$connections -d${DURATION}s --latency -s $LUA http://127.0.0.1:$FAKE_PORT"
+    OFFER_SIGNER_BENCH_SECRET="" OFFER_SIGNER_BENCH_RATE=$rate OFFER_SIGNER_BENCH_THREADS=$THREADS wrk -t"$THREADS" -c"$connections" -d"${DURATION}s" --timeout 10s --latency -s "$LUA" \
         "http://127.0.0.1:$FAKE_PORT" > "$WORK/$label-floor.txt"
 }
 report() {
@@ -148,18 +154,23 @@ report() {
     awk -v s="$server_ticks" -v f="$fake_ticks" -v hz="$HZ" -v d="$DURATION" -v r="$(field "$WORK/$label.txt" rps)" \
         'BEGIN { printf "         CPU: service %.0f%% of a core (%.0f us per request), fake API %.0f%% of a core\n", 100 * s / hz / d, (r > 0 ? 1e6 * s / hz / (r * d) : 0), 100 * f / hz / d }'
 }
+service paced "$PACED_CONNECTIONS" 0 "$RATE"
 service latency "$CONNECTIONS"
 service once "$BURST_CONNECTIONS" $((BURST_CONNECTIONS / THREADS))
 service burst "$BURST_CONNECTIONS"
 # Before the floor runs, which connect to the fake directly.
 PEAK=$(curl -fsS "http://127.0.0.1:$FAKE_PORT/stats" | python3 -c 'import json, sys; print(json.load(sys.stdin)["peakConnections"])')
 curl -fsS "$URL/metrics" > "$WORK/metrics.txt"
+floor paced "$PACED_CONNECTIONS" "$RATE"
 floor latency "$CONNECTIONS"
 floor burst "$BURST_CONNECTIONS"
 
 echo
 echo "== offer-signer with Apple's history (fake API answering in $DELAY_MS ms, $(nproc) cores, shared machine)"
+report paced
+echo "         (fixed load: $RATE requests/s offered over $PACED_CONNECTIONS connections, the fake API alone at the same load)"
 report latency
+echo "         (closed loop: $CONNECTIONS connections, each sending its next request as soon as it has its answer)"
 printf '%-8s %s requests answered of %s sent at once, non-2xx %s, socket errors %s, p50 %s ms, p99 %s ms, max %s ms\n' once \
     "$(grep '^BENCH requests=' "$WORK/once.txt" | grep -o 'requests=[0-9]*' | cut -d= -f2)" "$(( BURST_CONNECTIONS / THREADS * THREADS ))" \
     "$(field "$WORK/once.txt" non2xx)" "$(field "$WORK/once.txt" socket_errors)" "$(field "$WORK/once.txt" p50_ms)" \
