@@ -15,7 +15,8 @@
 # open to the fake API at once (bounded by its connection pool).
 #
 # Usage:   Scripts/benchmark-apple-history.sh
-# Env:     DURATION=15 (seconds per run)  RATE=100  PACED_CONNECTIONS=32  CONNECTIONS=16
+# Env:     DURATION=15 (seconds per run)  RATE=100  PACED_CONNECTIONS=32  WARMUP=3 (seconds at
+#          RATE before the runs, not reported)  CONNECTIONS=16
 #          BURST_CONNECTIONS=1000  THREADS=2
 #          ONCE_SECONDS=8  DELAY_MS=50  PORT=18191  FAKE_PORT=18192  CUSTOMERS=1000
 #          SKIP_BUILD=1 (use the existing .build/release/offer-signer)
@@ -29,6 +30,7 @@ export PATH=/opt/swift/usr/bin:$PATH
 DURATION=${DURATION:-15}
 CONNECTIONS=${CONNECTIONS:-16}
 RATE=${RATE:-100}
+WARMUP=${WARMUP:-3}
 PACED_CONNECTIONS=${PACED_CONNECTIONS:-32}
 BURST_CONNECTIONS=${BURST_CONNECTIONS:-1000}
 ONCE_SECONDS=${ONCE_SECONDS:-8}
@@ -124,7 +126,7 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 RUN=0
 service() {
-    local label=$1 connections=$2 once=${3:-0} rate=${4:-0} seconds=$DURATION server0 fake0
+    local label=$1 connections=$2 once=${3:-0} rate=${4:-0} seconds=${5:-$DURATION} server0 fake0
     RUN=$((RUN + 1))
     [ "$once" != 0 ] && seconds=$ONCE_SECONDS
     echo "==> $label: OFFER_SIGNER_BENCH_RUN=$RUN OFFER_SIGNER_BENCH_ONCE=$once OFFER_SIGNER_BENCH_RATE=$rate wrk -t$THREADS -c$connections -d${seconds}s --latency -s $LUA $URL/v1/offers/signatures"
@@ -154,6 +156,9 @@ report() {
     awk -v s="$server_ticks" -v f="$fake_ticks" -v hz="$HZ" -v d="$DURATION" -v r="$(field "$WORK/$label.txt" rps)" \
         'BEGIN { printf "         CPU: service %.0f%% of a core (%.0f us per request), fake API %.0f%% of a core\n", 100 * s / hz / d, (r > 0 ? 1e6 * s / hz / (r * d) : 0), 100 * f / hz / d }'
 }
+# Warm-up at the paced load, not reported: the first lookups fill the pool of connections to
+# the fake API and the caches of validated chains.
+service warmup "$PACED_CONNECTIONS" 0 "$RATE" "$WARMUP"
 service paced "$PACED_CONNECTIONS" 0 "$RATE"
 service latency "$CONNECTIONS"
 service once "$BURST_CONNECTIONS" $((BURST_CONNECTIONS / THREADS))
