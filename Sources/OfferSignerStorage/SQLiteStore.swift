@@ -660,11 +660,9 @@ public final class SQLiteStore: OfferSignerStore {
             }
             ledgerCache.committed(batch)
             return records
-        } catch let error as StoreError {
-            ledgerCache.clear()
-            throw error
         } catch {
             ledgerCache.clear()
+            if let error = error as? StoreError { throw error }
             throw StoreError(.unavailable, "store write failed: \(Self.describe(error))")
         }
     }
