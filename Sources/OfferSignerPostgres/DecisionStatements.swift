@@ -6,36 +6,27 @@ import PostgresNIO
 // statement is parsed and planned on every request. Last, how every prepared statement of the
 // store is run (`collect`).
 
-/// Sets the transaction's lock timeout (`SET LOCAL lock_timeout`, which takes no parameter).
-struct SetLocalLockTimeout: PostgresPreparedStatement {
-    static let name = "offer_signer_set_local_lock_timeout_v1"
-    static let sql = "SELECT set_config('lock_timeout', $1, true)"
-    typealias Row = ()
-
-    /// In milliseconds.
-    let milliseconds: Int64
-
-    func makeBindings() -> PostgresBindings {
-        var binds = PostgresBindings(capacity: 1)
-        binds.append(String(milliseconds))
-        return binds
-    }
-
-    func decodeRow(_ row: PostgresRow) throws {}
-}
-
-/// Waits for the transaction-scoped advisory lock of one key (a customer's).
-struct AdvisoryTransactionLock: PostgresPreparedStatement {
-    static let name = "offer_signer_advisory_xact_lock_v1"
-    static let sql = "SELECT pg_advisory_xact_lock($1, $2)"
+/// Sets the transaction's lock timeout (`set_config(…, true)`, as `SET LOCAL lock_timeout`,
+/// which takes no parameter), then waits for the transaction-scoped advisory lock of one key (a
+/// customer's, or the checkpoint writer's): one round trip. The timeout is set in a subquery
+/// behind `OFFSET 0`, which PostgreSQL neither flattens nor reorders, so it is in force before
+/// the wait begins.
+struct TimedAdvisoryTransactionLock: PostgresPreparedStatement {
+    static let name = "offer_signer_timed_advisory_xact_lock_v1"
+    static let sql = """
+        SELECT pg_advisory_xact_lock($1, $2) FROM (SELECT set_config('lock_timeout', $3, true) OFFSET 0) AS lock_timeout_set
+        """
     typealias Row = ()
 
     let key: (Int32, Int32)
+    /// In milliseconds.
+    let timeoutMilliseconds: Int64
 
     func makeBindings() -> PostgresBindings {
-        var binds = PostgresBindings(capacity: 2)
+        var binds = PostgresBindings(capacity: 3)
         binds.append(key.0)
         binds.append(key.1)
+        binds.append(String(timeoutMilliseconds))
         return binds
     }
 

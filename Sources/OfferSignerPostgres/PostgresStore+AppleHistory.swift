@@ -141,7 +141,7 @@ extension PostgresStore {
         // original transaction ID the store has no transaction for).
         let logger = self.logger
         let statement = HistoryVersionLookup(bundleID: bundleID, environment: environment, transactionID: transactionID)
-        let rows = try await boundedOnConnection("reading Apple's history") { connection in
+        let rows = try await onLockConnection("reading Apple's history") { connection in
             try await Self.collect(statement, on: connection, logger: logger)
         }
         guard let (original, complete, updatedAt) = rows.first else { return nil }
@@ -150,8 +150,10 @@ extension PostgresStore {
             isComplete: complete != 0, updatedAt: Self.date(updatedAt))
     }
 
+    /// Under the customer's lock, on the lock's connection, inside its transaction (see
+    /// ``LockConnectionLoan``); otherwise in a transaction of its own.
     public func appleHistory(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistory? {
-        try await transaction("reading Apple's history") { connection, logger in
+        let read = { @Sendable (connection: PostgresConnection, logger: Logger) async throws -> StoredAppleHistory? in
             let original =
                 try await connection.query(
                     """
@@ -194,6 +196,11 @@ extension PostgresStore {
                 subscription: AppleSubscriptionKey(bundleID: bundleID, environment: environment, originalTransactionID: original), isComplete: complete != 0,
                 updatedAt: Self.date(updatedAt), transactions: transactions, renewalInfos: renewalInfos)
         }
+        if let loan = Self.lockConnectionLoan, loan.lender == ObjectIdentifier(self) {
+            let logger = self.logger
+            return try await onLockConnection("reading Apple's history") { connection in try await read(connection, logger) }
+        }
+        return try await transaction("reading Apple's history", read)
     }
 
     public func offerRedemptions(since: Date?) async throws -> [OfferRedemption] {

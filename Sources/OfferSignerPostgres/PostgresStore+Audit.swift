@@ -293,14 +293,16 @@ extension PostgresStore {
     /// An unnamed statement, planned for its values each time: a generic plan (what a prepared
     /// statement gets after a few executions) cannot tell one customer's few rows from an app's
     /// many, and before the table has statistics took the offer index and walked the app's ledger.
+    /// Under the customer's lock it runs on the lock's connection (see ``LockConnectionLoan``).
     public func ledgerIssuances(appAccountToken: String, bundleID: String) async throws -> [LedgerIssuance] {
-        try await rows(
-            "reading the ledger",
-            """
+        let logger = self.logger
+        let query: PostgresQuery = """
             SELECT DISTINCT offer_id, issued_at FROM issued_signatures
             WHERE app_account_token = \(appAccountToken) AND bundle_id = \(bundleID) ORDER BY issued_at
             """
-        ).map { row in
+        return try await onLockConnection("reading the ledger") { connection in
+            try await connection.query(query, logger: logger).collect()
+        }.map { row in
             let (offerID, issuedAt) = try row.decode((String, Int64).self)
             return LedgerIssuance(offerID: offerID, issuedAt: Self.date(issuedAt))
         }

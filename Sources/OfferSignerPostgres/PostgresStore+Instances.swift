@@ -4,6 +4,7 @@ import Logging
 import OfferSignerCore
 import OfferSignerStorage
 import PostgresNIO
+import Synchronization
 
 /// What several `serve` instances on one database need from it: advisory locks and registry
 /// change notifications (see ``StoreCoordination``).
@@ -56,9 +57,49 @@ extension PostgresStore {
         }
         defer { if permitted { customerLockPermits.release() } }
         let remaining = max(timeout - (ContinuousClock.now - start), .milliseconds(1))
-        let held = try await AdvisoryLockHolding.acquire(lock, key: Self.advisoryKey(lock), timeout: remaining, client: client, logger: logger)
+        let held = try await AdvisoryLockHolding.acquire(
+            lock, key: Self.advisoryKey(lock), timeout: remaining, client: client, lender: ObjectIdentifier(self), logger: logger)
         defer { held.release() }
-        return try await body()
+        guard case .customer = lock, let loan = held.loan else { return try await body() }
+        // The body's reads (the ledger, the stored history) go on the lock's connection.
+        return try await Self.$lockConnectionLoan.withValue(loan) { try await body() }
+    }
+
+    /// The connection of the customer lock the current task holds, if any (see
+    /// ``LockConnectionLoan``).
+    @TaskLocal static var lockConnectionLoan: LockConnectionLoan?
+
+    /// Runs a read on the connection of the customer lock the calling task holds on this store,
+    /// inside the lock's transaction, or, with no such lock, on a pooled connection of its own
+    /// (`boundedOnConnection`). Bounded the same way: a read that outlives
+    /// `configuration.operationTimeout` closes the connection (which ends the lock; the body,
+    /// whose read failed, issues nothing).
+    func onLockConnection<T: Sendable>(_ what: String, _ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        guard let loan = Self.lockConnectionLoan, loan.lender == ObjectIdentifier(self), loan.borrow() else {
+            return try await boundedOnConnection(what, body)
+        }
+        let timeout = configuration.operationTimeout
+        let inUse = ConnectionInUse()
+        let result: Result<T, any Error>
+        do {
+            try inUse.use(loan.connection)
+            let deadline = DeadlineWheel.shared.schedule(after: timeout) { inUse.expire() }
+            result = await Result(catchingAsync: { try await body(loan.connection) })
+            DeadlineWheel.shared.cancel(deadline)
+            await inUse.release()
+        } catch {
+            result = .failure(error)
+        }
+        loan.giveBack()
+        switch result {
+        case .success(let value):
+            return value
+        case .failure(let error):
+            if inUse.hasExpired {
+                throw StoreError(.unavailable, "\(what) failed: the database at \(configuration.redactedDescription) did not answer within \(timeout)")
+            }
+            throw Self.storeError(error, what)
+        }
     }
 
     /// Reachable, not a standby (`pg_is_in_recovery()`), and a new transaction is not read-only
@@ -110,11 +151,18 @@ extension PostgresStore {
 final class AdvisoryLockHolding: Sendable {
     private let released = AsyncStream.makeStream(of: Void.self)
 
+    private let lent = Mutex<LockConnectionLoan?>(nil)
+
     /// Lets the holding task roll back (which releases the lock) and return its connection.
     func release() { released.continuation.finish() }
 
+    /// The connection the lock is held on, for the reads of the body that holds it.
+    var loan: LockConnectionLoan? { lent.withLock { $0 } }
+
+    fileprivate func lend(_ loan: LockConnectionLoan) { lent.withLock { $0 = loan } }
+
     static func acquire(
-        _ lock: StoreLock, key: (Int32, Int32), timeout: Duration, client: PostgresClient, logger: Logger
+        _ lock: StoreLock, key: (Int32, Int32), timeout: Duration, client: PostgresClient, lender: ObjectIdentifier, logger: Logger
     ) async throws -> AdvisoryLockHolding {
         let holding = AdvisoryLockHolding()
         let race = ResumeOnce<Void>()
@@ -132,11 +180,11 @@ final class AdvisoryLockHolding: Sendable {
                             try inUse.use(connection)
                             do {
                                 try await connection.run("BEGIN", logger: logger)
-                                _ = try await PostgresStore.collect(SetLocalLockTimeout(milliseconds: Int64(milliseconds)), on: connection, logger: logger)
                                 // `collect` reads the statement to its end: `execute` returns at
                                 // BindComplete, and a lock_timeout (55P03) would then be lost in the
                                 // unread rows, so the caller would go on without the lock.
-                                _ = try await PostgresStore.collect(AdvisoryTransactionLock(key: key), on: connection, logger: logger)
+                                _ = try await PostgresStore.collect(
+                                    TimedAdvisoryTransactionLock(key: key, timeoutMilliseconds: Int64(milliseconds)), on: connection, logger: logger)
                             } catch {
                                 // Not on a connection the deadline closed: a query written to a
                                 // closed PostgresNIO connection is never answered.
@@ -146,8 +194,12 @@ final class AdvisoryLockHolding: Sendable {
                             }
                             // Held. If the caller gave up meanwhile, `release()` was called already.
                             await inUse.release()
+                            let loan = LockConnectionLoan(connection: connection, lender: lender)
+                            holding.lend(loan)
                             race.resume(.success(()))
                             for await _ in holding.released.stream {}
+                            // No read of the body is left on the connection when it rolls back.
+                            await loan.end()
                             // A ROLLBACK that does not come back (the database vanished without a
                             // reset) closes the connection rather than keep it from the pool.
                             let rollback = ConnectionInUse()
@@ -180,5 +232,64 @@ final class AdvisoryLockHolding: Sendable {
             race.cancel()
         }
         return holding
+    }
+}
+
+/// The connection a customer lock is held on, lent to the reads of the body that holds the lock,
+/// so a decision under the lock takes one pooled connection, not one for the lock and another for
+/// each read.
+///
+/// Rules: a read borrows it only while the lock is held (`borrow()` answers false once `end()`
+/// began, and the read goes to the pool); `end()` returns only when every read that borrowed it
+/// has given it back, so the lock's ROLLBACK never overtakes a read and the connection never
+/// returns to the pool with a read on it; only reads of the store that took the lock borrow it.
+final class LockConnectionLoan: Sendable {
+    let connection: PostgresConnection
+    /// The store whose lock this is.
+    let lender: ObjectIdentifier
+
+    private struct State {
+        var open = true
+        var borrowers = 0
+        var drained: CheckedContinuation<Void, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    init(connection: PostgresConnection, lender: ObjectIdentifier) {
+        self.connection = connection
+        self.lender = lender
+    }
+
+    /// True when the caller may use the connection; it must then call `giveBack()`.
+    func borrow() -> Bool {
+        state.withLock { state in
+            guard state.open else { return false }
+            state.borrowers += 1
+            return true
+        }
+    }
+
+    func giveBack() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.borrowers -= 1
+            guard state.borrowers == 0, let waiter = state.drained else { return nil }
+            state.drained = nil
+            return waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Lends no more, and waits for the reads that borrowed it.
+    func end() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let drained = state.withLock { state -> Bool in
+                state.open = false
+                guard state.borrowers > 0 else { return true }
+                state.drained = continuation
+                return false
+            }
+            if drained { continuation.resume() }
+        }
     }
 }

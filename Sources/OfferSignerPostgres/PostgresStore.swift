@@ -124,7 +124,7 @@ public final class PostgresStore: OfferSignerStore {
             host: configuration.host, port: configuration.port, username: configuration.username, password: configuration.password,
             database: configuration.database, tls: tls)
         clientConfiguration.options.maximumConnections = configuration.poolSize
-        clientConfiguration.options.minimumConnections = 0
+        clientConfiguration.options.minimumConnections = configuration.keepsPoolOpen ? configuration.poolSize : 0
         clientConfiguration.options.connectTimeout = configuration.connectTimeout
         clientConfiguration.options.additionalStartupParameters = startupParameters
         self.clientConfiguration = clientConfiguration
@@ -253,10 +253,12 @@ public final class PostgresStore: OfferSignerStore {
         return isBreakerOpen(error)
     }
 
-    /// How many customer locks may be held at once: at most half the pool once the registry
-    /// listener's connection and the audit checkpoint writer's lock are set aside, so the
-    /// requests holding them always find a connection for their reads and audit commits.
-    static func customerLockHolders(poolSize: Int) -> Int { max(1, (poolSize - 2) / 2) }
+    /// How many customer locks may be held at once: the pool less three connections, for the
+    /// registry listener, the audit commits the holders wait for, and one more for whatever else
+    /// runs meanwhile (the checkpoint writer's second connection, a readiness check, the
+    /// recorder), none of which waits for a holder. A holder's reads go on its lock's connection
+    /// (see ``LockConnectionLoan``), so it needs no second one.
+    static func customerLockHolders(poolSize: Int) -> Int { max(1, poolSize - 3) }
 
     /// Stops the pool; later calls fail with `StoreError.unavailable`. Idempotent.
     public func close() async {
@@ -469,6 +471,9 @@ final class ConnectionInUse: Sendable {
         }
         if let closing { try? await closing.get() }
     }
+
+    /// Whether the deadline passed.
+    var hasExpired: Bool { state.withLock { $0.expired } }
 
     /// The deadline passed: the connection the operation is on, if any, starts closing.
     func expire() {

@@ -30,8 +30,15 @@ public struct PostgresStoreConfiguration: Sendable, Equatable, CustomStringConve
     public var tlsMode: TLSMode
     /// A PEM file of CA certificates to verify the server against (`sslrootcert`), for `verify-full`.
     public var rootCertificatePath: String?
-    /// Connections the store's pool may open (at least 1).
+    /// Connections the store's pool may open (4 to 1000).
     public var poolSize: Int
+    /// Whether the pool opens all its connections at once and keeps them open while idle (`serve`
+    /// does; a command that makes a few calls opens them as it needs them). PostgresNIO opens at
+    /// most 20 connections at a time and none for a request that queued meanwhile: a burst of
+    /// more requests than that, each holding a customer lock while it waits for an audit commit
+    /// queued behind them, would wait until timeouts freed connections. An open pool never has
+    /// to open connections for a burst.
+    public var keepsPoolOpen = false
     /// How long any one store operation may take before it fails with `StoreError.unavailable`.
     public var operationTimeout: Duration
     /// How long opening one connection may take.
@@ -139,9 +146,9 @@ public struct PostgresStoreConfiguration: Sendable, Equatable, CustomStringConve
         if rootCertificatePath != nil && tlsMode != .verifyFull {
             throw InvalidConfiguration("the store URL gives sslrootcert, which only sslmode=verify-full uses")
         }
-        // Four at least: one listens for registry changes, the audit checkpoint writer's lock may
-        // hold another, and a request holding its customer lock on one needs another for its
-        // reads and commit.
+        // Four at least: one listens for registry changes, a request holds its customer lock (and
+        // reads) on another, the audit commit it waits for needs a third, and the audit
+        // checkpoint writer's second connection (or a readiness check) a fourth.
         guard poolSize >= 4 && poolSize <= 1000 else { throw InvalidConfiguration("the store pool size must be from 4 to 1000; got \(poolSize)") }
 
         if password == nil, let fromEnvironment = environment["PGPASSWORD"], !fromEnvironment.isEmpty {

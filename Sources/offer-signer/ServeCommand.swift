@@ -116,7 +116,7 @@ struct ServeCommand: AsyncParsableCommand {
             guard store.location != nil else { throw ValidationError("give --store PATH or URL (or OFFER_SIGNER_STORE), or use --dev") }
             devStorePath = nil
             masterKey = try self.masterKey.load()
-            opened = try await store.open(mustExist: false, logger: logger)
+            opened = try await store.open(mustExist: false, serving: true, logger: logger)
         }
 
         var configuration = ServerConfiguration(masterKey: masterKey, logger: logger)

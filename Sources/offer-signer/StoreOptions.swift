@@ -58,10 +58,14 @@ struct StoreOptions: ParsableArguments {
     /// Opens the store. A SQLite store must exist already unless `mustExist` is false (commands
     /// other than `serve`, `keys import` and `clients create` never create one); a PostgreSQL
     /// database must exist, and its tables are created or migrated on open.
-    func open(mustExist: Bool = true, logger: Logger = Logger(label: "offer-signer.store")) async throws -> any OfferSignerStore {
+    /// `serving`: the PostgreSQL pool is opened whole and kept open (see
+    /// `PostgresStoreConfiguration.keepsPoolOpen`).
+    func open(mustExist: Bool = true, serving: Bool = false, logger: Logger = Logger(label: "offer-signer.store")) async throws -> any OfferSignerStore {
         guard let location else { throw ValidationError("give --store PATH or URL (or set OFFER_SIGNER_STORE)") }
         if PostgresStoreConfiguration.isPostgresURL(location) {
-            return try await Self.open(postgres: try postgresConfiguration(url: location), logger: logger)
+            var configuration = try postgresConfiguration(url: location)
+            configuration.keepsPoolOpen = serving
+            return try await Self.open(postgres: configuration, logger: logger)
         }
         if storePasswordFile != nil || storePoolSize != nil {
             throw ValidationError("--store-password-file and --store-pool-size apply to a PostgreSQL store only; '\(location)' is a SQLite file")

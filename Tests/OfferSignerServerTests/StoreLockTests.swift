@@ -1,6 +1,8 @@
 import Foundation
+import OfferSignerPostgres
 import OfferSignerStorage
 import Synchronization
+import TestPostgres
 import Testing
 
 /// The store's exclusive locks between two instances of one PostgreSQL store (each with its own
@@ -59,6 +61,77 @@ struct StoreLockTests {
             }
             #expect(ContinuousClock.now - start < .seconds(30), "no request waited out the lock timeout")
             #expect(try await store.auditHead().count == 12)
+        }
+    }
+
+    @Test("A customer lock's body reads on the lock's own connection: with every other connection of the pool taken, it reads the ledger and the stored history at once")
+    func customerLockBodyReadsOnItsConnection() async throws {
+        try await StoreFixture.with(.postgres, poolSize: 4) { fixture in
+            let store = fixture.store
+            let database = fixture.database!.name
+            // Three of the four connections taken: one holds the checkpoint writer's lock, two
+            // wait for it on the server.
+            let (held, holding) = AsyncStream.makeStream(of: Void.self)
+            let (release, releasing) = AsyncStream.makeStream(of: Void.self)
+            let holder = Task {
+                try await store.withExclusiveLock(.auditCheckpointWriter, timeout: .seconds(60)) {
+                    holding.yield()
+                    for await _ in release {}
+                }
+            }
+            for await _ in held { break }
+            let waiters = (0..<2).map { _ in Task { try await store.withExclusiveLock(.auditCheckpointWriter, timeout: .seconds(60)) {} } }
+            let waitDeadline = ContinuousClock.now + .seconds(30)
+            while try await TestPostgres.scalar("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted", database: database) != 2 {
+                #expect(ContinuousClock.now < waitDeadline, "the two waiters never waited on the server")
+                if ContinuousClock.now >= waitDeadline { break }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            // Whatever happens below, the pool is given back after 10 s.
+            let watchdog = Task {
+                try? await Task.sleep(for: .seconds(10))
+                releasing.finish()
+            }
+
+            let token = "6b29fc40-ca47-1067-b31d-00dd010662da"
+            let start = ContinuousClock.now
+            let (ledger, version, history) = try await store.withExclusiveLock(.customer(bundleID: "com.example.app", appAccountToken: token), timeout: .seconds(30)) {
+                (
+                    try await store.ledgerIssuances(appAccountToken: token, bundleID: "com.example.app"),
+                    try await store.appleHistoryVersion(bundleID: "com.example.app", environment: "Production", transactionID: "2000000000000001"),
+                    try await store.appleHistory(bundleID: "com.example.app", environment: "Production", transactionID: "2000000000000001")
+                )
+            }
+            #expect(ContinuousClock.now - start < .seconds(5), "the body's reads waited for a pooled connection")
+            #expect(ledger.isEmpty && version == nil && history == nil)
+
+            releasing.finish()
+            watchdog.cancel()
+            try await holder.value
+            for waiter in waiters { try await waiter.value }
+            // Outside a lock, the same reads take pooled connections as before.
+            #expect(try await store.ledgerIssuances(appAccountToken: token, bundleID: "com.example.app").isEmpty)
+        }
+    }
+
+    @Test("A store that keeps its pool open (as `serve` does) opens every connection at once, with no request")
+    func servingStoreOpensItsPool() async throws {
+        try StoreFixture.postgresAvailableOrSkip()
+        try await TestPostgres.withDatabase { database in
+            var configuration = database.configuration
+            configuration.poolSize = 6
+            configuration.keepsPoolOpen = true
+            let store = try await PostgresStore.open(configuration: configuration, logger: StoreFixture.quietLogger)
+            let sql = "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = '\(database.name)' AND pid <> pg_backend_pid()"
+            let deadline = ContinuousClock.now + .seconds(30)
+            var open: Int64 = 0
+            while ContinuousClock.now < deadline {
+                open = try await TestPostgres.scalar(sql) ?? 0
+                if open >= 6 { break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(open == 6, "connections open: \(open)")
+            await store.close()
         }
     }
 }
