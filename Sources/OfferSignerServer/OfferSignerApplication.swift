@@ -53,6 +53,9 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         throw ServerConfigurationError("the App Store Server API settings cannot be used: \(problem)")
     }
     try await store.bindMasterKey(configuration.masterKey)
+    // Before any request: a SQLite file another process serves is refused here (see
+    // `SQLiteStore.prepareForServing`).
+    try await store.prepareForServing()
     let metrics = ServerMetrics()
     metrics.rateLimits([("client", configuration.clientRateLimit), ("app_account_token", configuration.appAccountTokenRateLimit)])
     let keyRing = KeyRingHolder(store: store, masterKey: configuration.masterKey, interval: configuration.registryPollInterval, logger: logger)

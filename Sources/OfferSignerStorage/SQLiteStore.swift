@@ -28,6 +28,9 @@ public final class SQLiteStore: OfferSignerStore {
     let exclusiveLocks = InProcessLocks()
     /// Every customer's ledger issuances this process has read or committed (see `LedgerCache`).
     let ledgerCache = LedgerCache()
+    /// The open lock file that makes this store the only one serving its file (see
+    /// `claimServing`); nil until `prepareForServing`.
+    private let servingClaim = Mutex<Int32?>(nil)
 
     /// Opens (creating if needed) the store at `path` and applies schema migrations.
     /// `walRestartPages`: while serving, the write-ahead log is started over once it holds this
@@ -293,12 +296,64 @@ public final class SQLiteStore: OfferSignerStore {
     /// While serving, commits no longer run WAL checkpoints themselves (a checkpoint copies the
     /// log into the database and syncs it, stalling every request waiting on that commit);
     /// `performMaintenance` runs them passively from a separate connection instead.
+    ///
+    /// Rule: one store serves a SQLite file at a time. The service keeps what it needs to decide
+    /// (the customers' ledgers, see `LedgerCache`) in memory, sound only while no other process
+    /// issues signatures into the file; so serving takes an exclusive lock on `PATH.serving` (held
+    /// until the store is closed, or by the kernel until the process ends, kill -9 included), and a
+    /// second store that would serve the same file is refused. Other commands (`keys`, `audit`)
+    /// may still open the file beside the service.
     public func prepareForServing() async throws {
+        try claimServing()
         try await write { db in try db.execute(sql: "PRAGMA wal_autocheckpoint = 0") }
         // The writer connection is open, so the log exists (WAL mode) and stays the same file
         // for as long as the service runs: SQLite deletes it only when the last connection closes.
         if let database = FileIdentity(path: path) {
             servingFiles.withLock { $0 = ServingFiles(database: database, log: FileIdentity(path: path + "-wal")) }
+        }
+    }
+
+    /// Takes the serving lock (see `prepareForServing`); idempotent. The lock file, not the
+    /// database, is locked (`flock`): a descriptor of the database file closed by this process
+    /// would drop SQLite's own POSIX locks on it.
+    private func claimServing() throws(StoreError) {
+        try servingClaim.withLock { (claim: inout Int32?) throws(StoreError) in
+            guard claim == nil else { return }
+            let lockPath = path + ".serving"
+            let descriptor = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard descriptor >= 0 else {
+                throw StoreError(.unavailable, "cannot serve store '\(path)': cannot open its lock file '\(lockPath)': \(String(cString: strerror(errno)))")
+            }
+            guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+                let failure = errno
+                var holder = [UInt8](repeating: 0, count: 32)
+                let count = POSIXFile.read(descriptor, &holder, holder.count)
+                POSIXFile.close(descriptor)
+                guard failure == EWOULDBLOCK else {
+                    throw StoreError(.unavailable, "cannot serve store '\(path)': cannot lock '\(lockPath)': \(String(cString: strerror(failure)))")
+                }
+                let pid = count > 0 ? String(decoding: holder[..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) : ""
+                throw StoreError(
+                    .conflict,
+                    "store '\(path)' is already being served\(pid.isEmpty ? "" : " by process \(pid)"); one process serves a SQLite store (run several instances on PostgreSQL)")
+            }
+            let pid = Array("\(getpid())\n".utf8)
+            if ftruncate(descriptor, 0) == 0 { _ = pwrite(descriptor, pid, pid.count, 0) }
+            claim = descriptor
+        }
+    }
+
+    /// Gives the serving lock up (see `prepareForServing`).
+    public func close() async {
+        servingClaim.withLock { claim in
+            if let descriptor = claim { POSIXFile.close(descriptor) }
+            claim = nil
+        }
+    }
+
+    deinit {
+        servingClaim.withLock { claim in
+            if let descriptor = claim { POSIXFile.close(descriptor) }
         }
     }
 
@@ -832,4 +887,23 @@ struct DirectInsert {
     }
 
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+}
+
+/// The C library's `read` and `close`, named apart from the methods of the types that call them.
+private enum POSIXFile {
+    static func read(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> Int {
+        #if canImport(Glibc)
+        Glibc.read(descriptor, buffer, count)
+        #else
+        Darwin.read(descriptor, buffer, count)
+        #endif
+    }
+
+    static func close(_ descriptor: Int32) {
+        #if canImport(Glibc)
+        _ = Glibc.close(descriptor)
+        #else
+        _ = Darwin.close(descriptor)
+        #endif
+    }
 }
