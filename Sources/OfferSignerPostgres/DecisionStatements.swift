@@ -6,15 +6,15 @@ import PostgresNIO
 // statement is parsed and planned on every request. Last, how every prepared statement of the
 // store is run (`collect`).
 
-/// Sets the transaction's lock timeout (`set_config(…, true)`, as `SET LOCAL lock_timeout`,
-/// which takes no parameter), then waits for the transaction-scoped advisory lock of one key (a
-/// customer's, or the checkpoint writer's): one round trip. The timeout is set in a subquery
-/// behind `OFFSET 0`, which PostgreSQL neither flattens nor reorders, so it is in force before
-/// the wait begins.
-struct TimedAdvisoryTransactionLock: PostgresPreparedStatement {
-    static let name = "offer_signer_timed_advisory_xact_lock_v1"
+/// Sets the lock timeout for this statement alone (`set_config(…, true)` is undone when the
+/// statement's implicit transaction ends), then waits for the session-level advisory lock of one
+/// key (a customer's, or the checkpoint writer's): one round trip, no transaction left open. The
+/// timeout is set in a subquery behind `OFFSET 0`, which PostgreSQL neither flattens nor
+/// reorders, so it is in force before the wait begins.
+struct TimedAdvisorySessionLock: PostgresPreparedStatement {
+    static let name = "offer_signer_timed_advisory_lock_v1"
     static let sql = """
-        SELECT pg_advisory_xact_lock($1, $2) FROM (SELECT set_config('lock_timeout', $3, true) OFFSET 0) AS lock_timeout_set
+        SELECT pg_advisory_lock($1, $2) FROM (SELECT set_config('lock_timeout', $3, true) OFFSET 0) AS lock_timeout_set
         """
     typealias Row = ()
 
@@ -31,6 +31,24 @@ struct TimedAdvisoryTransactionLock: PostgresPreparedStatement {
     }
 
     func decodeRow(_ row: PostgresRow) throws {}
+}
+
+/// Releases the session-level advisory lock of one key; true when this session held it.
+struct AdvisorySessionUnlock: PostgresPreparedStatement {
+    static let name = "offer_signer_advisory_unlock_v1"
+    static let sql = "SELECT pg_advisory_unlock($1, $2)"
+    typealias Row = Bool
+
+    let key: (Int32, Int32)
+
+    func makeBindings() -> PostgresBindings {
+        var binds = PostgresBindings(capacity: 2)
+        binds.append(key.0)
+        binds.append(key.1)
+        return binds
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Bool { try row.decode(Bool.self) }
 }
 
 /// The subscription a transaction ID belongs to (or the ID itself, when it is an original

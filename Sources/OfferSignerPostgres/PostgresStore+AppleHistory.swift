@@ -150,8 +150,9 @@ extension PostgresStore {
             isComplete: complete != 0, updatedAt: Self.date(updatedAt))
     }
 
-    /// Under the customer's lock, on the lock's connection, inside its transaction (see
-    /// ``LockConnectionLoan``); otherwise in a transaction of its own.
+    /// Under the customer's lock, on the lock's connection (see ``LockConnectionLoan``), one
+    /// statement after the other as in a transaction of its own: under READ COMMITTED each
+    /// statement sees what was committed when it began, in a transaction or not.
     public func appleHistory(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistory? {
         let read = { @Sendable (connection: PostgresConnection, logger: Logger) async throws -> StoredAppleHistory? in
             let original =

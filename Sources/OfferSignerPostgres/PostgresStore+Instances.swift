@@ -9,10 +9,13 @@ import Synchronization
 /// What several `serve` instances on one database need from it: advisory locks and registry
 /// change notifications (see ``StoreCoordination``).
 ///
-/// Rules: a ``StoreLock`` is a transaction-level advisory lock (`pg_advisory_xact_lock`) on a
-/// pooled connection of its own, taken inside a transaction that does nothing else and is rolled
-/// back when the caller's body has returned; so the lock is released when the body ends, and by
-/// the server when the connection or the process dies. The wait is bounded twice: by
+/// Rules: a ``StoreLock`` is a session-level advisory lock (`pg_advisory_lock`) on a pooled
+/// connection of its own, taken in one statement (its wait bounded by `lock_timeout`, set for that
+/// statement alone) and released by `pg_advisory_unlock` when the caller's body has returned; so
+/// the lock is released when the body ends, and by the server when the connection or the process
+/// dies. A connection whose lock statement failed otherwise than by its timeout, or whose unlock
+/// did not answer `true`, is closed, never returned to the pool holding a lock (a session lock
+/// survives a failed statement, and taking it again on the same connection would succeed). The wait is bounded twice: by
 /// `lock_timeout` on the server, and by a timer here (for a database that does not answer at
 /// all). Keys use the two-integer form, which never meets the one-integer key the migrations
 /// lock. Registry changes are announced by a trigger on `registry` (NOTIFY in the transaction
@@ -70,7 +73,7 @@ extension PostgresStore {
     @TaskLocal static var lockConnectionLoan: LockConnectionLoan?
 
     /// Runs a read on the connection of the customer lock the calling task holds on this store,
-    /// inside the lock's transaction, or, with no such lock, on a pooled connection of its own
+    /// or, with no such lock, on a pooled connection of its own
     /// (`boundedOnConnection`). Bounded the same way: a read that outlives
     /// `configuration.operationTimeout` closes the connection (which ends the lock; the body,
     /// whose read failed, issues nothing).
@@ -153,7 +156,7 @@ final class AdvisoryLockHolding: Sendable {
 
     private let lent = Mutex<LockConnectionLoan?>(nil)
 
-    /// Lets the holding task roll back (which releases the lock) and return its connection.
+    /// Lets the holding task unlock and return its connection.
     func release() { released.continuation.finish() }
 
     /// The connection the lock is held on, for the reads of the body that holds it.
@@ -179,16 +182,17 @@ final class AdvisoryLockHolding: Sendable {
                             // `PostgresStore.boundedOnConnection`).
                             try inUse.use(connection)
                             do {
-                                try await connection.run("BEGIN", logger: logger)
                                 // `collect` reads the statement to its end: `execute` returns at
                                 // BindComplete, and a lock_timeout (55P03) would then be lost in the
                                 // unread rows, so the caller would go on without the lock.
                                 _ = try await PostgresStore.collect(
-                                    TimedAdvisoryTransactionLock(key: key, timeoutMilliseconds: Int64(milliseconds)), on: connection, logger: logger)
+                                    TimedAdvisorySessionLock(key: key, timeoutMilliseconds: Int64(milliseconds)), on: connection, logger: logger)
                             } catch {
-                                // Not on a connection the deadline closed: a query written to a
-                                // closed PostgresNIO connection is never answered.
-                                if !connection.isClosed { _ = try? await connection.run("ROLLBACK", logger: logger) }
+                                // A wait that ran out (55P03) took nothing. After any other failure
+                                // the lock may have been taken (a session lock outlives the
+                                // statement that failed): the connection is closed, which releases
+                                // whatever it holds, and the pool opens another.
+                                if PostgresStore.sqlState(error) != "55P03" && !connection.isClosed { try? await connection.close() }
                                 await inUse.release()
                                 throw error
                             }
@@ -198,16 +202,19 @@ final class AdvisoryLockHolding: Sendable {
                             holding.lend(loan)
                             race.resume(.success(()))
                             for await _ in holding.released.stream {}
-                            // No read of the body is left on the connection when it rolls back.
+                            // No read of the body is left on the connection when it unlocks.
                             await loan.end()
-                            // A ROLLBACK that does not come back (the database vanished without a
-                            // reset) closes the connection rather than keep it from the pool.
-                            let rollback = ConnectionInUse()
-                            try? rollback.use(connection)
-                            let unanswered = DeadlineWheel.shared.schedule(after: max(timeout, .seconds(5)) + .seconds(1)) { rollback.expire() }
-                            _ = try? await connection.run("ROLLBACK", logger: logger)
+                            // An unlock that does not come back (the database vanished without a
+                            // reset) closes the connection rather than keep it from the pool; one
+                            // that fails or finds no lock closes it too, so a connection never goes
+                            // back to the pool holding a lock.
+                            let unlock = ConnectionInUse()
+                            try? unlock.use(connection)
+                            let unanswered = DeadlineWheel.shared.schedule(after: max(timeout, .seconds(5)) + .seconds(1)) { unlock.expire() }
+                            let unlocked = try? await PostgresStore.collect(AdvisorySessionUnlock(key: key), on: connection, logger: logger)
                             DeadlineWheel.shared.cancel(unanswered)
-                            await rollback.release()
+                            await unlock.release()
+                            if unlocked != [true] && !connection.isClosed { try? await connection.close() }
                         }
                     } catch {
                         let failure = PostgresStore.sqlState(error) == "55P03" ? timeoutError : PostgresStore.storeError(error, "taking the \(lock.kind) lock")
@@ -241,8 +248,8 @@ final class AdvisoryLockHolding: Sendable {
 ///
 /// Rules: a read borrows it only while the lock is held (`borrow()` answers false once `end()`
 /// began, and the read goes to the pool); `end()` returns only when every read that borrowed it
-/// has given it back, so the lock's ROLLBACK never overtakes a read and the connection never
-/// returns to the pool with a read on it; only reads of the store that took the lock borrow it.
+/// has given it back, so the unlock never overtakes a read and the connection never returns to
+/// the pool with a read on it; only reads of the store that took the lock borrow it.
 final class LockConnectionLoan: Sendable {
     let connection: PostgresConnection
     /// The store whose lock this is.

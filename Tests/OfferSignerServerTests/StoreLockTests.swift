@@ -134,4 +134,46 @@ struct StoreLockTests {
             await store.close()
         }
     }
+
+    @Test("Every customer lock is released after its body, whether the body returned, threw, or its wait ran out: no connection goes back to the pool holding one")
+    func locksAreReleasedWhateverTheBodyDid() async throws {
+        try await StoreFixture.with(.postgres, poolSize: 6) { fixture in
+            let store = fixture.store
+            let database = fixture.database!.name
+            struct BodyFailed: Error {}
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 0..<30 {
+                    group.addTask {
+                        // Three customers, so some requests wait for others' locks; a third of the
+                        // waits are too short to last.
+                        let token = "00000000-0000-4000-8000-\(String(format: "%012d", index % 3))"
+                        let timeout: Duration = index % 3 == 2 ? .milliseconds(5) : .seconds(30)
+                        do {
+                            try await store.withExclusiveLock(.customer(bundleID: "com.example.app", appAccountToken: token), timeout: timeout) {
+                                _ = try await store.ledgerIssuances(appAccountToken: token, bundleID: "com.example.app")
+                                try await Task.sleep(for: .milliseconds(10))
+                                if index % 2 == 0 { throw BodyFailed() }
+                            }
+                        } catch is BodyFailed {
+                        } catch let error as StoreError where error.code == .timeout {
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let deadline = ContinuousClock.now + .seconds(10)
+            var held: Int64? = nil
+            while ContinuousClock.now < deadline {
+                held = try await TestPostgres.scalar("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory'", database: database)
+                if held == 0 { break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(held == 0, "advisory locks still held after every body ended: \(held ?? -1)")
+            // And every customer can be locked again at once.
+            for index in 0..<3 {
+                let token = "00000000-0000-4000-8000-\(String(format: "%012d", index))"
+                #expect(try await store.withExclusiveLock(.customer(bundleID: "com.example.app", appAccountToken: token), timeout: .seconds(2)) { true })
+            }
+        }
+    }
 }
