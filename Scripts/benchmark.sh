@@ -17,8 +17,9 @@
 #          to max(16, N/250); excludes THINK_MS)
 #          GOALS=1 (three runs on one server: saturation (CONNECTIONS, default 64), then
 #          RATE=1000, then RATE=half the measured saturation, each DURATION seconds; prints a
-#          table of the goals with PASS or MISS: >= 15,000 signatures/s at saturation, p99 <= 2 ms
-#          at 1,000 requests/s offered, p99 <= 5 ms at half the saturation rate. Skips the floor)
+#          table of the goals with PASS or MISS: on SQLite >= 15,000 signatures/s at saturation,
+#          p99 <= 2 ms at 1,000 requests/s offered, p99 <= 5 ms at half the saturation rate; on
+#          PostgreSQL >= 10,000/s and p99 <= 3 ms at 1,000/s. Skips the floor)
 #          FLOOR_SECONDS=5 (then drives plain GET /healthz for this long with the same wrk
 #          settings and prints it as the floor: the stack's cost for a request that does no
 #          work; 0 skips it)
@@ -263,9 +264,15 @@ if [ "$GOALS" = 1 ]; then
 
     echo
     echo "==> goals (${DURATION}s per run, $THREADS wrk threads, formats $FORMATS, loopback, $(nproc) cores shared by wrk and the server)"
-    python3 - "$WORK" "$SATURATION" "$HALF" <<'PY'
+    python3 - "$WORK" "$SATURATION" "$HALF" "$STORE_KIND" <<'PY'
 import re, sys
-work, saturation, half = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+work, saturation, half, store = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+# The goals of the store measured: SQLite's (the first wave's), or PostgreSQL's (one instance,
+# every commit durable), which set no goal at half the saturation rate.
+if store == "postgres":
+    throughput_goal, p99_at_1000_goal, p99_at_half_goal = 10000, 3.0, None
+else:
+    throughput_goal, p99_at_1000_goal, p99_at_half_goal = 15000, 2.0, 5.0
 
 def fields(name):
     values = {}
@@ -298,12 +305,15 @@ def paced(name, offered):
 
 print()
 print(f"{'goal':<48} {'measured':<34} verdict")
-print(f"{'throughput at saturation >= 15,000/s':<48} {f'{saturation:,.0f}/s':<34} {verdict(saturation >= 15000)}")
-for name, offered, limit, text in [("rate1000", 1000, 2.0, "p99 <= 2 ms at 1,000 requests/s offered"),
-                                   ("half", half, 5.0, f"p99 <= 5 ms at half saturation ({half:,}/s)")]:
+print(f"{f'throughput at saturation >= {throughput_goal:,}/s':<48} {f'{saturation:,.0f}/s':<34} {verdict(saturation >= throughput_goal)}")
+for name, offered, limit, text in [("rate1000", 1000, p99_at_1000_goal, f"p99 <= {p99_at_1000_goal:g} ms at 1,000 requests/s offered"),
+                                   ("half", half, p99_at_half_goal, f"p99 <= {p99_at_half_goal or 0:g} ms at half saturation ({half:,}/s)")]:
     p99 = float(fields(name)["p99_ms"])
     reached, achieved = paced(name, offered)
     measured = f"p99 {p99:.3f} ms at {achieved:,.0f}/s achieved"
+    if limit is None:
+        print(f"{f'p99 at half saturation ({half:,}/s)':<48} {measured:<34} (no goal for {store})")
+        continue
     note = "" if reached else " (achieved < 95% of offered)"
     print(f"{text:<48} {measured:<34} {verdict(p99 <= limit and reached)}{note}")
 PY
