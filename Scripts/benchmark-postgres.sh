@@ -1,6 +1,8 @@
 # Shared by Scripts/benchmark.sh and Scripts/benchmark-stored-history.sh (sourced, not run):
 # a throw-away PostgreSQL cluster for STORE=postgres. The caller sets WORK (a directory removed
 # at exit), PG_DATA= (empty), and calls stop_throwaway_postgres from its cleanup.
+# PG_EXTRA_OPTIONS adds server settings to the throw-away cluster, e.g.
+# "-c shared_preload_libraries=pg_stat_statements" to see what each statement costs.
 
 # --- PostgreSQL (STORE=postgres) -----------------------------------------------------------
 # A throw-away cluster in $WORK/pg on a free loopback port (trust authentication, loopback only,
@@ -19,7 +21,7 @@ start_throwaway_postgres() {
     as_postgres "$PG_BIN/initdb" -D "$WORK/pg/data" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null
     PG_DATA="$WORK/pg/data"
     as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$WORK/pg/server.log" -w -t 60 \
-        -o "-p $PG_PORT -k $WORK/pg -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
+        -o "-p $PG_PORT -k $WORK/pg -c listen_addresses=127.0.0.1 -c max_connections=200 ${PG_EXTRA_OPTIONS:-}" start >/dev/null
     STORE="postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
 }
 stop_throwaway_postgres() {
