@@ -81,6 +81,12 @@ extension PostgresStore {
         guard let loan = Self.lockConnectionLoan, loan.lender == ObjectIdentifier(self), loan.borrow() else {
             return try await boundedOnConnection(what, body)
         }
+        // A closed connection lost the lock with it (and a query written to a closed PostgresNIO
+        // connection is never answered): the body must not go on as if it held it.
+        guard !loan.connection.isClosed else {
+            loan.giveBack()
+            throw StoreError(.unavailable, "\(what) failed: the connection holding the customer's lock was lost")
+        }
         let timeout = configuration.operationTimeout
         let inUse = ConnectionInUse()
         let result: Result<T, any Error>
@@ -208,6 +214,9 @@ final class AdvisoryLockHolding: Sendable {
                             // reset) closes the connection rather than keep it from the pool; one
                             // that fails or finds no lock closes it too, so a connection never goes
                             // back to the pool holding a lock.
+                            // A connection closed meanwhile (a read's deadline) took the lock
+                            // with it, and would never answer the unlock.
+                            guard !connection.isClosed else { return }
                             let unlock = ConnectionInUse()
                             try? unlock.use(connection)
                             let unanswered = DeadlineWheel.shared.schedule(after: max(timeout, .seconds(5)) + .seconds(1)) { unlock.expire() }

@@ -82,7 +82,7 @@ struct StoreLockTests {
             for await _ in held { break }
             let waiters = (0..<2).map { _ in Task { try await store.withExclusiveLock(.auditCheckpointWriter, timeout: .seconds(60)) {} } }
             let waitDeadline = ContinuousClock.now + .seconds(30)
-            while try await TestPostgres.scalar("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted", database: database) != 2 {
+            while try await TestPostgres.scalar("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND NOT granted", database: database) != 2 {
                 #expect(ContinuousClock.now < waitDeadline, "the two waiters never waited on the server")
                 if ContinuousClock.now >= waitDeadline { break }
                 try await Task.sleep(for: .milliseconds(20))
@@ -164,7 +164,7 @@ struct StoreLockTests {
             let deadline = ContinuousClock.now + .seconds(10)
             var held: Int64? = nil
             while ContinuousClock.now < deadline {
-                held = try await TestPostgres.scalar("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory'", database: database)
+                held = try await TestPostgres.scalar("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())", database: database)
                 if held == 0 { break }
                 try await Task.sleep(for: .milliseconds(50))
             }
@@ -173,6 +173,39 @@ struct StoreLockTests {
             for index in 0..<3 {
                 let token = "00000000-0000-4000-8000-\(String(format: "%012d", index))"
                 #expect(try await store.withExclusiveLock(.customer(bundleID: "com.example.app", appAccountToken: token), timeout: .seconds(2)) { true })
+            }
+        }
+    }
+
+    @Test("A customer lock whose connection is cut (pg_terminate_backend) fails its body's next read at once, and the store goes on with its pool whole")
+    func lostLockConnectionFailsTheBody() async throws {
+        try await StoreFixture.with(.postgres, poolSize: 4) { fixture in
+            let store = fixture.store
+            let database = fixture.database!.name
+            let token = "6b29fc40-ca47-1067-b31d-00dd010662da"
+            let lock = StoreLock.customer(bundleID: "com.example.app", appAccountToken: token)
+            let failedRead = Mutex<Duration?>(nil)
+            await #expect(throws: StoreError.self) {
+                try await store.withExclusiveLock(lock, timeout: .seconds(30)) {
+                    _ = try await store.ledgerIssuances(appAccountToken: token, bundleID: "com.example.app")
+                    let cut = try await TestPostgres.scalar(
+                        "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND granted", database: database)
+                    #expect(cut == 1)
+                    try await Task.sleep(for: .milliseconds(200))
+                    let start = ContinuousClock.now
+                    defer { failedRead.withLock { $0 = ContinuousClock.now - start } }
+                    _ = try await store.ledgerIssuances(appAccountToken: token, bundleID: "com.example.app")
+                }
+            }
+            let took = try #require(failedRead.withLock { $0 })
+            #expect(took < .seconds(5), "the read on the lost connection took \(took)")
+            // The pool of four lets one customer lock be held at a time: a place lost with the
+            // connection would leave none.
+            for _ in 0..<5 {
+                let issuances = try await store.withExclusiveLock(lock, timeout: .seconds(10)) {
+                    try await store.ledgerIssuances(appAccountToken: token, bundleID: "com.example.app")
+                }
+                #expect(issuances.isEmpty)
             }
         }
     }
