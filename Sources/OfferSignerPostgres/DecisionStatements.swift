@@ -33,22 +33,18 @@ struct TimedAdvisorySessionLock: PostgresPreparedStatement {
     func decodeRow(_ row: PostgresRow) throws {}
 }
 
-/// Releases the session-level advisory lock of one key; true when this session held it.
-struct AdvisorySessionUnlock: PostgresPreparedStatement {
-    static let name = "offer_signer_advisory_unlock_v1"
-    static let sql = "SELECT pg_advisory_unlock($1, $2)"
-    typealias Row = Bool
+/// Releases every session-level advisory lock of the session (a pooled connection holds at most
+/// the one it was leased for). All of them, not the key's alone: a lock granted just as its
+/// `lock_timeout` fired is kept by the server although the statement failed with 55P03, and an
+/// unlock of one hold would leave such a second hold behind.
+struct AdvisorySessionUnlockAll: PostgresPreparedStatement {
+    static let name = "offer_signer_advisory_unlock_all_v1"
+    static let sql = "SELECT pg_advisory_unlock_all()"
+    typealias Row = ()
 
-    let key: (Int32, Int32)
+    func makeBindings() -> PostgresBindings { PostgresBindings() }
 
-    func makeBindings() -> PostgresBindings {
-        var binds = PostgresBindings(capacity: 2)
-        binds.append(key.0)
-        binds.append(key.1)
-        return binds
-    }
-
-    func decodeRow(_ row: PostgresRow) throws -> Bool { try row.decode(Bool.self) }
+    func decodeRow(_ row: PostgresRow) throws {}
 }
 
 /// The subscription a transaction ID belongs to (or the ID itself, when it is an original

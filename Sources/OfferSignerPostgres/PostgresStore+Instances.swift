@@ -43,8 +43,8 @@ extension PostgresStore {
         }
     }
 
-    /// Rule: a customer lock holds a pooled connection for as long as its body runs, and the body
-    /// needs more (ledger and history reads, the audit commit); so at most
+    /// Rule: a customer lock holds a pooled connection for as long as its body runs (its ledger
+    /// and history reads go on that one), and the body needs another for its audit commit; so at most
     /// ``customerLockHolders(poolSize:)`` customer locks are held at once, and a request beyond
     /// them waits for its turn within the same timeout. (Before, as many concurrent requests as
     /// the pool had connections each held one for its lock and waited for a second: none could
@@ -194,11 +194,20 @@ final class AdvisoryLockHolding: Sendable {
                                 _ = try await PostgresStore.collect(
                                     TimedAdvisorySessionLock(key: key, timeoutMilliseconds: Int64(milliseconds)), on: connection, logger: logger)
                             } catch {
-                                // A wait that ran out (55P03) took nothing. After any other failure
-                                // the lock may have been taken (a session lock outlives the
-                                // statement that failed): the connection is closed, which releases
-                                // whatever it holds, and the pool opens another.
-                                if PostgresStore.sqlState(error) != "55P03" && !connection.isClosed { try? await connection.close() }
+                                // Even a wait that ran out (55P03) may have taken the lock: the
+                                // server keeps a lock granted just as the timeout fired, and a
+                                // session lock outlives the statement that failed. So the session's
+                                // locks are released before the connection goes back to the pool;
+                                // after any other failure, or when that release fails, the
+                                // connection is closed (which releases whatever it holds) and the
+                                // pool opens another.
+                                if !connection.isClosed {
+                                    if PostgresStore.sqlState(error) == "55P03" {
+                                        await Self.unlockAllOrClose(connection, within: max(timeout, .seconds(5)) + .seconds(1), logger: logger)
+                                    } else {
+                                        try? await connection.close()
+                                    }
+                                }
                                 await inUse.release()
                                 throw error
                             }
@@ -208,22 +217,17 @@ final class AdvisoryLockHolding: Sendable {
                             holding.lend(loan)
                             race.resume(.success(()))
                             for await _ in holding.released.stream {}
-                            // No read of the body is left on the connection when it unlocks.
-                            await loan.end()
-                            // An unlock that does not come back (the database vanished without a
-                            // reset) closes the connection rather than keep it from the pool; one
-                            // that fails or finds no lock closes it too, so a connection never goes
-                            // back to the pool holding a lock.
-                            // A connection closed meanwhile (a read's deadline) took the lock
-                            // with it, and would never answer the unlock.
+                            // A read still out once the body has returned was abandoned by it (its
+                            // deadline passed): rather than wait for it with the lock held, the
+                            // connection is closed, which ends the read and the lock.
+                            if loan.end() {
+                                try? await connection.close()
+                                return
+                            }
+                            // A connection closed meanwhile took the lock with it, and would never
+                            // answer the unlock.
                             guard !connection.isClosed else { return }
-                            let unlock = ConnectionInUse()
-                            try? unlock.use(connection)
-                            let unanswered = DeadlineWheel.shared.schedule(after: max(timeout, .seconds(5)) + .seconds(1)) { unlock.expire() }
-                            let unlocked = try? await PostgresStore.collect(AdvisorySessionUnlock(key: key), on: connection, logger: logger)
-                            DeadlineWheel.shared.cancel(unanswered)
-                            await unlock.release()
-                            if unlocked != [true] && !connection.isClosed { try? await connection.close() }
+                            await Self.unlockAllOrClose(connection, within: max(timeout, .seconds(5)) + .seconds(1), logger: logger)
                         }
                     } catch {
                         let failure = PostgresStore.sqlState(error) == "55P03" ? timeoutError : PostgresStore.storeError(error, "taking the \(lock.kind) lock")
@@ -251,14 +255,31 @@ final class AdvisoryLockHolding: Sendable {
     }
 }
 
+extension AdvisoryLockHolding {
+    /// Releases every advisory lock the connection's session holds; when that fails or does not
+    /// answer within `limit`, closes the connection instead. Either way, it never goes back to the
+    /// pool holding a lock. (A query written to a connection that closed meanwhile is never
+    /// answered by PostgresNIO: the wait is raced against its limit, not left to the query.)
+    static func unlockAllOrClose(_ connection: PostgresConnection, within limit: Duration, logger: Logger) async {
+        do {
+            try await StoreDeadline.run("releasing an advisory lock", timeout: limit) {
+                _ = try await PostgresStore.collect(AdvisorySessionUnlockAll(), on: connection, logger: logger)
+            }
+        } catch {
+            if !connection.isClosed { try? await connection.close() }
+        }
+    }
+}
+
 /// The connection a customer lock is held on, lent to the reads of the body that holds the lock,
 /// so a decision under the lock takes one pooled connection, not one for the lock and another for
 /// each read.
 ///
 /// Rules: a read borrows it only while the lock is held (`borrow()` answers false once `end()`
-/// began, and the read goes to the pool); `end()` returns only when every read that borrowed it
-/// has given it back, so the unlock never overtakes a read and the connection never returns to
-/// the pool with a read on it; only reads of the store that took the lock borrow it.
+/// was called, and the read goes to the pool); `end()` says whether a read is still out, and then
+/// the holder closes the connection instead of unlocking it, so the unlock never overtakes a read
+/// and the connection never returns to the pool with a read on it; only reads of the store that
+/// took the lock borrow it.
 final class LockConnectionLoan: Sendable {
     let connection: PostgresConnection
     /// The store whose lock this is.
@@ -267,7 +288,6 @@ final class LockConnectionLoan: Sendable {
     private struct State {
         var open = true
         var borrowers = 0
-        var drained: CheckedContinuation<Void, Never>?
     }
 
     private let state = Mutex(State())
@@ -287,25 +307,14 @@ final class LockConnectionLoan: Sendable {
     }
 
     func giveBack() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            state.borrowers -= 1
-            guard state.borrowers == 0, let waiter = state.drained else { return nil }
-            state.drained = nil
-            return waiter
-        }
-        waiter?.resume()
+        state.withLock { $0.borrowers -= 1 }
     }
 
-    /// Lends no more, and waits for the reads that borrowed it.
-    func end() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let drained = state.withLock { state -> Bool in
-                state.open = false
-                guard state.borrowers > 0 else { return true }
-                state.drained = continuation
-                return false
-            }
-            if drained { continuation.resume() }
+    /// Lends no more; true when a read that borrowed the connection has not given it back.
+    func end() -> Bool {
+        state.withLock { state in
+            state.open = false
+            return state.borrowers > 0
         }
     }
 }

@@ -109,9 +109,12 @@ public final class PostgresStore: OfferSignerStore {
             // The audit append's conditional head update and the head lock rely on READ COMMITTED
             // (a re-check after waiting, no serialization failures), whatever the role's default.
             ("default_transaction_isolation", "read committed"),
-            // A customer lock is a transaction left open while its request decides: the server
-            // must not end it for being idle (the lock would vanish unseen).
+            // A customer lock is a session lock held on an idle connection while its request
+            // decides (and an audit fallback a transaction): the server must not end either for
+            // being idle (the lock would vanish unseen). `idle_session_timeout` needs
+            // PostgreSQL 14 or later.
             ("idle_in_transaction_session_timeout", "0"),
+            ("idle_session_timeout", "0"),
         ]
         var direct = PostgresConnection.Configuration(
             host: configuration.host, port: configuration.port, username: configuration.username, password: configuration.password,

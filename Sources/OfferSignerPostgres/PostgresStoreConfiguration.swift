@@ -148,7 +148,7 @@ public struct PostgresStoreConfiguration: Sendable, Equatable, CustomStringConve
         }
         // Four at least: one listens for registry changes, a request holds its customer lock (and
         // reads) on another, the audit commit it waits for needs a third, and the audit
-        // checkpoint writer's second connection (or a readiness check) a fourth.
+        // checkpoint writer (its lock, then its write) or a readiness check the fourth.
         guard poolSize >= 4 && poolSize <= 1000 else { throw InvalidConfiguration("the store pool size must be from 4 to 1000; got \(poolSize)") }
 
         if password == nil, let fromEnvironment = environment["PGPASSWORD"], !fromEnvironment.isEmpty {

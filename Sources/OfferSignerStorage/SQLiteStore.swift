@@ -319,7 +319,12 @@ public final class SQLiteStore: OfferSignerStore {
     private func claimServing() throws(StoreError) {
         try servingClaim.withLock { (claim: inout Int32?) throws(StoreError) in
             guard claim == nil else { return }
-            let lockPath = path + ".serving"
+            // Named after the file's real path, so a symbolic link to it finds the same lock.
+            let resolved = realpath(path, nil).map { pointer -> String in
+                defer { free(pointer) }
+                return String(cString: pointer)
+            }
+            let lockPath = (resolved ?? path) + ".serving"
             let descriptor = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
             guard descriptor >= 0 else {
                 throw StoreError(.unavailable, "cannot serve store '\(path)': cannot open its lock file '\(lockPath)': \(String(cString: strerror(errno)))")

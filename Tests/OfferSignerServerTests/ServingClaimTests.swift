@@ -29,6 +29,15 @@ struct ServingClaimTests {
         // Opening the file beside the service (what `keys` and `audit` do) is still allowed.
         _ = try await second.auditHead()
 
+        // Nor through a symbolic link to the same file.
+        let link = directory.appendingPathComponent("link.sqlite").path
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: path)
+        await #expect {
+            try await SQLiteStore(path: link).prepareForServing()
+        } throws: { error in
+            (error as? StoreError)?.code == .conflict
+        }
+
         await first.close()
         try await second.prepareForServing()
         await second.close()

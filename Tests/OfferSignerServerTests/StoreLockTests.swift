@@ -52,7 +52,7 @@ struct StoreLockTests {
                         let token = "00000000-0000-4000-8000-\(String(format: "%012d", index))"
                         try await store.withExclusiveLock(.customer(bundleID: "com.example.app", appAccountToken: token), timeout: .seconds(30)) {
                             // What a signing request does under its lock: read the ledger, then commit.
-                            _ = try await store.issuedSignatures(appAccountToken: token, bundleID: "com.example.app")
+                            _ = try await store.ledgerIssuances(appAccountToken: token, bundleID: "com.example.app")
                             _ = try await store.appendAudit([AuditAppend(entry: AuditEntry(kind: "test.note", body: #"{"n":\#(index)}"#))], at: Date())
                         }
                     }
@@ -207,6 +207,46 @@ struct StoreLockTests {
                 }
                 #expect(issuances.isEmpty)
             }
+        }
+    }
+
+    @Test("A wait for a customer lock that runs out just as the lock is granted leaves no lock behind (the server keeps a lock granted as lock_timeout fires)")
+    func lockGrantedAsTheWaitRunsOutIsReleased() async throws {
+        try await StoreFixture.with(.postgres, poolSize: 4) { fixture in
+            let waiter = fixture.store
+            let holder = try await fixture.openAnother()
+            let database = fixture.database!.name
+            let lock = StoreLock.customer(bundleID: "com.example.app", appAccountToken: "6b29fc40-ca47-1067-b31d-00dd010662da")
+            let countHeld = "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            var timeouts = 0
+            for round in 0..<300 {
+                let (held, holding) = AsyncStream.makeStream(of: Void.self)
+                // The holder lets go about when the waiter's 30 ms run out.
+                let holderTask = Task {
+                    try await holder.withExclusiveLock(lock, timeout: .seconds(30)) {
+                        holding.yield()
+                        try await Task.sleep(for: .microseconds(25_000 + (round % 10) * 1_000))
+                    }
+                }
+                for await _ in held { break }
+                do {
+                    try await waiter.withExclusiveLock(lock, timeout: .milliseconds(30)) {}
+                } catch let error as StoreError where error.code == .timeout {
+                    timeouts += 1
+                }
+                try await holderTask.value
+                // Once both are done, no one holds it.
+                let deadline = ContinuousClock.now + .seconds(5)
+                var count = try await TestPostgres.scalar(countHeld, database: database)
+                while count != 0 && ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(10))
+                    count = try await TestPostgres.scalar(countHeld, database: database)
+                }
+                #expect(count == 0, "round \(round): the lock is still held after both let go")
+                if count != 0 { break }
+            }
+            #expect(timeouts > 0, "no wait ran out: the race was never tried")
+            await holder.close()
         }
     }
 }
