@@ -11,13 +11,15 @@ import Synchronization
 ///
 /// Rules: a ``StoreLock`` is a session-level advisory lock (`pg_advisory_lock`) on a pooled
 /// connection of its own, taken in one statement (its wait bounded by `lock_timeout`, set for that
-/// statement alone) and released by `pg_advisory_unlock` when the caller's body has returned; so
-/// the lock is released when the body ends, and by the server when the connection or the process
-/// dies. A connection whose lock statement failed otherwise than by its timeout, or whose unlock
-/// did not answer `true`, is closed, never returned to the pool holding a lock (a session lock
-/// survives a failed statement, and taking it again on the same connection would succeed). The wait is bounded twice: by
-/// `lock_timeout` on the server, and by a timer here (for a database that does not answer at
-/// all). Keys use the two-integer form, which never meets the one-integer key the migrations
+/// statement alone) and released with every other lock of the session (`pg_advisory_unlock_all`)
+/// when the caller's body has returned; so the lock is released when the body ends, and by the
+/// server when the connection or the process dies. A connection never goes back to the pool
+/// holding a lock: after a wait that ran out its session's locks are released too (the server
+/// keeps a lock granted just as `lock_timeout` fired), and a connection whose lock statement
+/// failed otherwise, or whose release failed or did not answer, is closed (a session lock
+/// survives a failed statement, and taking it again on the same connection would succeed). The
+/// wait is bounded twice: by `lock_timeout` on the server, and by a timer here (for a database
+/// that does not answer at all). Keys use the two-integer form, which never meets the one-integer key the migrations
 /// lock. Registry changes are announced by a trigger on `registry` (NOTIFY in the transaction
 /// that changed it, delivered when it commits) and followed on one pooled connection that
 /// LISTENs.
