@@ -7,57 +7,63 @@ import Testing
 /// ledgers) is sound only while no other process issues signatures into the file.
 @Suite("Serving a SQLite store")
 struct ServingClaimTests {
-    @Test("A second store that would serve the same SQLite file is refused, naming the process that serves it; once the first is closed it may serve")
-    func secondServingStoreIsRefused() async throws {
+    /// A fresh directory for a store, removed afterwards.
+    private func withDirectory(_ body: (URL) async throws -> Void) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-serving-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let path = directory.appendingPathComponent("store.sqlite").path
+        try await body(directory)
+    }
 
-        let first = try SQLiteStore(path: path)
-        try await first.prepareForServing()
-        try await first.prepareForServing()  // idempotent
+    @Test("A second store that would serve the same SQLite file is refused, naming the process that serves it; once the first is closed it may serve")
+    func secondServingStoreIsRefused() async throws {
+        try await withDirectory { directory in
+            let path = directory.appendingPathComponent("store.sqlite").path
 
-        let second = try SQLiteStore(path: path)
-        await #expect {
+            let first = try SQLiteStore(path: path)
+            try await first.prepareForServing()
+            try await first.prepareForServing()  // idempotent
+
+            let second = try SQLiteStore(path: path)
+            await #expect {
+                try await second.prepareForServing()
+            } throws: { error in
+                guard let error = error as? StoreError else { return false }
+                return error.code == .conflict && error.message.contains("already being served by process \(getpid())")
+                    && error.message.contains("PostgreSQL")
+            }
+            // Opening the file beside the service (what `keys` and `audit` do) is still allowed.
+            _ = try await second.auditHead()
+
+            // Nor through a symbolic link to the same file.
+            let link = directory.appendingPathComponent("link.sqlite").path
+            try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: path)
+            await #expect {
+                try await SQLiteStore(path: link).prepareForServing()
+            } throws: { error in
+                (error as? StoreError)?.code == .conflict
+            }
+
+            await first.close()
             try await second.prepareForServing()
-        } throws: { error in
-            guard let error = error as? StoreError else { return false }
-            return error.code == .conflict && error.message.contains("already being served by process \(getpid())")
-                && error.message.contains("PostgreSQL")
+            await second.close()
         }
-        // Opening the file beside the service (what `keys` and `audit` do) is still allowed.
-        _ = try await second.auditHead()
-
-        // Nor through a symbolic link to the same file.
-        let link = directory.appendingPathComponent("link.sqlite").path
-        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: path)
-        await #expect {
-            try await SQLiteStore(path: link).prepareForServing()
-        } throws: { error in
-            (error as? StoreError)?.code == .conflict
-        }
-
-        await first.close()
-        try await second.prepareForServing()
-        await second.close()
     }
 
     @Test("A server on a SQLite file that another store serves does not start")
     func serverDoesNotStartOnAServedFile() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-serving-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let path = directory.appendingPathComponent("store.sqlite").path
-        let serving = try SQLiteStore(path: path)
-        try await serving.prepareForServing()
+        try await withDirectory { directory in
+            let path = directory.appendingPathComponent("store.sqlite").path
+            let serving = try SQLiteStore(path: path)
+            try await serving.prepareForServing()
 
-        let masterKey = MasterKey.generate().key
-        await #expect {
-            _ = try await buildApplication(configuration: ServerConfiguration(masterKey: masterKey), store: try SQLiteStore(path: path))
-        } throws: { error in
-            (error as? StoreError)?.code == .conflict
+            let masterKey = MasterKey.generate().key
+            await #expect {
+                _ = try await buildApplication(configuration: ServerConfiguration(masterKey: masterKey), store: try SQLiteStore(path: path))
+            } throws: { error in
+                (error as? StoreError)?.code == .conflict
+            }
+            await serving.close()
         }
-        await serving.close()
     }
 }
