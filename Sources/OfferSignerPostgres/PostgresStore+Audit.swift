@@ -290,9 +290,10 @@ extension PostgresStore {
         ).map(Self.ledgerRecord(from:))
     }
 
-    /// An unnamed statement, planned for its values each time: a generic plan (what a prepared
-    /// statement gets after a few executions) cannot tell one customer's few rows from an app's
-    /// many, and before the table has statistics took the offer index and walked the app's ledger.
+    /// An unnamed statement, planned for its values each time. A prepared statement settles on a
+    /// generic plan after five executions and keeps it until the table is next analyzed: made while
+    /// the ledger was empty (a fresh deployment), that plan is a sequential scan, measured at
+    /// 0.70 ms a read on 7,000 rows against 0.05 ms (see Performance.md).
     /// Under the customer's lock it runs on the lock's connection (see ``LockConnectionLoan``).
     public func ledgerIssuances(appAccountToken: String, bundleID: String) async throws -> [LedgerIssuance] {
         let logger = self.logger
