@@ -19,8 +19,8 @@ import SwiftASN1
 ///    checks are off. No OCSP (offline). The `x5c` root entry is not trusted, only parsed: trust comes
 ///    from `trustedRoots` alone;
 /// 4. the ES256 signature (raw r‖s) over `header.payload` verifies with the leaf's P-256 key;
-/// 5. transactions: `bundleId` equals `bundleID`; all items: `environment` equals `environment` (when
-///    given; `nil` accepts Production and Sandbox but never Xcode or LocalTesting data).
+/// 5. transactions: `bundleId` equals `bundleID`; all items: `environment` is one of
+///    `acceptedEnvironments` (Production, Sandbox or both; never Xcode or LocalTesting data).
 ///
 /// There is deliberately no way to skip any step. Failures never throw: each rejected JWS becomes an
 /// `EvidenceFailure` in the result, which makes offers with rules ineligible (`evidence_unverified`).
@@ -32,8 +32,8 @@ public struct AppleSignedDataVerifier: Sendable {
     public let trustedRoots: [Certificate]
     /// The app's bundle ID; transactions of other apps are rejected.
     public let bundleID: String
-    /// The required environment, or `nil` for Production or Sandbox.
-    public let environment: AppleEnvironment?
+    /// The environments an item may come from (Production, Sandbox or both).
+    public let acceptedEnvironments: [AppleEnvironment]
     /// Chains validated before (shared by the verifiers of one process), or nil to validate every chain.
     public let chainCache: AppleChainValidationCache?
     private let rootsDigest: [UInt8]
@@ -46,9 +46,21 @@ public struct AppleSignedDataVerifier: Sendable {
     public init(
         trustedRoots: [Certificate] = [.appleRootCAG3], bundleID: String, environment: AppleEnvironment?, chainCache: AppleChainValidationCache? = nil
     ) {
+        self.init(trustedRoots: trustedRoots, bundleID: bundleID, environments: environment.map { [$0] } ?? [.production, .sandbox], chainCache: chainCache)
+    }
+
+    /// - Parameters:
+    ///   - trustedRoots: trusted roots; Apple Root CA - G3 by default (tests pass their own).
+    ///   - bundleID: the expected `bundleId` of transactions.
+    ///   - environments: the environments an item may come from, for example an app's
+    ///     `apps.<bundleID>.environments`; Xcode and LocalTesting data are refused whatever it holds.
+    ///   - chainCache: where validated chains are remembered (see ``AppleChainValidationCache``).
+    public init(
+        trustedRoots: [Certificate] = [.appleRootCAG3], bundleID: String, environments: [AppleEnvironment], chainCache: AppleChainValidationCache? = nil
+    ) {
         self.trustedRoots = trustedRoots
         self.bundleID = bundleID
-        self.environment = environment
+        self.acceptedEnvironments = environments.filter { $0 == .production || $0 == .sandbox }
         self.chainCache = chainCache
         var hasher = SHA256()
         if chainCache != nil {
@@ -137,14 +149,10 @@ public struct AppleSignedDataVerifier: Sendable {
         guard let value = AppleEnvironment(rawValue: raw) else {
             return .failure(.init(.environmentMismatch, "unknown environment '\(raw)'"))
         }
-        if let environment {
-            guard value == environment else {
-                return .failure(.init(.environmentMismatch, "environment '\(raw)' is not '\(environment.rawValue)'"))
-            }
-        } else {
-            guard value == .production || value == .sandbox else {
-                return .failure(.init(.environmentMismatch, "environment '\(raw)' is not Production or Sandbox"))
-            }
+        guard acceptedEnvironments.contains(value) else {
+            let accepted = acceptedEnvironments.count == 1
+                ? "'\(acceptedEnvironments[0].rawValue)'" : acceptedEnvironments.map(\.rawValue).joined(separator: " or ")
+            return .failure(.init(.environmentMismatch, "environment '\(raw)' is not \(acceptedEnvironments.isEmpty ? "accepted" : accepted)"))
         }
         return .success(value)
     }

@@ -151,14 +151,24 @@ struct EligibilityService: Sendable {
         guard count <= configuration.maximumEvidenceItems else {
             throw APIProblem.badRequest("too_much_evidence", "evidence holds \(count) JWS; at most \(configuration.maximumEvidenceItems) are accepted")
         }
-        let verifier = AppleSignedDataVerifier(trustedRoots: configuration.trustedRoots, bundleID: bundleID, environment: nil, chainCache: chainCache)
+        // Evidence counts only from the environments the app's customers come from, as
+        // notifications and Apple's API do: Sandbox data in a Production-only app is refused.
+        let environments = configuration.catalog.appSettings(bundleID: bundleID).environments
+        let verifier = AppleSignedDataVerifier(
+            trustedRoots: configuration.trustedRoots, bundleID: bundleID, environments: environments, chainCache: chainCache)
         var verified = await verifier.verify(signedTransactions: evidence.signedTransactions, signedRenewalInfos: evidence.signedRenewalInfos, now: now)
+        for index in verified.failures.indices where verified.failures[index].code == .environmentMismatch {
+            verified.failures[index].message += " (apps.\(bundleID).environments)"
+        }
         if let appAccountToken {
             let customer = appAccountToken.lowercasedString
-            for (index, transaction) in verified.transactions.enumerated() {
+            // A failure names the item's place in `signedTransactions`, items that failed before included.
+            let failed = Set(verified.failures.filter { $0.source == .signedTransaction }.map(\.index))
+            let submittedIndices = evidence.signedTransactions.indices.filter { !failed.contains($0) }
+            for (verifiedIndex, transaction) in verified.transactions.enumerated() {
                 if let token = transaction.appAccountToken, !token.isEmpty, token.lowercased() != customer {
                     verified.failures.append(EvidenceFailure(
-                        source: .signedTransaction, index: index, code: .appAccountTokenMismatch,
+                        source: .signedTransaction, index: submittedIndices[verifiedIndex], code: .appAccountTokenMismatch,
                         message: "transaction \(transaction.transactionID) belongs to another appAccountToken"))
                 }
             }

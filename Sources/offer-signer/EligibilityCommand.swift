@@ -64,7 +64,9 @@ struct EligibilityCheckCommand: AsyncParsableCommand {
                     return offer
                 }
             }
-            let verifier = AppleSignedDataVerifier(trustedRoots: configuration.trustedRoots, bundleID: bundleID, environment: nil)
+            let verifier = AppleSignedDataVerifier(
+                trustedRoots: configuration.trustedRoots, bundleID: bundleID,
+                environments: configuration.catalog.appSettings(bundleID: bundleID).environments)
             let verified = await verifier.verify(signedTransactions: files.signedTransactions, signedRenewalInfos: files.signedRenewalInfos, now: time)
             let evaluator = EligibilityEvaluator(catalog: configuration.catalog)
             decisions = offers.map { evaluator.evaluate($0, evidence: verified, ledger: [], now: time) }

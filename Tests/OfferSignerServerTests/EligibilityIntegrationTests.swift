@@ -32,7 +32,9 @@ struct EligibilityIntegrationTests {
     }
 
     /// Six paid monthly periods that ended `lapsedMonths` ago.
-    static func history(_ chain: TestAppleChain, lapsedMonths: Int = 2, token: String = token, alter: Bool = false) throws -> [String] {
+    static func history(
+        _ chain: TestAppleChain, lapsedMonths: Int = 2, token: String = token, alter: Bool = false, environment: String = "Production"
+    ) throws -> [String] {
         try (0..<6).map { index in
             let start = monthsAgo(lapsedMonths + 6 - index)
             let end = monthsAgo(lapsedMonths + 5 - index)
@@ -41,7 +43,7 @@ struct EligibilityIntegrationTests {
                 "productId": "pro.monthly", "subscriptionGroupIdentifier": "G1",
                 "purchaseDate": TestAppleChain.milliseconds(start), "expiresDate": TestAppleChain.milliseconds(end),
                 "type": "Auto-Renewable Subscription", "inAppOwnershipType": "PURCHASED", "price": 4990, "currency": "USD",
-                "storefront": "USA", "environment": "Production", "appAccountToken": token,
+                "storefront": "USA", "environment": environment, "appAccountToken": token,
                 "signedDate": TestAppleChain.milliseconds(end),
             ]
             let jws = try chain.signJWS(payload)
@@ -59,10 +61,10 @@ struct EligibilityIntegrationTests {
         "{\"signedTransactions\":[" + transactions.map { "\"\($0)\"" }.joined(separator: ",") + "],\"signedRenewalInfos\":[]}"
     }
 
-    func server(_ chain: TestAppleChain) async throws -> TestServer {
+    func server(_ chain: TestAppleChain, catalog: String = catalog) async throws -> TestServer {
         try await TestServer { configuration in
             configuration.eligibility = try! EligibilityConfiguration(
-                catalogJSON: Data(Self.catalog.utf8), trustedRootPEMs: [try! chain.root.serializeAsPEM().pemString])
+                catalogJSON: Data(catalog.utf8), trustedRootPEMs: [try! chain.root.serializeAsPEM().pemString])
         }
     }
 
@@ -130,6 +132,68 @@ struct EligibilityIntegrationTests {
             }
         }
         #expect(try server.issuedCount() == 0)
+    }
+
+    @Test("The app's evidence counts only from the environments the app accepts: Sandbox is refused by default, accepted when configured")
+    func evidenceEnvironments() async throws {
+        let chain = try TestAppleChain()
+        let sandbox = Self.evidenceJSON(try Self.history(chain, environment: "Sandbox"))
+        let body = #"{"appAccountToken":"\#(Self.token)","offerIDs":["wb1"],"evidence":\#(sandbox)}"#
+
+        // No `apps` entry: the app's customers come from Production only.
+        let productionOnly = try await server(chain)
+        defer { productionOnly.cleanUp() }
+        let secret = try await productionOnly.createClient(name: "backend")
+        try await productionOnly.live { client in
+            let decisions = try await client.postJSON("/v1/offers/eligibility", body, bearer: secret)
+            #expect(decisions.status == .ok, "\(decisions.text)")
+            let decision = try #require((decisions.json["decisions"] as? [[String: Any]])?.first)
+            #expect(decision["eligible"] as? Bool == false)
+            #expect((decision["reasons"] as? [String])?.contains("evidence_unverified") == true, "\(decisions.text)")
+            let failures = try #require(decision["evidenceFailures"] as? [[String: Any]])
+            #expect(failures.count == 6)
+            #expect(failures.allSatisfy { $0["code"] as? String == "environment_mismatch" }, "\(decisions.text)")
+            #expect(failures.map { $0["index"] as? Int } == Array(0..<6))
+            #expect((failures.first?["message"] as? String)?.contains("apps.com.example.app.environments") == true, "\(decisions.text)")
+
+            let signed = try await client.postJSON(
+                "/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"wb1","appAccountToken":"\#(Self.token)","evidence":\#(sandbox)}"#,
+                bearer: secret)
+            expectProblem(signed, .forbidden, "not_eligible")
+        }
+        #expect(try productionOnly.issuedCount() == 0)
+
+        // The app accepts Sandbox (TestFlight, sandbox testers): the same evidence decides.
+        let withSandbox = Self.catalog.replacingOccurrences(
+            of: #"{"offers": ["#, with: #"{"apps": {"com.example.app": {"environments": ["Production", "Sandbox"]}}, "offers": ["#)
+        let accepting = try await server(chain, catalog: withSandbox)
+        defer { accepting.cleanUp() }
+        let secret2 = try await accepting.createClient(name: "backend")
+        try await accepting.live { client in
+            let decisions = try await client.postJSON("/v1/offers/eligibility", body, bearer: secret2)
+            let decision = try #require((decisions.json["decisions"] as? [[String: Any]])?.first, "\(decisions.text)")
+            #expect(decision["eligible"] as? Bool == true, "\(decisions.text)")
+        }
+    }
+
+    @Test("A failure names the item's place in signedTransactions, items that failed before it counted")
+    func failureIndices() async throws {
+        let chain = try TestAppleChain()
+        let server = try await server(chain)
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "backend")
+        let own = try Self.history(chain)
+        let another = try Self.history(chain, token: "11111111-2222-3333-4444-555555555555")
+        // 0: garbage, 1: the customer's, 2: another account's.
+        let evidence = Self.evidenceJSON(["not-a-jws", own[0], another[0]])
+        try await server.live { client in
+            let decisions = try await client.postJSON(
+                "/v1/offers/eligibility", #"{"appAccountToken":"\#(Self.token)","offerIDs":["wb1"],"evidence":\#(evidence)}"#, bearer: secret)
+            let decision = try #require((decisions.json["decisions"] as? [[String: Any]])?.first, "\(decisions.text)")
+            let failures = try #require(decision["evidenceFailures"] as? [[String: Any]], "\(decisions.text)")
+            #expect(failures.map { $0["index"] as? Int } == [0, 2], "\(decisions.text)")
+            #expect(failures.map { $0["code"] as? String } == ["malformed_jws", "app_account_token_mismatch"], "\(decisions.text)")
+        }
     }
 
     @Test("Concurrent requests for one customer cannot all pass a rule that counts signatures: exactly one is signed")
