@@ -99,7 +99,7 @@ extension PostgresStore {
             for candidate in update.redemptions {
                 var issuance: (Int64, Int64)?
                 if let token = candidate.appAccountToken {
-                    let from = candidate.purchaseDate.addingTimeInterval(-RedemptionMatching.signatureLifetime).unixMilliseconds
+                    let from = candidate.signatureWindowStart.unixMilliseconds
                     let until = candidate.purchaseDate.addingTimeInterval(RedemptionMatching.clockSkew).unixMilliseconds
                     let row = try await connection.query(
                         """
@@ -114,6 +114,7 @@ extension PostgresStore {
                     ).collect().first
                     if let row { issuance = try row.decode((Int64, Int64).self) }
                 }
+                if issuance == nil && candidate.continuesRedemption { continue }
                 // Inserted first: a transaction recorded before (or by another instance now) is skipped.
                 let inserted = try await connection.query(
                     """

@@ -38,19 +38,46 @@ enum AppleHistoryConversion {
             signedDate: renewalInfo.signedDate, decoded: String(decoding: decoded, as: UTF8.self), jws: jws ?? "")
     }
 
-    /// A redeemed promotional offer of ours: `offerType` 2 with an `offerIdentifier`.
-    static func redemption(_ transaction: VerifiedTransaction) -> RedemptionCandidate? {
+    /// A redeemed promotional offer of ours: `offerType` 2 with an `offerIdentifier`, placed by
+    /// the period before it in the same subscription (`known`: the subscription's other
+    /// transactions that are known, in any order; more may be there).
+    ///
+    /// Rule, when that previous period is known and this one follows it (began at most
+    /// ``RedemptionMatching/renewalGap`` after it expired: a renewal, not a purchase after a lapse):
+    /// - it carried the same offer: this period continues that redemption (a pay-as-you-go offer
+    ///   renewing), which is not a new redemption (``RedemptionCandidate/continuesRedemption``);
+    /// - it did not: the offer began at this renewal, so it was redeemed during the previous period
+    ///   (an offer for an active subscription starts at its next renewal), and its signature may
+    ///   date from up to 24 hours before that period began.
+    static func redemption(_ transaction: VerifiedTransaction, known: [VerifiedTransaction] = []) -> RedemptionCandidate? {
         guard transaction.offerType == .promotional, let offerID = transaction.offerIdentifier, !offerID.isEmpty else { return nil }
         let token = transaction.appAccountToken.flatMap { $0.isEmpty ? nil : $0.lowercased() }
-        return RedemptionCandidate(
+        var candidate = RedemptionCandidate(
             transactionID: transaction.transactionID, originalTransactionID: transaction.originalTransactionID, bundleID: transaction.bundleID,
             environment: transaction.environment.rawValue, productID: transaction.productID, offerID: offerID, appAccountToken: token,
             purchaseDate: transaction.purchaseDate)
+        let previous = known
+            .filter {
+                $0.originalTransactionID == transaction.originalTransactionID && $0.transactionID != transaction.transactionID
+                    && $0.purchaseDate < transaction.purchaseDate
+            }
+            .max { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }
+        guard let previous, let previousEnd = previous.expiresDate,
+            transaction.purchaseDate <= previousEnd.addingTimeInterval(RedemptionMatching.renewalGap)
+        else { return candidate }
+        if previous.offerType == .promotional && previous.offerIdentifier == offerID {
+            candidate.continuesRedemption = true
+        } else {
+            candidate.signatureWindowStart = min(
+                candidate.signatureWindowStart, previous.purchaseDate.addingTimeInterval(-RedemptionMatching.signatureLifetime))
+        }
+        return candidate
     }
 
     /// What a verified notification adds. A first purchase (`SUBSCRIBED` / `INITIAL_BUY`) starts a
-    /// complete history of its subscription.
-    static func update(_ notification: VerifiedNotification, receivedAt: Date) -> AppleHistoryUpdate {
+    /// complete history of its subscription. `known`: the subscription's transactions already
+    /// stored, which tell a redemption from the next period of one (see `redemption(_:known:)`).
+    static func update(_ notification: VerifiedNotification, receivedAt: Date, known: [VerifiedTransaction] = []) -> AppleHistoryUpdate {
         let original = notification.transaction?.value.originalTransactionID ?? notification.renewalInfo?.value.originalTransactionID
         var update = AppleHistoryUpdate(
             notification: AppleNotificationReceipt(
@@ -60,7 +87,7 @@ enum AppleHistoryConversion {
             source: "notification")
         if let signed = notification.transaction, let item = item(signed.value, jws: signed.jws) {
             update.transactions.append(item)
-            if let candidate = redemption(signed.value) { update.redemptions.append(candidate) }
+            if let candidate = redemption(signed.value, known: known) { update.redemptions.append(candidate) }
         }
         if let signed = notification.renewalInfo, let item = item(signed.value, bundleID: notification.bundleID, jws: signed.jws) {
             update.renewalInfos.append(item)
@@ -77,9 +104,10 @@ enum AppleHistoryConversion {
     /// history, so every subscription in it is complete.
     static func update(_ history: VerifiedHistory) -> AppleHistoryUpdate {
         var update = AppleHistoryUpdate(source: "history")
-        for transaction in history.transactions {
+        let transactions = history.transactions
+        for transaction in transactions {
             if let item = item(transaction, jws: history.jws(ofTransaction: transaction.transactionID)) { update.transactions.append(item) }
-            if let candidate = redemption(transaction) { update.redemptions.append(candidate) }
+            if let candidate = redemption(transaction, known: transactions) { update.redemptions.append(candidate) }
         }
         for info in history.renewalInfos {
             if let original = info.originalTransactionID, let item = item(info, bundleID: history.bundleID, jws: history.jws(ofRenewalInfo: original)) {

@@ -37,7 +37,9 @@ struct AppleNotificationController: Sendable {
     func receive(_ request: Request, context: some RequestContext) async throws -> Response {
         var type = "unknown"
         do {
-            let (notification, update) = try await verify(request, type: &type)
+            let (notification, receivedAt) = try await verify(request, type: &type)
+            let known = try await storedTransactions(placing: notification)
+            let update = AppleHistoryConversion.update(notification, receivedAt: receivedAt, known: known)
             let result = try await StoreDeadline.run("storing a notification", timeout: storeTimeout) { [store] in
                 try await store.recordAppleHistory(update, at: Date())
             }
@@ -74,7 +76,18 @@ struct AppleNotificationController: Sendable {
         }
     }
 
-    private func verify(_ request: Request, type: inout String) async throws -> (VerifiedNotification, AppleHistoryUpdate) {
+    /// The stored transactions of the subscription a promotional offer's transaction belongs to,
+    /// which tell a new redemption from the next period of one; none for other notifications.
+    private func storedTransactions(placing notification: VerifiedNotification) async throws -> [VerifiedTransaction] {
+        guard let transaction = notification.transaction?.value, transaction.offerType == .promotional else { return [] }
+        let stored = try await StoreDeadline.run("reading a subscription's history", timeout: storeTimeout) { [store] in
+            try await store.appleHistory(
+                bundleID: notification.bundleID, environment: notification.environment.rawValue, transactionID: transaction.originalTransactionID)
+        }
+        return stored.flatMap(AppleHistoryConversion.history)?.transactions ?? []
+    }
+
+    private func verify(_ request: Request, type: inout String) async throws -> (VerifiedNotification, Date) {
         let body = try await RequestBodyReader.json(request, limit: maximumBodyBytes)
         let signedPayload = try Self.signedPayload(body)
         guard let bundleID = AppleNotificationProbe.claimedBundleID(signedPayload) else {
@@ -102,7 +115,7 @@ struct AppleNotificationController: Sendable {
                 .forbidden, code: "notification_foreign",
                 detail: "environment \(notification.environment.rawValue) is not accepted for \(bundleID) (apps.\(bundleID).environments)")
         }
-        return (notification, AppleHistoryConversion.update(notification, receivedAt: now))
+        return (notification, now)
     }
 
     /// The body must be `{"signedPayload": "<compact JWS>"}` (other members are ignored, as Apple may add some).

@@ -70,10 +70,18 @@ public struct RedemptionCandidate: Sendable, Equatable {
     /// Lowercased; `nil` when the purchase carried none (then no signature can be matched).
     public var appAccountToken: String?
     public var purchaseDate: Date
+    /// The earliest a matching signature may have been issued: ``RedemptionMatching/signatureLifetime``
+    /// before `purchaseDate`, or, for an offer that began at a renewal (redeemed during the period
+    /// before, to start at its end), that long before the previous period began.
+    public var signatureWindowStart: Date
+    /// The subscription renewed under the offer its previous period already carried (a
+    /// pay-as-you-go offer's next period): the same redemption going on, not a new one. Recorded
+    /// only when a signature of its own matches (a new redemption of that offer).
+    public var continuesRedemption: Bool
 
     public init(
         transactionID: String, originalTransactionID: String, bundleID: String, environment: String, productID: String, offerID: String,
-        appAccountToken: String?, purchaseDate: Date
+        appAccountToken: String?, purchaseDate: Date, signatureWindowStart: Date? = nil, continuesRedemption: Bool = false
     ) {
         self.transactionID = transactionID
         self.originalTransactionID = originalTransactionID
@@ -83,16 +91,20 @@ public struct RedemptionCandidate: Sendable, Equatable {
         self.offerID = offerID
         self.appAccountToken = appAccountToken
         self.purchaseDate = purchaseDate
+        self.signatureWindowStart = signatureWindowStart ?? purchaseDate.addingTimeInterval(-RedemptionMatching.signatureLifetime)
+        self.continuesRedemption = continuesRedemption
     }
 }
 
 /// A recorded redemption of a promotional offer, and the issuance it was matched to.
 ///
 /// Matching rule (both stores): the latest signing request (its `signature.issued` records, one
-/// per format, count once) of the same bundle, product, offer and appAccountToken, issued at most
-/// ``RedemptionMatching/signatureLifetime`` before the purchase (and at most
-/// ``RedemptionMatching/clockSkew`` after it), that no other redemption was matched to. A
-/// transaction is recorded once, however often Apple states it.
+/// per format, count once) of the same bundle, product, offer and appAccountToken, issued at or
+/// after the candidate's ``RedemptionCandidate/signatureWindowStart`` (normally
+/// ``RedemptionMatching/signatureLifetime`` before the purchase) and at most
+/// ``RedemptionMatching/clockSkew`` after the purchase, that no other redemption was matched to.
+/// A transaction is recorded once, however often Apple states it; one that only continues a
+/// redemption (``RedemptionCandidate/continuesRedemption``) is not recorded unless it matches.
 public struct OfferRedemption: Sendable, Equatable {
     public var candidate: RedemptionCandidate
     /// The audit sequence of the matched `signature.issued` record, `nil` when none matched.
@@ -138,6 +150,9 @@ public enum RedemptionMatching {
     public static let signatureLifetime: TimeInterval = 24 * 3600
     /// A purchase dated slightly before the signature (clocks differ) still matches.
     public static let clockSkew: TimeInterval = 300
+    /// A period follows the one before it (a renewal, not a purchase after a lapse) when it began
+    /// at most this long after the previous one expired: Apple's longest billing retry.
+    public static let renewalGap: TimeInterval = 60 * 24 * 3600
 }
 
 /// What one notification, or one fetched history, adds to the store (one transaction).

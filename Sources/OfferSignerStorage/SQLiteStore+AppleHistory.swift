@@ -187,11 +187,12 @@ extension SQLiteStore {
                             """),
                         arguments: [
                             candidate.bundleID, candidate.offerID, candidate.productID, token,
-                            purchase.addingTimeInterval(-RedemptionMatching.signatureLifetime).unixMilliseconds,
+                            candidate.signatureWindowStart.unixMilliseconds,
                             purchase.addingTimeInterval(RedemptionMatching.clockSkew).unixMilliseconds,
                         ])
                     if let row { issuance = (row["audit_seq"], row["issued_at"]) }
                 }
+                if issuance == nil && candidate.continuesRedemption { continue }
                 let redemption = OfferRedemption(
                     candidate: candidate, issuanceSequence: issuance?.0,
                     signatureIssuedAt: issuance.map { Date(timeIntervalSince1970: Double($0.1) / 1000) }, source: update.source,

@@ -165,6 +165,40 @@ struct AppleHistoryStoreTests {
         }
     }
 
+    @Test("A redemption's window starts where its candidate says; a period that only continues a redemption is recorded only with a signature of its own", arguments: StoreBackend.testedCases)
+    func redemptionWindowsAndContinuations(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let renewal = Self.base
+            _ = try await store.appendAudit(
+                [
+                    Self.signature("n-ten-days-before", at: renewal.addingTimeInterval(-10 * 86400)),
+                    Self.signature("n-hour-before", offer: "winback_1", at: renewal.addingTimeInterval(-3600)),
+                ], at: renewal.addingTimeInterval(-100))
+            let headBefore = try await store.auditHead().count
+            // An offer that began at a renewal: its signature dates from the period before.
+            var began = Self.redemption("3001", at: renewal)
+            began.signatureWindowStart = renewal.addingTimeInterval(-31 * 86400)
+            // The next periods of a pay-as-you-go offer: one with no signature of its own, and one
+            // with a signature for it within 24 h (a new redemption of that offer).
+            var continued = Self.redemption("3002", at: renewal.addingTimeInterval(30 * 86400))
+            continued.continuesRedemption = true
+            var redeemedAgain = Self.redemption("3003", offer: "winback_1", at: renewal)
+            redeemedAgain.continuesRedemption = true
+            let update = AppleHistoryUpdate(redemptions: [began, continued, redeemedAgain], source: "notification")
+            guard case .recorded(let redemptions) = try await store.recordAppleHistory(update, at: renewal.addingTimeInterval(120)) else {
+                Issue.record("not recorded")
+                return
+            }
+            #expect(redemptions.map(\.candidate.transactionID) == ["3001", "3003"])
+            #expect(redemptions.allSatisfy { $0.isMatched })
+            #expect(redemptions.first?.signatureIssuedAt == renewal.addingTimeInterval(-10 * 86400))
+            #expect(try await store.auditHead().count == headBefore + 2)
+            #expect(try await store.offerRedemptions(since: nil).map(\.candidate.transactionID).sorted() == ["3001", "3003"])
+            #expect(try await fixture.store.verifiedChain().isIntact)
+        }
+    }
+
     @Test("Issuances are counted per signing request, not per format", arguments: StoreBackend.testedCases)
     func issuanceCounts(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in

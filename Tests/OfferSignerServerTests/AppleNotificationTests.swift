@@ -311,6 +311,56 @@ struct AppleNotificationTests {
         }
     }
 
+    @Test("An offer redeemed on an active subscription starts at its renewal and still matches its signature; a pay-as-you-go offer's next period is no new redemption")
+    func redemptionAtRenewal() async throws {
+        try await withServer { server, _, secret, client in
+            let customer = subscriber()
+            try await postEveryPeriod(of: customer, to: client)
+            let signed = try await client.postJSON(
+                "/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"promo_50","appAccountToken":"\#(Self.token)"}"#, bearer: secret)
+            #expect(signed.status == .created, "\(signed.text)")
+
+            // OFFER_REDEEMED for the active period: the offer is pending in the renewal info, the
+            // transaction carries none yet.
+            var pending = renewal(customer)
+            pending["offerType"] = 2
+            pending["offerIdentifier"] = "promo_50"
+            let redeemed = try await client.postJSON(
+                "/v1/apple/notifications", try body("OFFER_REDEEMED", transaction: customer.transactionPayload(5), renewalInfo: pending))
+            #expect(redeemed.status == .ok, "\(redeemed.text)")
+
+            // The renewal, about 20 days later, is the first period under the offer; the one after it
+            // renews under the same offer (pay-as-you-go).
+            let last = customer.periodStarts.count - 1
+            var calendar = Calendar(identifier: .gregorian)
+            calendar.timeZone = TimeZone(secondsFromGMT: 0)!
+            var start = customer.expiry(last)
+            for (index, transactionID) in ["400000001006", "400000001007"].enumerated() {
+                let end = calendar.date(byAdding: .month, value: 1, to: start)!
+                var transaction = customer.transactionPayload(last)
+                transaction["transactionId"] = transactionID
+                transaction["purchaseDate"] = TestAppleChain.milliseconds(start)
+                transaction["expiresDate"] = TestAppleChain.milliseconds(end)
+                transaction["offerType"] = 2
+                transaction["offerIdentifier"] = "promo_50"
+                let answer = try await client.postJSON("/v1/apple/notifications", try body("DID_RENEW", transaction: transaction))
+                #expect(answer.status == .ok, "period \(index): \(answer.text)")
+                start = end
+            }
+
+            let audited = try await server.store.auditRecords(after: 0, limit: 200).filter { $0.kind == "offer.redeemed" }
+            #expect(audited.count == 1, "\(audited.map(\.body))")
+            let first = try #require(audited.first)
+            let record = try #require(try JSONSerialization.jsonObject(with: Data(first.body.utf8)) as? [String: Any])
+            #expect(record["transactionID"] as? String == "400000001006")
+            #expect(record["matched"] as? Bool == true)
+            let rows = OfferReport.rows(issuances: try await server.store.offerIssuances(since: nil), redemptions: try await server.store.offerRedemptions(since: nil))
+            let row = try #require(rows.first { $0.offerID == "promo_50" })
+            #expect(row.matched.count == 1)
+            #expect(row.unmatched == 0, "a later period of the offer is not a redemption without a signature")
+        }
+    }
+
     @Test("A redeemed offer is matched to the signature that enabled it: audited, counted in metrics and in the report")
     func redemption() async throws {
         try await withServer { server, _, secret, client in
