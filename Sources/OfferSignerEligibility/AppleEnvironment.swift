@@ -84,3 +84,20 @@ public struct AppleProductType: RawRepresentable, Sendable, Codable, Hashable {
     public static let consumable = AppleProductType(rawValue: "Consumable")
     public static let nonConsumable = AppleProductType(rawValue: "Non-Consumable")
 }
+
+/// Apple's `transactionReason` of a transaction: `PURCHASE` (the customer bought, upgraded or
+/// resubscribed) or `RENEWAL` (the App Store renewed the subscription). An open set, as Apple's.
+public struct AppleTransactionReason: RawRepresentable, Sendable, Codable, Hashable {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+
+    /// `PURCHASE`.
+    public static let purchase = AppleTransactionReason(rawValue: "PURCHASE")
+    /// `RENEWAL`.
+    public static let renewal = AppleTransactionReason(rawValue: "RENEWAL")
+}

@@ -201,24 +201,15 @@ public struct EligibilityEvaluator: Sendable {
 
 extension EligibilityEvaluator {
     /// When each redemption of an offer began: the purchase date of each transaction that
-    /// `isOffer` matches unless it renews the one before it under the same pay-as-you-go offer:
-    /// the subscription's previous transaction was under the same offer (`offerType` and
-    /// `offerIdentifier`), both pay as you go, and this one began when that one ended (within a
-    /// day). An offer over several billing periods is one redemption, not one per period; the
-    /// same offer redeemed again, after a lapse or paid up front, is another.
+    /// `isOffer` matches unless it renews the subscription's previous transaction under the same
+    /// pay-as-you-go offer (`VerifiedTransaction.continuesPayAsYouGoOffer(of:)`).
     static func redemptionStarts(in transactions: [VerifiedTransaction], where isOffer: (VerifiedTransaction) -> Bool) -> [Date] {
         var starts: [Date] = []
         let chains = Dictionary(grouping: transactions, by: \.originalTransactionID)
         for chain in chains.values {
             var previous: VerifiedTransaction?
             for transaction in chain.sorted(by: { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }) {
-                let continues = previous.map { previous in
-                    guard isOffer(previous), previous.offerType == transaction.offerType, previous.offerIdentifier == transaction.offerIdentifier,
-                        previous.offerDiscountType == .payAsYouGo, transaction.offerDiscountType == .payAsYouGo,
-                        let previousEnd = previous.expiresDate
-                    else { return false }
-                    return abs(transaction.purchaseDate.timeIntervalSince(previousEnd)) <= 86_400
-                } ?? false
+                let continues = previous.map { previous in isOffer(previous) && transaction.continuesPayAsYouGoOffer(of: previous) } ?? false
                 if isOffer(transaction) && !continues { starts.append(transaction.purchaseDate) }
                 previous = transaction
             }

@@ -40,8 +40,11 @@ public struct AppStoreAppSettings: Sendable, Hashable, Encodable {
     public var appAppleID: Int64?
     /// `environments`: which App Store environments the app's customers may come from, in the order
     /// they are asked: Production first, then Sandbox when Production does not know the transaction
-    /// (error 4040010). Default: Production only.
+    /// (error 4040010). Default: Production only. The app's own evidence, notifications and
+    /// Retention Messaging requests from another environment are refused.
     public var environments: [AppleEnvironment]
+    /// Whether `environments` was given in the catalog (`false`: the default, Production only).
+    public var environmentsGiven: Bool = false
     /// `notificationHistory`: Apple's App Store Server Notifications V2 for this app come to this
     /// service, so a subscription's stored history, once complete (fetched in full from the App
     /// Store Server API once, or followed from its first purchase), is kept current by them and

@@ -66,6 +66,16 @@ public struct OfferCatalog: Sendable, Hashable {
                     offerID: offer.offerID, index: index, field: "offerID",
                     problem: .duplicateOffer(bundleID: offer.bundleID))
             }
+            // History from an environment the app does not accept never verifies, so such a rule
+            // could never be met.
+            let accepted = (apps[offer.bundleID] ?? AppStoreAppSettings(bundleID: offer.bundleID)).environments
+            if let environment = offer.rules?.environment, !accepted.contains(environment) {
+                throw OfferCatalogError(
+                    offerID: offer.offerID, index: index, field: "rules.environment",
+                    problem: .invalidValue(
+                        "'\(environment.rawValue)' is not among the environments \(offer.bundleID) accepts "
+                            + "(apps.\(offer.bundleID).environments: \(accepted.map(\.rawValue).joined(separator: ", "))), so no history could meet it"))
+            }
         }
         self.offers = offers
         for (bundleID, app) in apps {
@@ -378,6 +388,7 @@ private struct CatalogParser {
                     }
                     return environment
                 }
+                app.environmentsGiven = true
             }
             if let value = settings["retention"] {
                 app.retention = try retentionPlan(value, path: path + ".retention")

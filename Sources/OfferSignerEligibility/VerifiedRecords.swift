@@ -47,6 +47,8 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
     /// `isUpgraded`: the customer upgraded to another subscription of the group; the service this
     /// transaction paid for ended when the upgrade's transaction began, not at `expiresDate`.
     public var isUpgraded: Bool?
+    /// `transactionReason`: a purchase, or a renewal by the App Store.
+    public var transactionReason: AppleTransactionReason?
 
     public init(
         transactionID: String,
@@ -68,7 +70,8 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
         type: AppleProductType? = .autoRenewableSubscription,
         appAccountToken: String? = nil,
         signedDate: Date? = nil,
-        isUpgraded: Bool? = nil
+        isUpgraded: Bool? = nil,
+        transactionReason: AppleTransactionReason? = nil
     ) {
         self.transactionID = transactionID
         self.originalTransactionID = originalTransactionID
@@ -90,6 +93,20 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
         self.appAccountToken = appAccountToken
         self.signedDate = signedDate
         self.isUpgraded = isUpgraded
+        self.transactionReason = transactionReason
+    }
+
+    /// Whether this period renews `previous` under the same pay-as-you-go offer, and so continues
+    /// that redemption rather than starting another: `previous` was under the same offer
+    /// (`offerType` and `offerIdentifier`), both are pay as you go, and this one began when that
+    /// one ended (within a day). An offer over several billing periods is one redemption; the same
+    /// offer redeemed again, after a lapse or paid up front, is another. (The one rule for the
+    /// eligibility rules' count and for redemption tracking.)
+    public func continuesPayAsYouGoOffer(of previous: VerifiedTransaction) -> Bool {
+        guard previous.offerType == offerType, previous.offerIdentifier == offerIdentifier,
+            previous.offerDiscountType == .payAsYouGo, offerDiscountType == .payAsYouGo, let previousEnd = previous.expiresDate
+        else { return false }
+        return abs(purchaseDate.timeIntervalSince(previousEnd)) <= 86_400
     }
 
     /// A free trial: an introductory offer with `offerDiscountType` `FREE_TRIAL`, or any price of 0.

@@ -23,6 +23,7 @@ struct TransactionPayload: Decodable {
     var appAccountToken: String?
     var signedDate: Double?
     var isUpgraded: Bool?
+    var transactionReason: String?
 
     func verified(environment: AppleEnvironment) -> VerifiedTransaction {
         VerifiedTransaction(
@@ -45,7 +46,8 @@ struct TransactionPayload: Decodable {
             type: type.map(AppleProductType.init(rawValue:)),
             appAccountToken: appAccountToken,
             signedDate: signedDate.map(date),
-            isUpgraded: isUpgraded
+            isUpgraded: isUpgraded,
+            transactionReason: transactionReason.map(AppleTransactionReason.init(rawValue:))
         )
     }
 }

@@ -34,6 +34,9 @@ public struct AppleSignedDataVerifier: Sendable {
     public let bundleID: String
     /// The environments an item may come from (Production, Sandbox or both).
     public let acceptedEnvironments: [AppleEnvironment]
+    /// The one environment required, or `nil` when both Production and Sandbox are accepted.
+    @available(*, deprecated, renamed: "acceptedEnvironments")
+    public var environment: AppleEnvironment? { acceptedEnvironments.count == 1 ? acceptedEnvironments[0] : nil }
     /// Chains validated before (shared by the verifiers of one process), or nil to validate every chain.
     public let chainCache: AppleChainValidationCache?
     private let rootsDigest: [UInt8]

@@ -38,19 +38,38 @@ enum AppleHistoryConversion {
             signedDate: renewalInfo.signedDate, decoded: String(decoding: decoded, as: UTF8.self), jws: jws ?? "")
     }
 
-    /// A redeemed promotional offer of ours: `offerType` 2 with an `offerIdentifier`, placed by
-    /// the period before it in the same subscription (`known`: the subscription's other
-    /// transactions that are known, in any order; more may be there).
+    /// Where a promotional-offer transaction stands among the subscription's periods.
+    enum RedemptionPlacement: Equatable {
+        /// Not a promotional offer of ours.
+        case none
+        /// A redemption to record and match (see `redemption(_:known:)`).
+        case candidate(RedemptionCandidate)
+        /// A renewal under an offer whose previous period is not known here (a notification lost
+        /// or not yet arrived): whether it began or continued a redemption cannot be told yet.
+        case previousPeriodUnknown
+    }
+
+    /// A redeemed promotional offer of ours (`offerType` 2 with an `offerIdentifier`), placed by
+    /// the subscription's period before it. `known`: the subscription's other known transactions,
+    /// in any order.
     ///
-    /// Rule, when that previous period is known and this one follows it (began at most
-    /// ``RedemptionMatching/renewalGap`` after it expired: a renewal, not a purchase after a lapse):
-    /// - it carried the same offer: this period continues that redemption (a pay-as-you-go offer
-    ///   renewing), which is not a new redemption (``RedemptionCandidate/continuesRedemption``);
-    /// - it did not: the offer began at this renewal, so it was redeemed during the previous period
-    ///   (an offer for an active subscription starts at its next renewal), and its signature may
-    ///   date from up to 24 hours before that period began.
-    static func redemption(_ transaction: VerifiedTransaction, known: [VerifiedTransaction] = []) -> RedemptionCandidate? {
-        guard transaction.offerType == .promotional, let offerID = transaction.offerIdentifier, !offerID.isEmpty else { return nil }
+    /// Rule:
+    /// - A purchase (`transactionReason` `PURCHASE`: a first purchase, a resubscription, an upgrade
+    ///   or crossgrade) was redeemed when it was bought: its signature dates from the 24 hours
+    ///   before its `purchaseDate`.
+    /// - A renewal (`RENEWAL`; without a reason, a period that began within a day of the end of
+    ///   the one before) is placed by that previous period, which must have ended within a day of
+    ///   this one's start:
+    ///   - it continues the previous period's pay-as-you-go offer
+    ///     (`VerifiedTransaction.continuesPayAsYouGoOffer(of:)`, the rule the eligibility count
+    ///     uses): the same redemption going on, recorded only if a signature of its own matches
+    ///     (``RedemptionCandidate/continuesRedemption``);
+    ///   - otherwise the offer began at this renewal: it was redeemed during the previous period
+    ///     (an offer on an active subscription starts at its next renewal), so its signature may
+    ///     date from 24 hours before that period began;
+    ///   - no such previous period known: `.previousPeriodUnknown`.
+    static func redemption(_ transaction: VerifiedTransaction, known: [VerifiedTransaction] = []) -> RedemptionPlacement {
+        guard transaction.offerType == .promotional, let offerID = transaction.offerIdentifier, !offerID.isEmpty else { return .none }
         let token = transaction.appAccountToken.flatMap { $0.isEmpty ? nil : $0.lowercased() }
         var candidate = RedemptionCandidate(
             transactionID: transaction.transactionID, originalTransactionID: transaction.originalTransactionID, bundleID: transaction.bundleID,
@@ -62,21 +81,25 @@ enum AppleHistoryConversion {
                     && $0.purchaseDate < transaction.purchaseDate
             }
             .max { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }
-        guard let previous, let previousEnd = previous.expiresDate,
-            transaction.purchaseDate <= previousEnd.addingTimeInterval(RedemptionMatching.renewalGap)
-        else { return candidate }
-        if previous.offerType == .promotional && previous.offerIdentifier == offerID {
+        let adjacent = previous.flatMap { previous in
+            previous.expiresDate.map { abs(transaction.purchaseDate.timeIntervalSince($0)) <= RedemptionMatching.adjacentPeriods } == true ? previous : nil
+        }
+        let isRenewal = transaction.transactionReason.map { $0 == .renewal } ?? (adjacent != nil)
+        guard isRenewal else { return .candidate(candidate) }
+        guard let adjacent else { return .previousPeriodUnknown }
+        if transaction.continuesPayAsYouGoOffer(of: adjacent) {
             candidate.continuesRedemption = true
         } else {
             candidate.signatureWindowStart = min(
-                candidate.signatureWindowStart, previous.purchaseDate.addingTimeInterval(-RedemptionMatching.signatureLifetime))
+                candidate.signatureWindowStart, adjacent.purchaseDate.addingTimeInterval(-RedemptionMatching.signatureLifetime))
         }
-        return candidate
+        return .candidate(candidate)
     }
 
     /// What a verified notification adds. A first purchase (`SUBSCRIBED` / `INITIAL_BUY`) starts a
     /// complete history of its subscription. `known`: the subscription's transactions already
-    /// stored, which tell a redemption from the next period of one (see `redemption(_:known:)`).
+    /// stored, which place a promotional offer's period (see `redemption(_:known:)`); one that
+    /// cannot be placed yet is not recorded here (see `AppleNotificationController`).
     static func update(_ notification: VerifiedNotification, receivedAt: Date, known: [VerifiedTransaction] = []) -> AppleHistoryUpdate {
         let original = notification.transaction?.value.originalTransactionID ?? notification.renewalInfo?.value.originalTransactionID
         var update = AppleHistoryUpdate(
@@ -87,7 +110,7 @@ enum AppleHistoryConversion {
             source: "notification")
         if let signed = notification.transaction, let item = item(signed.value, jws: signed.jws) {
             update.transactions.append(item)
-            if let candidate = redemption(signed.value, known: known) { update.redemptions.append(candidate) }
+            if case .candidate(let candidate) = redemption(signed.value, known: known) { update.redemptions.append(candidate) }
         }
         if let signed = notification.renewalInfo, let item = item(signed.value, bundleID: notification.bundleID, jws: signed.jws) {
             update.renewalInfos.append(item)
@@ -107,7 +130,16 @@ enum AppleHistoryConversion {
         let transactions = history.transactions
         for transaction in transactions {
             if let item = item(transaction, jws: history.jws(ofTransaction: transaction.transactionID)) { update.transactions.append(item) }
-            if let candidate = redemption(transaction, known: transactions) { update.redemptions.append(candidate) }
+            switch redemption(transaction, known: transactions) {
+            case .candidate(let candidate):
+                update.redemptions.append(candidate)
+            case .previousPeriodUnknown:
+                // Apple's whole history lacks the period before: placed as a purchase, the most
+                // that can be said.
+                if case .candidate(let candidate) = redemption(transaction.asPurchase, known: []) { update.redemptions.append(candidate) }
+            case .none:
+                break
+            }
         }
         for info in history.renewalInfos {
             if let original = info.originalTransactionID, let item = item(info, bundleID: history.bundleID, jws: history.jws(ofRenewalInfo: original)) {
@@ -193,5 +225,14 @@ final class DecodedHistoryCache: Sendable {
             entries[stored.subscription] = Entry(updatedAt: stored.updatedAt, history: history)
         }
         return history
+    }
+}
+
+extension VerifiedTransaction {
+    /// The same transaction taken as a purchase (for placing it when its previous period is missing).
+    fileprivate var asPurchase: VerifiedTransaction {
+        var copy = self
+        copy.transactionReason = .purchase
+        return copy
     }
 }

@@ -6,6 +6,7 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import OfferSignerCore
+import OfferSignerEligibility
 import OfferSignerEvidence
 import OfferSignerStorage
 import ServiceLifecycle
@@ -51,6 +52,16 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
     if let eligibility = configuration.eligibility, let problem = eligibility.appStoreServerAPI.problem {
         throw ServerConfigurationError("the App Store Server API settings cannot be used: \(problem)")
+    }
+    if let catalog = configuration.eligibility?.catalog {
+        // The app's evidence counts only from its accepted environments (Production unless the
+        // catalog says otherwise): say so where Sandbox evidence would now be refused unannounced.
+        let appEvidenceBundles = Set(catalog.offers.filter { $0.rules != nil && $0.historySource != .apple }.map(\.bundleID))
+        for bundleID in appEvidenceBundles.sorted() where !catalog.appSettings(bundleID: bundleID).environmentsGiven {
+            logger.notice(
+                "the app's evidence is accepted from Production only (its catalog entry names no environments): Sandbox purchases, from TestFlight, sandbox testers and App Review, are not eligible; add \"environments\": [\"Production\", \"Sandbox\"] to apps.\(bundleID) to accept them",
+                metadata: ["bundle_id": "\(bundleID)"])
+        }
     }
     try await store.bindMasterKey(configuration.masterKey)
     // Before any request: a SQLite file another process serves is refused here (see

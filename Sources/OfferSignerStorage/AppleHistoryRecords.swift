@@ -150,9 +150,8 @@ public enum RedemptionMatching {
     public static let signatureLifetime: TimeInterval = 24 * 3600
     /// A purchase dated slightly before the signature (clocks differ) still matches.
     public static let clockSkew: TimeInterval = 300
-    /// A period follows the one before it (a renewal, not a purchase after a lapse) when it began
-    /// at most this long after the previous one expired: Apple's longest billing retry.
-    public static let renewalGap: TimeInterval = 60 * 24 * 3600
+    /// A renewal follows the period before it when it began within this long of that period's end.
+    public static let adjacentPeriods: TimeInterval = 24 * 3600
 }
 
 /// What one notification, or one fetched history, adds to the store (one transaction).

@@ -169,7 +169,9 @@ struct OfferCatalogTests {
 
         let offers = #""offers": []"#
         let apps = try parse(#"{"apps": {"b": {"appAppleID": 7, "environments": ["Production", "Sandbox"], "appStoreServerAPI": {"productionURL": "http://127.0.0.1:9/p/", "sandboxURL": "https://sandbox.example"}}}, \#(offers)}"#)
-        #expect(apps.appSettings(bundleID: "b") == AppStoreAppSettings(bundleID: "b", appAppleID: 7, environments: [.production, .sandbox], productionURL: "http://127.0.0.1:9/p", sandboxURL: "https://sandbox.example"))
+        var expected = AppStoreAppSettings(bundleID: "b", appAppleID: 7, environments: [.production, .sandbox], productionURL: "http://127.0.0.1:9/p", sandboxURL: "https://sandbox.example")
+        expected.environmentsGiven = true
+        #expect(apps.appSettings(bundleID: "b") == expected)
         #expect(apps.appSettings(bundleID: "other").environments == [.production], "defaults: Production, Apple's hosts")
         #expect(parseError(#"{"apps": {"b": {"environments": ["Xcode"]}}, \#(offers)}"#)?.field == "apps.b.environments")
         #expect(parseError(#"{"apps": {"b": {"environments": []}}, \#(offers)}"#)?.field == "apps.b.environments")
@@ -178,6 +180,21 @@ struct OfferCatalogTests {
         #expect(parseError(#"{"apps": {"b": {"appStoreServerAPI": {"productionURL": "ftp://x"}}}, \#(offers)}"#)?.field == "apps.b.appStoreServerAPI.productionURL")
         #expect(parseError(#"{"apps": {"b": {"appStoreServerAPI": {"sandboxURL": "https://x/?q=1"}}}, \#(offers)}"#)?.field == "apps.b.appStoreServerAPI.sandboxURL")
         #expect(parseError(#"{"apps": [], \#(offers)}"#)?.field == "apps")
+    }
+
+    @Test("rules.environment must be an environment the app accepts (Production unless apps.<bundle>.environments says more)")
+    func ruleEnvironmentAmongTheAppsEnvironments() throws {
+        let error = try #require(parseError(offerJSON(rules: #"{"environment": "Sandbox"}"#)))
+        #expect(error.field == "rules.environment")
+        #expect(error.description.contains("apps.com.example.app.environments"), "\(error)")
+        #expect(try parse(offerJSON(rules: #"{"environment": "Production"}"#)).offers.first?.rules?.environment == .production)
+
+        let accepting = offerJSON(rules: #"{"environment": "Sandbox"}"#)
+            .replacingOccurrences(of: #"{"offers": ["#, with: #"{"apps": {"com.example.app": {"environments": ["Production", "Sandbox"]}}, "offers": ["#)
+        let catalog = try parse(accepting)
+        #expect(catalog.offers.first?.rules?.environment == .sandbox)
+        #expect(catalog.appSettings(bundleID: "com.example.app").environmentsGiven)
+        #expect(!catalog.appSettings(bundleID: "com.other.app").environmentsGiven)
     }
 
     @Test func duplicateOfferIsRejected() throws {

@@ -313,7 +313,7 @@ struct AppleNotificationTests {
 
     @Test("An offer redeemed on an active subscription starts at its renewal and still matches its signature; a pay-as-you-go offer's next period is no new redemption")
     func redemptionAtRenewal() async throws {
-        try await withServer { server, _, secret, client in
+        try await withServer { server, fake, secret, client in
             let customer = subscriber()
             try await postEveryPeriod(of: customer, to: client)
             let signed = try await client.postJSON(
@@ -335,17 +335,21 @@ struct AppleNotificationTests {
             var calendar = Calendar(identifier: .gregorian)
             calendar.timeZone = TimeZone(secondsFromGMT: 0)!
             var start = customer.expiry(last)
-            for (index, transactionID) in ["400000001006", "400000001007"].enumerated() {
-                let end = calendar.date(byAdding: .month, value: 1, to: start)!
+            func renewalUnderOffer(_ transactionID: String, from start: Date) -> [String: Any] {
                 var transaction = customer.transactionPayload(last)
                 transaction["transactionId"] = transactionID
                 transaction["purchaseDate"] = TestAppleChain.milliseconds(start)
-                transaction["expiresDate"] = TestAppleChain.milliseconds(end)
+                transaction["expiresDate"] = TestAppleChain.milliseconds(calendar.date(byAdding: .month, value: 1, to: start)!)
+                transaction["transactionReason"] = "RENEWAL"
                 transaction["offerType"] = 2
                 transaction["offerIdentifier"] = "promo_50"
-                let answer = try await client.postJSON("/v1/apple/notifications", try body("DID_RENEW", transaction: transaction))
+                transaction["offerDiscountType"] = "PAY_AS_YOU_GO"
+                return transaction
+            }
+            for (index, transactionID) in ["400000001006", "400000001007"].enumerated() {
+                let answer = try await client.postJSON("/v1/apple/notifications", try body("DID_RENEW", transaction: renewalUnderOffer(transactionID, from: start)))
                 #expect(answer.status == .ok, "period \(index): \(answer.text)")
-                start = end
+                start = calendar.date(byAdding: .month, value: 1, to: start)!
             }
 
             let audited = try await server.store.auditRecords(after: 0, limit: 200).filter { $0.kind == "offer.redeemed" }
@@ -358,6 +362,21 @@ struct AppleNotificationTests {
             let row = try #require(rows.first { $0.offerID == "promo_50" })
             #expect(row.matched.count == 1)
             #expect(row.unmatched == 0, "a later period of the offer is not a redemption without a signature")
+
+            // A renewal under the offer whose previous period never arrived (a lost notification):
+            // not placed now, and Apple's history of the subscription is fetched to place it.
+            fake.clearRequests()
+            start = calendar.date(byAdding: .month, value: 1, to: start)!
+            let afterGap = try await client.postJSON(
+                "/v1/apple/notifications", try body("DID_RENEW", transaction: renewalUnderOffer("400000001009", from: start)))
+            #expect(afterGap.status == .ok, "\(afterGap.text)")
+            #expect(try await server.store.auditRecords(after: 0, limit: 300).filter { $0.kind == "offer.redeemed" }.count == 1)
+            var asked = false
+            for _ in 0..<100 where !asked {
+                asked = fake.requests.contains { $0.endpoint == .history && $0.transactionID == customer.originalTransactionID }
+                if !asked { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(asked, "Apple's history of the subscription was not asked for: \(fake.requests.map(\.transactionID))")
         }
     }
 

@@ -5,55 +5,98 @@ import Testing
 
 @testable import OfferSignerServer
 
-/// Which promotional-offer transactions of a fetched history are redemptions, and where each
-/// one's signature may be (the rule of `AppleHistoryConversion.redemption(_:known:)`).
-@Suite("Redemption candidates from Apple's history")
+/// Which promotional-offer transactions are redemptions, and where each one's signature may be
+/// (the rule of `AppleHistoryConversion.redemption(_:known:)`), for a fetched history and for
+/// a notification's transaction placed against what the store holds.
+@Suite("Redemption candidates placed by the period before them")
 struct RedemptionCandidateTests {
     static let day: TimeInterval = 86400
     static let start = Date(timeIntervalSince1970: 1_790_000_000)
 
-    static func period(_ index: Int, offer: String? = nil, gapDays: Double = 0) -> VerifiedTransaction {
-        let begin = start.addingTimeInterval(Double(index) * 30 * day + gapDays * day)
+    /// Monthly period `index` (30 days each, from `start`), shifted by `shiftDays`.
+    static func period(
+        _ index: Int, offer: String? = nil, discount: AppleOfferDiscountType? = .payAsYouGo, reason: AppleTransactionReason? = .renewal,
+        shiftDays: Double = 0, productID: String = "pro.monthly"
+    ) -> VerifiedTransaction {
+        let begin = start.addingTimeInterval(Double(index) * 30 * day + shiftDays * day)
         return VerifiedTransaction(
-            transactionID: "50000\(index)", originalTransactionID: "500000", productID: "pro.monthly", subscriptionGroupID: "G1",
+            transactionID: "50000\(index)", originalTransactionID: "500000", productID: productID, subscriptionGroupID: "G1",
             purchaseDate: begin, expiresDate: begin.addingTimeInterval(30 * day), offerType: offer == nil ? nil : .promotional, offerIdentifier: offer,
-            environment: .production, bundleID: "com.example.app", appAccountToken: "7E3FB20B-4CDB-47CC-936D-99D65F608138")
+            offerDiscountType: offer == nil ? nil : discount, environment: .production, bundleID: "com.example.app",
+            appAccountToken: "7E3FB20B-4CDB-47CC-936D-99D65F608138", transactionReason: index == 0 ? .purchase : reason)
     }
 
-    static func candidates(_ transactions: [VerifiedTransaction]) -> [String: RedemptionCandidate] {
+    /// The candidates of a fetched history holding `transactions`, by transaction ID.
+    static func fromHistory(_ transactions: [VerifiedTransaction]) -> [String: RedemptionCandidate] {
         var history = VerifiedHistory(bundleID: "com.example.app", environment: .production, asOf: start)
         for transaction in transactions.reversed() { _ = history.record(transaction, jws: "") }
         let update = AppleHistoryConversion.update(history)
         return Dictionary(uniqueKeysWithValues: update.redemptions.map { ($0.transactionID, $0) })
     }
 
-    @Test("An offer that begins at a renewal may have been signed during the period before; its later periods continue it")
+    static func window(from date: Date) -> Date { date.addingTimeInterval(-day) }
+
+    @Test("An offer that begins at a renewal may have been signed during the period before; its pay-as-you-go periods continue it")
     func renewalStartThenContinuation() throws {
-        let found = Self.candidates([Self.period(0), Self.period(1), Self.period(2, offer: "promo_50"), Self.period(3, offer: "promo_50")])
+        let found = Self.fromHistory([Self.period(0), Self.period(1), Self.period(2, offer: "promo_50"), Self.period(3, offer: "promo_50")])
         #expect(found.keys.sorted() == ["500002", "500003"])
         let began = try #require(found["500002"])
         #expect(!began.continuesRedemption)
-        #expect(began.signatureWindowStart == Self.period(1).purchaseDate.addingTimeInterval(-Self.day))
+        #expect(began.signatureWindowStart == Self.window(from: Self.period(1).purchaseDate))
         #expect(began.appAccountToken == "7e3fb20b-4cdb-47cc-936d-99d65f608138")
         let continued = try #require(found["500003"])
         #expect(continued.continuesRedemption)
-        #expect(continued.signatureWindowStart == continued.purchaseDate.addingTimeInterval(-Self.day))
+        #expect(continued.signatureWindowStart == Self.window(from: continued.purchaseDate))
     }
 
-    @Test("A purchase after a lapse, or a first purchase, is a redemption at its purchase: the usual 24 hours")
-    func purchaseAfterLapse() throws {
-        let afterLapse = Self.candidates([Self.period(0), Self.period(1, offer: "promo_50", gapDays: 90)])
-        let lapsed = try #require(afterLapse["500001"])
-        #expect(!lapsed.continuesRedemption)
-        #expect(lapsed.signatureWindowStart == lapsed.purchaseDate.addingTimeInterval(-Self.day))
+    @Test("The same offer at a renewal that is not pay as you go is a new redemption, as the eligibility count has it")
+    func notPayAsYouGo() throws {
+        let found = Self.fromHistory([
+            Self.period(0), Self.period(1, offer: "promo_50", discount: AppleOfferDiscountType(rawValue: "PAY_UP_FRONT")),
+            Self.period(2, offer: "promo_50", discount: AppleOfferDiscountType(rawValue: "PAY_UP_FRONT")),
+        ])
+        let again = try #require(found["500002"])
+        #expect(!again.continuesRedemption)
+        #expect(again.signatureWindowStart == Self.window(from: Self.period(1).purchaseDate))
+    }
 
-        let first = try #require(Self.candidates([Self.period(0, offer: "promo_50")])["500000"])
+    @Test("Purchases are redeemed when bought: a resubscription soon after a lapse, an upgrade, a first purchase")
+    func purchases() throws {
+        // Resubscribed 20 days after the last period ended, with the offer that period had.
+        let resubscribed = try #require(
+            Self.fromHistory([Self.period(0), Self.period(1, offer: "promo_50"), Self.period(2, offer: "promo_50", reason: .purchase, shiftDays: 20)])["500002"])
+        #expect(!resubscribed.continuesRedemption)
+        #expect(resubscribed.signatureWindowStart == Self.window(from: resubscribed.purchaseDate))
+
+        // An immediate upgrade in the middle of a period under the offer, with the same offer ID.
+        let upgraded = try #require(
+            Self.fromHistory([Self.period(0, offer: "promo_50"), Self.period(1, offer: "promo_50", reason: .purchase, shiftDays: -12, productID: "pro.annual")])["500001"])
+        #expect(!upgraded.continuesRedemption)
+        #expect(upgraded.signatureWindowStart == Self.window(from: upgraded.purchaseDate))
+
+        let first = try #require(Self.fromHistory([Self.period(0, offer: "promo_50")])["500000"])
         #expect(!first.continuesRedemption)
-        #expect(first.signatureWindowStart == first.purchaseDate.addingTimeInterval(-Self.day))
+        #expect(first.signatureWindowStart == Self.window(from: first.purchaseDate))
+    }
 
-        // Another offer in the period before is no continuation of this one.
-        let switched = try #require(Self.candidates([Self.period(0, offer: "promo_30"), Self.period(1, offer: "promo_50")])["500001"])
-        #expect(!switched.continuesRedemption)
-        #expect(switched.signatureWindowStart == Self.period(0).purchaseDate.addingTimeInterval(-Self.day))
+    @Test("Without a transactionReason, a period that began where the one before ended is a renewal")
+    func noReason() throws {
+        let found = Self.fromHistory([Self.period(0), Self.period(1, reason: nil), Self.period(2, offer: "promo_50", reason: nil)])
+        #expect(try #require(found["500002"]).signatureWindowStart == Self.window(from: Self.period(1).purchaseDate))
+        let afterGap = try #require(Self.fromHistory([Self.period(0), Self.period(2, offer: "promo_50", reason: nil)])["500002"])
+        #expect(afterGap.signatureWindowStart == Self.window(from: afterGap.purchaseDate), "no period ended where it began: a purchase")
+    }
+
+    @Test("A renewal whose previous period is missing: a notification's is left unplaced; Apple's whole history places it as a purchase")
+    func previousPeriodMissing() throws {
+        let renewal = Self.period(3, offer: "promo_50")
+        // What the store holds: periods 0 and 1; period 2 (the one before) never arrived.
+        #expect(AppleHistoryConversion.redemption(renewal, known: [Self.period(0), Self.period(1)]) == .previousPeriodUnknown)
+        #expect(AppleHistoryConversion.redemption(renewal, known: []) == .previousPeriodUnknown)
+        #expect(AppleHistoryConversion.redemption(Self.period(3), known: []) == .none)
+
+        let placed = try #require(Self.fromHistory([Self.period(0), Self.period(1), renewal])["500003"])
+        #expect(!placed.continuesRedemption)
+        #expect(placed.signatureWindowStart == Self.window(from: placed.purchaseDate))
     }
 }
