@@ -98,15 +98,36 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
 
     /// Whether this period renews `previous` under the same pay-as-you-go offer, and so continues
     /// that redemption rather than starting another: `previous` was under the same offer
-    /// (`offerType` and `offerIdentifier`), both are pay as you go, and this one began when that
-    /// one ended (within a day). An offer over several billing periods is one redemption; the same
-    /// offer redeemed again, after a lapse or paid up front, is another. (The one rule for the
-    /// eligibility rules' count and for redemption tracking.)
+    /// (`offerType` and `offerIdentifier`), both are pay as you go, this one is not a purchase
+    /// (`transactionReason` `PURCHASE`: bought again), and it follows `previous`
+    /// (``follows(_:)``), or, as a renewal (`RENEWAL`), began later within Apple's longest billing
+    /// retry (``billingRetryLimit``: an offer goes on when a failed renewal is recovered). An
+    /// offer over several billing periods is one redemption; the same offer redeemed again, after
+    /// a lapse or paid up front, is another. (The one rule for the eligibility rules' count and
+    /// for redemption tracking.)
     public func continuesPayAsYouGoOffer(of previous: VerifiedTransaction) -> Bool {
-        guard previous.offerType == offerType, previous.offerIdentifier == offerIdentifier,
-            previous.offerDiscountType == .payAsYouGo, offerDiscountType == .payAsYouGo, let previousEnd = previous.expiresDate
+        guard transactionReason != .purchase, previous.offerType == offerType, previous.offerIdentifier == offerIdentifier,
+            previous.offerDiscountType == .payAsYouGo, offerDiscountType == .payAsYouGo
         else { return false }
-        return abs(purchaseDate.timeIntervalSince(previousEnd)) <= 86_400
+        return follows(previous) || (transactionReason == .renewal && followsAfterBillingRetry(previous))
+    }
+
+    /// Apple retries a failed renewal for up to 60 days.
+    public static let billingRetryLimit: TimeInterval = 60 * 86_400
+
+    /// Whether this period began where `previous` ended: within a day, or within half of
+    /// `previous`'s length when that is shorter (Sandbox renews every few minutes).
+    public func follows(_ previous: VerifiedTransaction) -> Bool {
+        guard let previousEnd = previous.expiresDate else { return false }
+        let tolerance = min(86_400, max(0, previousEnd.timeIntervalSince(previous.purchaseDate)) / 2)
+        return abs(purchaseDate.timeIntervalSince(previousEnd)) <= tolerance
+    }
+
+    /// Whether this period began after `previous` ended, within ``billingRetryLimit``.
+    public func followsAfterBillingRetry(_ previous: VerifiedTransaction) -> Bool {
+        guard let previousEnd = previous.expiresDate else { return false }
+        let gap = purchaseDate.timeIntervalSince(previousEnd)
+        return gap >= 0 && gap <= Self.billingRetryLimit
     }
 
     /// A free trial: an introductory offer with `offerDiscountType` `FREE_TRIAL`, or any price of 0.

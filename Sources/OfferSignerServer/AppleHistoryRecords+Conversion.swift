@@ -38,38 +38,33 @@ enum AppleHistoryConversion {
             signedDate: renewalInfo.signedDate, decoded: String(decoding: decoded, as: UTF8.self), jws: jws ?? "")
     }
 
-    /// Where a promotional-offer transaction stands among the subscription's periods.
-    enum RedemptionPlacement: Equatable {
-        /// Not a promotional offer of ours.
-        case none
-        /// A redemption to record and match (see `redemption(_:known:)`).
-        case candidate(RedemptionCandidate)
-        /// A renewal under an offer whose previous period is not known here (a notification lost
-        /// or not yet arrived): whether it began or continued a redemption cannot be told yet.
-        case previousPeriodUnknown
-    }
-
     /// A redeemed promotional offer of ours (`offerType` 2 with an `offerIdentifier`), placed by
     /// the subscription's period before it. `known`: the subscription's other known transactions,
-    /// in any order.
+    /// in any order; `knownWhole`: they are all of them (a fetched history, or a notification of a
+    /// recovered billing retry, `DID_RENEW` / `BILLING_RECOVERY`), so a gap before a renewal is a
+    /// billing retry, not a period this service never heard of.
     ///
     /// Rule:
     /// - A purchase (`transactionReason` `PURCHASE`: a first purchase, a resubscription, an upgrade
     ///   or crossgrade) was redeemed when it was bought: its signature dates from the 24 hours
     ///   before its `purchaseDate`.
-    /// - A renewal (`RENEWAL`; without a reason, a period that began within a day of the end of
-    ///   the one before) is placed by that previous period, which must have ended within a day of
-    ///   this one's start:
-    ///   - it continues the previous period's pay-as-you-go offer
+    /// - A renewal (`RENEWAL`; without a reason, a period that began where the one before ended,
+    ///   `VerifiedTransaction.follows(_:)`) is placed by the period before it, when that one is
+    ///   known: it ended where this one began, or, with `knownWhole`, within Apple's longest
+    ///   billing retry before:
+    ///   - it continues that period's pay-as-you-go offer
     ///     (`VerifiedTransaction.continuesPayAsYouGoOffer(of:)`, the rule the eligibility count
     ///     uses): the same redemption going on, recorded only if a signature of its own matches
     ///     (``RedemptionCandidate/continuesRedemption``);
     ///   - otherwise the offer began at this renewal: it was redeemed during the previous period
     ///     (an offer on an active subscription starts at its next renewal), so its signature may
-    ///     date from 24 hours before that period began;
-    ///   - no such previous period known: `.previousPeriodUnknown`.
-    static func redemption(_ transaction: VerifiedTransaction, known: [VerifiedTransaction] = []) -> RedemptionPlacement {
-        guard transaction.offerType == .promotional, let offerID = transaction.offerIdentifier, !offerID.isEmpty else { return .none }
+    ///     date from 24 hours before that period began.
+    /// - A renewal whose previous period is not known (a notification lost or not arrived yet):
+    ///   that period is taken to be as long as this one, and the signature may date from 24 hours
+    ///   before it began; a pay-as-you-go period may continue a redemption whose start was in the
+    ///   missing period, so it is recorded only if a signature matches.
+    static func redemption(_ transaction: VerifiedTransaction, known: [VerifiedTransaction] = [], knownWhole: Bool = false) -> RedemptionCandidate? {
+        guard transaction.offerType == .promotional, let offerID = transaction.offerIdentifier, !offerID.isEmpty else { return nil }
         let token = transaction.appAccountToken.flatMap { $0.isEmpty ? nil : $0.lowercased() }
         var candidate = RedemptionCandidate(
             transactionID: transaction.transactionID, originalTransactionID: transaction.originalTransactionID, bundleID: transaction.bundleID,
@@ -81,26 +76,32 @@ enum AppleHistoryConversion {
                     && $0.purchaseDate < transaction.purchaseDate
             }
             .max { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }
-        let adjacent = previous.flatMap { previous in
-            previous.expiresDate.map { abs(transaction.purchaseDate.timeIntervalSince($0)) <= RedemptionMatching.adjacentPeriods } == true ? previous : nil
+        let isRenewal = transaction.transactionReason.map { $0 == .renewal } ?? (previous.map(transaction.follows) ?? false)
+        guard isRenewal else { return candidate }
+        let placing = previous.flatMap { previous in
+            transaction.follows(previous) || (knownWhole && transaction.followsAfterBillingRetry(previous)) ? previous : nil
         }
-        let isRenewal = transaction.transactionReason.map { $0 == .renewal } ?? (adjacent != nil)
-        guard isRenewal else { return .candidate(candidate) }
-        guard let adjacent else { return .previousPeriodUnknown }
-        if transaction.continuesPayAsYouGoOffer(of: adjacent) {
-            candidate.continuesRedemption = true
+        let earliest: Date
+        if let placing {
+            if transaction.continuesPayAsYouGoOffer(of: placing) {
+                candidate.continuesRedemption = true
+                return candidate
+            }
+            earliest = placing.purchaseDate
         } else {
-            candidate.signatureWindowStart = min(
-                candidate.signatureWindowStart, adjacent.purchaseDate.addingTimeInterval(-RedemptionMatching.signatureLifetime))
+            let length = transaction.expiresDate.map { max(0, $0.timeIntervalSince(transaction.purchaseDate)) } ?? 0
+            earliest = transaction.purchaseDate.addingTimeInterval(-length)
+            candidate.continuesRedemption = transaction.offerDiscountType == .payAsYouGo
         }
-        return .candidate(candidate)
+        candidate.signatureWindowStart = min(candidate.signatureWindowStart, earliest.addingTimeInterval(-RedemptionMatching.signatureLifetime))
+        return candidate
     }
 
     /// What a verified notification adds. A first purchase (`SUBSCRIBED` / `INITIAL_BUY`) starts a
     /// complete history of its subscription. `known`: the subscription's transactions already
-    /// stored, which place a promotional offer's period (see `redemption(_:known:)`); one that
-    /// cannot be placed yet is not recorded here (see `AppleNotificationController`).
+    /// stored, which place a promotional offer's period (see `redemption(_:known:knownWhole:)`).
     static func update(_ notification: VerifiedNotification, receivedAt: Date, known: [VerifiedTransaction] = []) -> AppleHistoryUpdate {
+        let billingRecovery = notification.notificationType == "DID_RENEW" && notification.subtype == "BILLING_RECOVERY"
         let original = notification.transaction?.value.originalTransactionID ?? notification.renewalInfo?.value.originalTransactionID
         var update = AppleHistoryUpdate(
             notification: AppleNotificationReceipt(
@@ -110,7 +111,7 @@ enum AppleHistoryConversion {
             source: "notification")
         if let signed = notification.transaction, let item = item(signed.value, jws: signed.jws) {
             update.transactions.append(item)
-            if case .candidate(let candidate) = redemption(signed.value, known: known) { update.redemptions.append(candidate) }
+            if let candidate = redemption(signed.value, known: known, knownWhole: billingRecovery) { update.redemptions.append(candidate) }
         }
         if let signed = notification.renewalInfo, let item = item(signed.value, bundleID: notification.bundleID, jws: signed.jws) {
             update.renewalInfos.append(item)
@@ -130,16 +131,7 @@ enum AppleHistoryConversion {
         let transactions = history.transactions
         for transaction in transactions {
             if let item = item(transaction, jws: history.jws(ofTransaction: transaction.transactionID)) { update.transactions.append(item) }
-            switch redemption(transaction, known: transactions) {
-            case .candidate(let candidate):
-                update.redemptions.append(candidate)
-            case .previousPeriodUnknown:
-                // Apple's whole history lacks the period before: placed as a purchase, the most
-                // that can be said.
-                if case .candidate(let candidate) = redemption(transaction.asPurchase, known: []) { update.redemptions.append(candidate) }
-            case .none:
-                break
-            }
+            if let candidate = redemption(transaction, known: transactions, knownWhole: true) { update.redemptions.append(candidate) }
         }
         for info in history.renewalInfos {
             if let original = info.originalTransactionID, let item = item(info, bundleID: history.bundleID, jws: history.jws(ofRenewalInfo: original)) {
@@ -228,11 +220,3 @@ final class DecodedHistoryCache: Sendable {
     }
 }
 
-extension VerifiedTransaction {
-    /// The same transaction taken as a purchase (for placing it when its previous period is missing).
-    fileprivate var asPurchase: VerifiedTransaction {
-        var copy = self
-        copy.transactionReason = .purchase
-        return copy
-    }
-}

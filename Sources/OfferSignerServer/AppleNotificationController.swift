@@ -44,11 +44,6 @@ struct AppleNotificationController: Sendable {
                 try await store.recordAppleHistory(update, at: Date())
             }
             if let original = update.notification?.originalTransactionID { appleHistory?.invalidate(originalTransactionID: original) }
-            if let transaction = notification.transaction?.value,
-                AppleHistoryConversion.redemption(transaction, known: known) == .previousPeriodUnknown
-            {
-                fetchWholeHistory(of: transaction, notification: notification, logger: context.logger)
-            }
             let outcome: String
             switch result {
             case .duplicateNotification:
@@ -90,28 +85,6 @@ struct AppleNotificationController: Sendable {
                 bundleID: notification.bundleID, environment: notification.environment.rawValue, transactionID: transaction.originalTransactionID)
         }
         return stored.flatMap(AppleHistoryConversion.history)?.transactions ?? []
-    }
-
-    /// A renewal under one of our offers whose previous period the store does not hold cannot be
-    /// placed (did it begin a redemption, or continue one?): Apple's whole history of the
-    /// subscription is fetched in the background, and recording it places the redemption. Without
-    /// an App Store Server API client or the app's credentials it waits for the next fetch.
-    private func fetchWholeHistory(of transaction: VerifiedTransaction, notification: VerifiedNotification, logger: Logger) {
-        let bundleID = notification.bundleID
-        let credentials = keyRing.ring.activeKeys[bundleID].flatMap { active in
-            active.issuerID.map { AppStoreServerAPICredentials(key: active.signer.key, issuerID: $0, bundleID: bundleID) }
-        }
-        logger.notice(
-            "a renewal under an offer whose previous period is not stored: its redemption is placed once Apple's history is fetched",
-            metadata: [
-                "bundle_id": "\(bundleID)", "transaction_id": "\(transaction.transactionID)",
-                "fetching": "\(appleHistory != nil && credentials != nil)",
-            ])
-        guard let client = appleHistory, let credentials else { return }
-        var app = catalog?.appSettings(bundleID: bundleID) ?? AppStoreAppSettings(bundleID: bundleID)
-        app.environments = [notification.environment]
-        let transactionID = transaction.originalTransactionID
-        Task { _ = await client.history(transactionID: transactionID, app: app, credentials: credentials) }
     }
 
     private func verify(_ request: Request, type: inout String) async throws -> (VerifiedNotification, Date) {

@@ -57,7 +57,9 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         // The app's evidence counts only from its accepted environments (Production unless the
         // catalog says otherwise): say so where Sandbox evidence would now be refused unannounced.
         let appEvidenceBundles = Set(catalog.offers.filter { $0.rules != nil && $0.historySource != .apple }.map(\.bundleID))
-        for bundleID in appEvidenceBundles.sorted() where !catalog.appSettings(bundleID: bundleID).environmentsGiven {
+        for bundleID in appEvidenceBundles.sorted() {
+            let app = catalog.appSettings(bundleID: bundleID)
+            guard !app.environmentsGiven, !app.environments.contains(.sandbox) else { continue }
             logger.notice(
                 "the app's evidence is accepted from Production only (its catalog entry names no environments): Sandbox purchases, from TestFlight, sandbox testers and App Review, are not eligible; add \"environments\": [\"Production\", \"Sandbox\"] to apps.\(bundleID) to accept them",
                 metadata: ["bundle_id": "\(bundleID)"])

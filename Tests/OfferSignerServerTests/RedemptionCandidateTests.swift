@@ -87,16 +87,53 @@ struct RedemptionCandidateTests {
         #expect(afterGap.signatureWindowStart == Self.window(from: afterGap.purchaseDate), "no period ended where it began: a purchase")
     }
 
-    @Test("A renewal whose previous period is missing: a notification's is left unplaced; Apple's whole history places it as a purchase")
+    @Test("A renewal whose previous period is not known: that period is taken to be as long as this one; a pay-as-you-go one may continue a redemption")
     func previousPeriodMissing() throws {
-        let renewal = Self.period(3, offer: "promo_50")
-        // What the store holds: periods 0 and 1; period 2 (the one before) never arrived.
-        #expect(AppleHistoryConversion.redemption(renewal, known: [Self.period(0), Self.period(1)]) == .previousPeriodUnknown)
-        #expect(AppleHistoryConversion.redemption(renewal, known: []) == .previousPeriodUnknown)
-        #expect(AppleHistoryConversion.redemption(Self.period(3), known: []) == .none)
+        // What the store holds for a notification: periods 0 and 1; period 2 never arrived.
+        let known = [Self.period(0), Self.period(1)]
+        let payAsYouGo = try #require(AppleHistoryConversion.redemption(Self.period(3, offer: "promo_50"), known: known))
+        #expect(payAsYouGo.continuesRedemption)
+        #expect(payAsYouGo.signatureWindowStart == Self.window(from: Self.period(2).purchaseDate))
+        let upFront = try #require(
+            AppleHistoryConversion.redemption(Self.period(3, offer: "promo_50", discount: AppleOfferDiscountType(rawValue: "PAY_UP_FRONT")), known: known))
+        #expect(!upFront.continuesRedemption)
+        #expect(upFront.signatureWindowStart == Self.window(from: Self.period(2).purchaseDate))
+        #expect(AppleHistoryConversion.redemption(Self.period(3), known: known) == nil)
+    }
 
-        let placed = try #require(Self.fromHistory([Self.period(0), Self.period(1), renewal])["500003"])
-        #expect(!placed.continuesRedemption)
-        #expect(placed.signatureWindowStart == Self.window(from: placed.purchaseDate))
+    @Test("A billing retry: in Apple's whole history (or with BILLING_RECOVERY) the period before the gap places the renewal; otherwise it is unknown")
+    func billingRetry() throws {
+        // Recovered ten days after the previous period ended, the pay-as-you-go offer going on.
+        let recovered = Self.period(2, offer: "promo_50", shiftDays: 10)
+        #expect(try #require(Self.fromHistory([Self.period(0), Self.period(1, offer: "promo_50"), recovered])["500002"]).continuesRedemption)
+        #expect(try #require(AppleHistoryConversion.redemption(recovered, known: [Self.period(1, offer: "promo_50")], knownWhole: true)).continuesRedemption)
+        // The offer began at the recovered renewal.
+        let began = try #require(Self.fromHistory([Self.period(0), Self.period(1), recovered])["500002"])
+        #expect(!began.continuesRedemption)
+        #expect(began.signatureWindowStart == Self.window(from: Self.period(1).purchaseDate))
+        // From a notification that is not a billing recovery, the gap may be a lost period.
+        let unknown = try #require(AppleHistoryConversion.redemption(recovered, known: [Self.period(0), Self.period(1)]))
+        #expect(unknown.signatureWindowStart == Self.window(from: recovered.purchaseDate.addingTimeInterval(-30 * Self.day)))
+    }
+
+    @Test("One rule with the eligibility count: a purchase never continues an offer; Sandbox's short periods follow only when adjacent")
+    func sharedContinuationRule() {
+        let previous = Self.period(1, offer: "promo_50")
+        #expect(Self.period(2, offer: "promo_50").continuesPayAsYouGoOffer(of: previous))
+        #expect(!Self.period(2, offer: "promo_50", reason: .purchase).continuesPayAsYouGoOffer(of: previous))
+        #expect(!Self.period(2, offer: "promo_50", reason: nil, shiftDays: 10).continuesPayAsYouGoOffer(of: previous), "a gap without a reason is a lapse")
+        #expect(Self.period(2, offer: "promo_50", shiftDays: 10).continuesPayAsYouGoOffer(of: previous), "a renewal after a billing retry")
+        #expect(!Self.period(2, offer: "promo_50", shiftDays: 70).continuesPayAsYouGoOffer(of: previous), "longer than any billing retry")
+
+        // Sandbox: five-minute periods; a renewal an hour after the last one heard of does not follow it.
+        let sandboxStart = Self.start
+        func sandboxPeriod(_ id: String, at offset: TimeInterval) -> VerifiedTransaction {
+            VerifiedTransaction(
+                transactionID: id, originalTransactionID: "600000", productID: "pro.monthly", purchaseDate: sandboxStart.addingTimeInterval(offset),
+                expiresDate: sandboxStart.addingTimeInterval(offset + 300), offerType: .promotional, offerIdentifier: "promo_50",
+                offerDiscountType: .payAsYouGo, environment: .sandbox, bundleID: "com.example.app", transactionReason: .renewal)
+        }
+        #expect(sandboxPeriod("b", at: 300).follows(sandboxPeriod("a", at: 0)))
+        #expect(!sandboxPeriod("c", at: 3600).follows(sandboxPeriod("a", at: 0)))
     }
 }
