@@ -98,7 +98,8 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
 
     /// Whether this period renews `previous` under the same pay-as-you-go offer, and so continues
     /// that redemption rather than starting another: `previous` was under the same offer
-    /// (`offerType` and `offerIdentifier`), both are pay as you go, this one is not a purchase
+    /// (`offerType` and `offerIdentifier`) for the same product (a change of product at renewal
+    /// ends the old offer), both are pay as you go, this one is not a purchase
     /// (`transactionReason` `PURCHASE`: bought again), and it follows `previous`
     /// (``follows(_:)``), or, as a renewal (`RENEWAL`), began later within Apple's longest billing
     /// retry (``billingRetryLimit``: an offer goes on when a failed renewal is recovered). An
@@ -106,7 +107,8 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
     /// a lapse or paid up front, is another. (The one rule for the eligibility rules' count and
     /// for redemption tracking.)
     public func continuesPayAsYouGoOffer(of previous: VerifiedTransaction) -> Bool {
-        guard transactionReason != .purchase, previous.offerType == offerType, previous.offerIdentifier == offerIdentifier,
+        guard transactionReason != .purchase, previous.productID == productID, previous.offerType == offerType,
+            previous.offerIdentifier == offerIdentifier,
             previous.offerDiscountType == .payAsYouGo, offerDiscountType == .payAsYouGo
         else { return false }
         return follows(previous) || (transactionReason == .renewal && followsAfterBillingRetry(previous))

@@ -41,8 +41,8 @@ enum AppleHistoryConversion {
     /// A redeemed promotional offer of ours (`offerType` 2 with an `offerIdentifier`), placed by
     /// the subscription's period before it. `known`: the subscription's other known transactions,
     /// in any order; `knownWhole`: they are all of them (a fetched history, or a notification of a
-    /// recovered billing retry, `DID_RENEW` / `BILLING_RECOVERY`), so a gap before a renewal is a
-    /// billing retry, not a period this service never heard of.
+    /// recovered billing retry, `DID_RENEW` / `BILLING_RECOVERY`, on a subscription the store holds
+    /// complete), so a gap before a renewal is a billing retry, not a period never heard of.
     ///
     /// Rule:
     /// - A purchase (`transactionReason` `PURCHASE`: a first purchase, a resubscription, an upgrade
@@ -60,9 +60,10 @@ enum AppleHistoryConversion {
     ///     (an offer on an active subscription starts at its next renewal), so its signature may
     ///     date from 24 hours before that period began.
     /// - A renewal whose previous period is not known (a notification lost or not arrived yet):
-    ///   that period is taken to be as long as this one, and the signature may date from 24 hours
-    ///   before it began; a pay-as-you-go period may continue a redemption whose start was in the
-    ///   missing period, so it is recorded only if a signature matches.
+    ///   that period is taken to be as long as this one, or to begin no later than a known period
+    ///   that ended within a billing retry before, and the signature may date from 24 hours before
+    ///   it began; a pay-as-you-go period may continue a redemption whose start was in the missing
+    ///   period, so it is recorded only if a signature matches.
     static func redemption(_ transaction: VerifiedTransaction, known: [VerifiedTransaction] = [], knownWhole: Bool = false) -> RedemptionCandidate? {
         guard transaction.offerType == .promotional, let offerID = transaction.offerIdentifier, !offerID.isEmpty else { return nil }
         let token = transaction.appAccountToken.flatMap { $0.isEmpty ? nil : $0.lowercased() }
@@ -90,7 +91,11 @@ enum AppleHistoryConversion {
             earliest = placing.purchaseDate
         } else {
             let length = transaction.expiresDate.map { max(0, $0.timeIntervalSince(transaction.purchaseDate)) } ?? 0
-            earliest = transaction.purchaseDate.addingTimeInterval(-length)
+            var guess = transaction.purchaseDate.addingTimeInterval(-length)
+            // A known period that ended within a billing retry before: the offer was redeemed
+            // during it (a retry) or during a lost period after it, so no earlier than its start.
+            if let previous, transaction.followsAfterBillingRetry(previous) { guess = min(guess, previous.purchaseDate) }
+            earliest = guess
             candidate.continuesRedemption = transaction.offerDiscountType == .payAsYouGo
         }
         candidate.signatureWindowStart = min(candidate.signatureWindowStart, earliest.addingTimeInterval(-RedemptionMatching.signatureLifetime))
@@ -99,9 +104,14 @@ enum AppleHistoryConversion {
 
     /// What a verified notification adds. A first purchase (`SUBSCRIBED` / `INITIAL_BUY`) starts a
     /// complete history of its subscription. `known`: the subscription's transactions already
-    /// stored, which place a promotional offer's period (see `redemption(_:known:knownWhole:)`).
-    static func update(_ notification: VerifiedNotification, receivedAt: Date, known: [VerifiedTransaction] = []) -> AppleHistoryUpdate {
-        let billingRecovery = notification.notificationType == "DID_RENEW" && notification.subtype == "BILLING_RECOVERY"
+    /// stored, which place a promotional offer's period (see `redemption(_:known:knownWhole:)`);
+    /// `knownIsComplete`: the store holds that subscription complete.
+    static func update(
+        _ notification: VerifiedNotification, receivedAt: Date, known: [VerifiedTransaction] = [], knownIsComplete: Bool = false
+    ) -> AppleHistoryUpdate {
+        // A recovered billing retry, when the store holds the subscription whole: the gap before
+        // this renewal is the retry, not a period never heard of.
+        let billingRecovery = knownIsComplete && notification.notificationType == "DID_RENEW" && notification.subtype == "BILLING_RECOVERY"
         let original = notification.transaction?.value.originalTransactionID ?? notification.renewalInfo?.value.originalTransactionID
         var update = AppleHistoryUpdate(
             notification: AppleNotificationReceipt(

@@ -38,8 +38,8 @@ struct AppleNotificationController: Sendable {
         var type = "unknown"
         do {
             let (notification, receivedAt) = try await verify(request, type: &type)
-            let known = try await storedTransactions(placing: notification)
-            let update = AppleHistoryConversion.update(notification, receivedAt: receivedAt, known: known)
+            let (known, knownIsComplete) = try await storedTransactions(placing: notification)
+            let update = AppleHistoryConversion.update(notification, receivedAt: receivedAt, known: known, knownIsComplete: knownIsComplete)
             let result = try await StoreDeadline.run("storing a notification", timeout: storeTimeout) { [store] in
                 try await store.recordAppleHistory(update, at: Date())
             }
@@ -78,13 +78,14 @@ struct AppleNotificationController: Sendable {
 
     /// The stored transactions of the subscription a promotional offer's transaction belongs to,
     /// which tell a new redemption from the next period of one; none for other notifications.
-    private func storedTransactions(placing notification: VerifiedNotification) async throws -> [VerifiedTransaction] {
-        guard let transaction = notification.transaction?.value, transaction.offerType == .promotional else { return [] }
+    private func storedTransactions(placing notification: VerifiedNotification) async throws -> ([VerifiedTransaction], isComplete: Bool) {
+        guard let transaction = notification.transaction?.value, transaction.offerType == .promotional else { return ([], false) }
         let stored = try await StoreDeadline.run("reading a subscription's history", timeout: storeTimeout) { [store] in
             try await store.appleHistory(
                 bundleID: notification.bundleID, environment: notification.environment.rawValue, transactionID: transaction.originalTransactionID)
         }
-        return stored.flatMap(AppleHistoryConversion.history)?.transactions ?? []
+        guard let stored, let history = AppleHistoryConversion.history(stored) else { return ([], false) }
+        return (history.transactions, stored.isComplete)
     }
 
     private func verify(_ request: Request, type: inout String) async throws -> (VerifiedNotification, Date) {

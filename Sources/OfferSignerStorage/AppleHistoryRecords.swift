@@ -72,7 +72,8 @@ public struct RedemptionCandidate: Sendable, Equatable {
     public var purchaseDate: Date
     /// The earliest a matching signature may have been issued: ``RedemptionMatching/signatureLifetime``
     /// before `purchaseDate`, or, for an offer that began at a renewal (redeemed during the period
-    /// before, to start at its end), that long before the previous period began.
+    /// before, to start at its end), that long before the previous period began (as known, or as
+    /// estimated when its notification never arrived).
     public var signatureWindowStart: Date
     /// The subscription renewed under the offer its previous period already carried (a
     /// pay-as-you-go offer's next period): the same redemption going on, not a new one. Recorded
@@ -150,8 +151,6 @@ public enum RedemptionMatching {
     public static let signatureLifetime: TimeInterval = 24 * 3600
     /// A purchase dated slightly before the signature (clocks differ) still matches.
     public static let clockSkew: TimeInterval = 300
-    /// A renewal follows the period before it when it began within this long of that period's end.
-    public static let adjacentPeriods: TimeInterval = 24 * 3600
 }
 
 /// What one notification, or one fetched history, adds to the store (one transaction).

@@ -440,6 +440,37 @@ struct EligibilityEvaluatorTests {
         #expect(EligibilityEvaluator.redemptionStarts(in: afterLapse) { $0.offerIdentifier == "promo_50" }.count == 2)
     }
 
+    @Test("The count's continuation rule: a purchase counts again, a renewal after a billing retry goes on, a new product at renewal counts again")
+    func continuationByReasonAndProduct() {
+        let start = Fixture.monthsAgo(12)
+        func period(_ id: String, month: Int, shiftDays: Double = 0, reason: AppleTransactionReason?, product: String = Fixture.monthly) -> VerifiedTransaction {
+            var transaction = Fixture.transaction(
+                id, start: Fixture.months(month, from: start).addingTimeInterval(shiftDays * Fixture.day),
+                end: Fixture.months(month + 1, from: start).addingTimeInterval(shiftDays * Fixture.day),
+                offerType: .promotional, offerID: "promo_50", discount: .payAsYouGo)
+            transaction.transactionReason = reason
+            transaction.productID = product
+            return transaction
+        }
+        let isOffer: (VerifiedTransaction) -> Bool = { $0.offerIdentifier == "promo_50" }
+        // Bought again the day the last period ended: a second redemption.
+        #expect(EligibilityEvaluator.redemptionStarts(in: [period("a0", month: 0, reason: .purchase), period("a1", month: 1, reason: .purchase)], where: isOffer).count == 2)
+        // Renewed after a billing retry of 10 days: the same redemption; a gap with no reason is a lapse.
+        #expect(EligibilityEvaluator.redemptionStarts(in: [period("b0", month: 0, reason: .purchase), period("b1", month: 1, shiftDays: 10, reason: .renewal)], where: isOffer).count == 1)
+        #expect(EligibilityEvaluator.redemptionStarts(in: [period("c0", month: 0, reason: nil), period("c1", month: 1, shiftDays: 10, reason: nil)], where: isOffer).count == 2)
+        // Renewed into another product of the group under the same offer ID: a new redemption.
+        let crossgrade = [period("d0", month: 0, reason: .purchase), period("d1", month: 1, reason: .renewal, product: "pro.annual")]
+        #expect(EligibilityEvaluator.redemptionStarts(in: crossgrade, where: isOffer).count == 2)
+
+        // Through the rules: maxRedemptions 1 holds the retried renewal to one redemption.
+        let once = Fixture.offer(.any, id: "promo_50", rules: OfferRules(maxRedemptions: 1))
+        let retried = [period("e0", month: 0, reason: .purchase), period("e1", month: 1, shiftDays: 10, reason: .renewal)]
+        #expect(EligibilityEvaluator().evaluate(once, evidence: EligibilityEvidence(transactions: retried, renewalInfos: []), ledger: [], now: Fixture.now).reasons == [.maxRedemptions])
+        let twice = Fixture.offer(.any, id: "promo_50", rules: OfferRules(maxRedemptions: 2))
+        #expect(EligibilityEvaluator().evaluate(twice, evidence: EligibilityEvidence(transactions: retried, renewalInfos: []), ledger: [], now: Fixture.now).reasons == [])
+        #expect(EligibilityEvaluator().evaluate(twice, evidence: EligibilityEvidence(transactions: crossgrade, renewalInfos: []), ledger: [], now: Fixture.now).reasons == [.maxRedemptions])
+    }
+
     @Test func offerWithoutRulesIsAlwaysEligible() {
         let decision = EligibilityEvaluator().evaluate(
             F.offer(rules: nil), evidence: EligibilityEvidence(failures: [Self.failure]), ledger: [], now: F.now)

@@ -3,6 +3,7 @@ import OfferSignerEligibility
 import OfferSignerStorage
 import Testing
 
+@testable import OfferSignerEvidence
 @testable import OfferSignerServer
 
 /// Which promotional-offer transactions are redemptions, and where each one's signature may be
@@ -91,14 +92,19 @@ struct RedemptionCandidateTests {
     func previousPeriodMissing() throws {
         // What the store holds for a notification: periods 0 and 1; period 2 never arrived.
         let known = [Self.period(0), Self.period(1)]
+        // Period 1 ended 30 days before period 3 began, within a billing retry: the offer was
+        // redeemed during it or during the lost period 2, so no earlier than period 1's start.
         let payAsYouGo = try #require(AppleHistoryConversion.redemption(Self.period(3, offer: "promo_50"), known: known))
         #expect(payAsYouGo.continuesRedemption)
-        #expect(payAsYouGo.signatureWindowStart == Self.window(from: Self.period(2).purchaseDate))
+        #expect(payAsYouGo.signatureWindowStart == Self.window(from: Self.period(1).purchaseDate))
         let upFront = try #require(
             AppleHistoryConversion.redemption(Self.period(3, offer: "promo_50", discount: AppleOfferDiscountType(rawValue: "PAY_UP_FRONT")), known: known))
         #expect(!upFront.continuesRedemption)
-        #expect(upFront.signatureWindowStart == Self.window(from: Self.period(2).purchaseDate))
+        #expect(upFront.signatureWindowStart == Self.window(from: Self.period(1).purchaseDate))
         #expect(AppleHistoryConversion.redemption(Self.period(3), known: known) == nil)
+        // Nothing known within a billing retry: the missing period is taken to be as long as this one.
+        let alone = try #require(AppleHistoryConversion.redemption(Self.period(4, offer: "promo_50"), known: [Self.period(0)]))
+        #expect(alone.signatureWindowStart == Self.window(from: Self.period(3).purchaseDate))
     }
 
     @Test("A billing retry: in Apple's whole history (or with BILLING_RECOVERY) the period before the gap places the renewal; otherwise it is unknown")
@@ -111,9 +117,40 @@ struct RedemptionCandidateTests {
         let began = try #require(Self.fromHistory([Self.period(0), Self.period(1), recovered])["500002"])
         #expect(!began.continuesRedemption)
         #expect(began.signatureWindowStart == Self.window(from: Self.period(1).purchaseDate))
-        // From a notification that is not a billing recovery, the gap may be a lost period.
+        // From a notification that is not a billing recovery, the gap may be a lost period: placed
+        // by nothing, but its window still reaches back to the start of the period before the gap.
         let unknown = try #require(AppleHistoryConversion.redemption(recovered, known: [Self.period(0), Self.period(1)]))
-        #expect(unknown.signatureWindowStart == Self.window(from: recovered.purchaseDate.addingTimeInterval(-30 * Self.day)))
+        #expect(unknown.signatureWindowStart == Self.window(from: Self.period(1).purchaseDate))
+    }
+
+    @Test("DID_RENEW / BILLING_RECOVERY on a subscription the store holds complete: the gap is the retry, so the offer began at this renewal")
+    func billingRecoveryNotification() throws {
+        // Pay as you go, beginning at a renewal recovered ten days after the last period ended.
+        let recovered = Self.period(2, offer: "promo_50", shiftDays: 10)
+        func update(subtype: String?, complete: Bool) -> RedemptionCandidate? {
+            let notification = VerifiedNotification(
+                notificationType: "DID_RENEW", subtype: subtype, notificationUUID: UUID().uuidString, signedDate: Self.start,
+                bundleID: "com.example.app", environment: .production, appAppleID: nil,
+                transaction: .init(value: recovered, jws: ""), renewalInfo: nil)
+            return AppleHistoryConversion.update(
+                notification, receivedAt: Self.start, known: [Self.period(0), Self.period(1)], knownIsComplete: complete
+            ).redemptions.first
+        }
+        let placed = try #require(update(subtype: "BILLING_RECOVERY", complete: true))
+        #expect(!placed.continuesRedemption, "a new redemption: recorded, matched or not")
+        #expect(placed.signatureWindowStart == Self.window(from: Self.period(1).purchaseDate))
+        // Without the subtype, or on a subscription the store does not hold whole, the gap may be a
+        // lost period that began the offer: recorded only if a signature matches.
+        #expect(try #require(update(subtype: nil, complete: true)).continuesRedemption)
+        #expect(try #require(update(subtype: "BILLING_RECOVERY", complete: false)).continuesRedemption)
+    }
+
+    @Test("A new product at renewal under the same offer ID begins a new redemption, signed during the period before")
+    func crossgradeAtRenewal() throws {
+        let found = Self.fromHistory([Self.period(0), Self.period(1, offer: "promo_50"), Self.period(2, offer: "promo_50", productID: "pro.annual")])
+        let crossgrade = try #require(found["500002"])
+        #expect(!crossgrade.continuesRedemption)
+        #expect(crossgrade.signatureWindowStart == Self.window(from: Self.period(1).purchaseDate))
     }
 
     @Test("One rule with the eligibility count: a purchase never continues an offer; Sandbox's short periods follow only when adjacent")
