@@ -229,4 +229,3 @@ final class DecodedHistoryCache: Sendable {
         return history
     }
 }
-
