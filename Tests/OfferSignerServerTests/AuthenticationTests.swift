@@ -67,7 +67,7 @@ struct AuthenticationTests {
             expectProblem(try await client.execute(uri: "/v1/offers/signatures", method: .post, headers: headers, body: ByteBuffer(string: Self.body)), .unauthorized, "unauthorized")
             #expect(try await client.postJSON("/v1/offers/signatures", Self.body, bearer: secret).status == .created)
             _ = try await server.store.revokeClient(name: "backend", actor: "test")
-            try await Task.sleep(for: .milliseconds(300))
+            try await server.waitForRegistry(client)
             expectProblem(try await client.postJSON("/v1/offers/signatures", Self.body, bearer: secret), .unauthorized, "unauthorized")
             headers[.authorization] = nil
         }

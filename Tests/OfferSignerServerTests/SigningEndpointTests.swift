@@ -274,7 +274,7 @@ struct SigningEndpointTests {
             let before = try await client.postJSON("/v1/offers/signatures", #"{"productID":"p","offerID":"o"}"#, bearer: secret)
             #expect((before.json["legacy"] as? [String: Any])?["keyID"] as? String == "TESTKEY000")
             _ = try await server.store.transitionKey(keyID: "ROTATED001", to: .active, actor: "test", reason: "rotation", force: false)
-            try await Task.sleep(for: .seconds(1))
+            try await server.waitForRegistry(client)
             let after = try await client.postJSON("/v1/offers/signatures", #"{"productID":"p","offerID":"o"}"#, bearer: server.keys.isEmpty ? "" : secret)
             #expect(after.status == .created)
             #expect((after.json["legacy"] as? [String: Any])?["keyID"] as? String == "ROTATED001")
@@ -302,7 +302,7 @@ struct OperationalEndpointTests {
             #expect(metrics.text.contains(#"offer_signer_rejections_total{reason="not_found"} 1"#))
             // Retire the only key: not ready any more.
             _ = try await server.store.transitionKey(keyID: "TESTKEY000", to: .retired, actor: "test", reason: nil, force: true)
-            try await Task.sleep(for: .milliseconds(300))
+            try await server.waitForRegistry(client, orNotReady: true)
             expectProblem(try await client.execute(uri: "/readyz", method: .get), .serviceUnavailable, "not_ready")
         }
     }

@@ -54,6 +54,22 @@ struct TestServer {
         return try await application.test(.live, test)
     }
 
+    /// Waits until the running server has read the store's registry as it is now, so a key or
+    /// client change made through `store` is in force (the server polls the registry every 50 ms
+    /// here, later on a loaded machine). Ready means `/readyz` reports that registry version;
+    /// `orNotReady` also accepts a 503 (a change that leaves no usable key). At most 10 s.
+    func waitForRegistry(_ client: any TestClientProtocol, orNotReady: Bool = false, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let version = try await store.registryVersion()
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            let ready = try await client.execute(uri: "/readyz", method: .get)
+            if ready.status == .serviceUnavailable && orNotReady { return }
+            if let seen = ready.json["registryVersion"] as? Int, Int64(seen) >= version { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        Issue.record("the server did not read registry version \(version) within 10 s", sourceLocation: sourceLocation)
+    }
+
     func createClient(name: String, bundleIDs: [String] = []) async throws -> String {
         try await APIClientCredentials.create(in: store, name: name, bundleIDs: bundleIDs, actor: "test").secret
     }
