@@ -14,14 +14,9 @@ public enum AppleEnvironment: String, Sendable, Codable, Hashable, CaseIterable 
 }
 
 /// Apple's `offerType` of a transaction (an open set: unknown future values are kept as-is).
-public struct AppleOfferType: RawRepresentable, Sendable, Codable, Hashable {
+public struct AppleOfferType: AppleOpenSetValue {
     public var rawValue: Int
     public init(rawValue: Int) { self.rawValue = rawValue }
-    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(Int.self) }
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
 
     /// `1`: an introductory offer (including free trials).
     public static let introductory = AppleOfferType(rawValue: 1)
@@ -34,14 +29,9 @@ public struct AppleOfferType: RawRepresentable, Sendable, Codable, Hashable {
 }
 
 /// Apple's `offerDiscountType` (an open set).
-public struct AppleOfferDiscountType: RawRepresentable, Sendable, Codable, Hashable {
+public struct AppleOfferDiscountType: AppleOpenSetValue {
     public var rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
-    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
 
     /// `FREE_TRIAL`.
     public static let freeTrial = AppleOfferDiscountType(rawValue: "FREE_TRIAL")
@@ -54,14 +44,9 @@ public struct AppleOfferDiscountType: RawRepresentable, Sendable, Codable, Hasha
 }
 
 /// Apple's `inAppOwnershipType` (an open set).
-public struct AppleOwnershipType: RawRepresentable, Sendable, Codable, Hashable {
+public struct AppleOwnershipType: AppleOpenSetValue {
     public var rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
-    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
 
     /// `PURCHASED`: the customer bought it.
     public static let purchased = AppleOwnershipType(rawValue: "PURCHASED")
@@ -70,14 +55,9 @@ public struct AppleOwnershipType: RawRepresentable, Sendable, Codable, Hashable 
 }
 
 /// Apple's product `type` of a transaction (an open set).
-public struct AppleProductType: RawRepresentable, Sendable, Codable, Hashable {
+public struct AppleProductType: AppleOpenSetValue {
     public var rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
-    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
 
     public static let autoRenewableSubscription = AppleProductType(rawValue: "Auto-Renewable Subscription")
     public static let nonRenewingSubscription = AppleProductType(rawValue: "Non-Renewing Subscription")
@@ -87,17 +67,28 @@ public struct AppleProductType: RawRepresentable, Sendable, Codable, Hashable {
 
 /// Apple's `transactionReason` of a transaction: `PURCHASE` (the customer bought, upgraded or
 /// resubscribed) or `RENEWAL` (the App Store renewed the subscription). An open set, as Apple's.
-public struct AppleTransactionReason: RawRepresentable, Sendable, Codable, Hashable {
+public struct AppleTransactionReason: AppleOpenSetValue {
     public var rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
-    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
 
     /// `PURCHASE`.
     public static let purchase = AppleTransactionReason(rawValue: "PURCHASE")
     /// `RENEWAL`.
     public static let renewal = AppleTransactionReason(rawValue: "RENEWAL")
+}
+
+/// One of Apple's open sets of values (`offerType`, `inAppOwnershipType`, …): any raw value is
+/// kept as it is, so a value Apple adds later still decodes, and it is coded as the bare value
+/// (`2`, `"PURCHASED"`), as in Apple's payloads.
+public protocol AppleOpenSetValue: RawRepresentable, Sendable, Codable, Hashable where RawValue: Codable & Sendable & Hashable {
+    init(rawValue: RawValue)
+}
+
+extension AppleOpenSetValue {
+    public init(from decoder: any Decoder) throws { self.init(rawValue: try decoder.singleValueContainer().decode(RawValue.self)) }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
 }
