@@ -34,7 +34,7 @@ final class LedgerCache: Sendable {
         }
 
         private static func combine(_ text: String, into hasher: inout Hasher) {
-            let done = text.utf8.withContiguousStorageIfAvailable { bytes in hasher.combine(bytes: UnsafeRawBufferPointer(bytes)) }
+            let done: Void? = text.utf8.withContiguousStorageIfAvailable { bytes in hasher.combine(bytes: UnsafeRawBufferPointer(bytes)) }
             if done == nil { for byte in text.utf8 { hasher.combine(byte) } }
         }
     }

@@ -1,1 +1,1 @@
-../OfferSignerServerTests/TestServer.swift
+../OfferSignerServerTests/Support/TestServer.swift

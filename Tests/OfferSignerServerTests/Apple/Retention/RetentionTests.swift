@@ -288,7 +288,7 @@ struct RetentionTests {
     /// Runs `Tests/Interop/apple_oracle.py` (Apple's App Store Server Library for Python) on a batch.
     static func oracle(_ cases: [[String: Any]]) async throws -> [[String: Any]] {
         let python = try await PythonTestEnvironment.shared().python
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Interop/apple_oracle.py")
+        let script = URL(fileURLWithPath: PythonTestEnvironment.packageRoot).appendingPathComponent("Tests/Interop/apple_oracle.py")
         let input = try JSONSerialization.data(withJSONObject: cases)
         let result = try await onOwnThread { try ChildProcess.run(python, [script.path], stdin: input, timeout: .seconds(300)) }
         try #require(result.status == 0, "apple_oracle.py exited \(result.status): \(result.stderrText)")

@@ -6,11 +6,12 @@ import OfferSignerCore
 import OfferSignerEligibility
 @testable import OfferSignerServer
 import Testing
+import TestChildProcess
 
 /// The problem codes: one table in the code (``ProblemCatalog``), the codes the sources throw,
 /// `GET /problems/<code>`, and `Docs/Errors.md` must all say the same.
 @Suite struct ProblemCatalogTests {
-    static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let packageRoot = URL(fileURLWithPath: PythonTestEnvironment.packageRoot)
 
     static func read(_ relativePath: String) throws -> String {
         try String(contentsOf: packageRoot.appendingPathComponent(relativePath), encoding: .utf8)
@@ -33,7 +34,11 @@ import Testing
             "unprocessableContent": .unprocessableContent, "tooManyRequests": .tooManyRequests,
             "internalServerError": .internalServerError, "serviceUnavailable": .serviceUnavailable,
         ]
-        for name in try FileManager.default.contentsOfDirectory(atPath: folder.path).sorted() where name.hasSuffix(".swift") && name != "ProblemCatalog.swift" {
+        // The sources are in folders by feature: every Swift file below the target's folder.
+        let enumerator = try #require(FileManager.default.enumerator(atPath: folder.path))
+        let names = enumerator.compactMap { $0 as? String }.filter { $0.hasSuffix(".swift") && !$0.hasSuffix("ProblemCatalog.swift") }.sorted()
+        #expect(names.count > 20, "the server's sources were not found under \(folder.path)")
+        for name in names {
             let text = try String(contentsOf: folder.appendingPathComponent(name), encoding: .utf8)
             // `APIProblem(.status, code: "x"` (possibly across a line break) and `.badRequest("x"`.
             for groups in try matches(#"APIProblem\(\s*\.([A-Za-z]+),\s*code:\s*"([a-z_]+)""#, in: text) {

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestChildProcess
 
 @_spi(Fuzzing) import OfferSignerServer
 
@@ -7,8 +8,7 @@ import Testing
 /// committed seed corpus and regression inputs: they answer as the server's readers do, and the
 /// fuzz target's cross-check holds for every committed input without a fuzz build.
 @Suite struct SignatureRequestReadersForFuzzingTests {
-    static let repositoryRoot = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let repositoryRoot = URL(fileURLWithPath: PythonTestEnvironment.packageRoot)
 
     static func committedInputs() throws -> [URL] {
         var inputs: [URL] = []

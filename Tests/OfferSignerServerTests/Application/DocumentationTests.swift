@@ -1,10 +1,11 @@
 import Foundation
 import Testing
+import TestChildProcess
 
 /// The README stays a front door (small), and no relative link in it or in `Docs/` is broken:
 /// every linked file exists, and every `#anchor` names a heading of the linked Markdown file.
 @Suite struct DocumentationTests {
-    static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let packageRoot = URL(fileURLWithPath: PythonTestEnvironment.packageRoot)
 
     static func markdownFiles() throws -> [URL] {
         let docs = packageRoot.appendingPathComponent("Docs")

@@ -1,0 +1,173 @@
+import Foundation
+import GRDB
+import GRDBSQLite
+import OfferSignerCore
+import Synchronization
+
+/// The key registry on SQLite: signing keys with their states, API clients, and the version
+/// number that tells a serving process the registry changed.
+extension SQLiteStore {
+    static func bumpRegistry(_ db: Database) throws {
+        try db.execute(sql: "UPDATE registry SET version = version + 1 WHERE id = 1")
+    }
+
+    static func key(from row: Row) throws -> SigningKeyRecord {
+        let table = "signing_keys"
+        let stateName: String = try row.column("state", table)
+        guard let state = SigningKeyState(rawValue: stateName) else {
+            throw StoreError(.unavailable, "signing_keys.state holds an unknown state (was the store edited by hand?)")
+        }
+        return SigningKeyRecord(
+            keyID: try row.column("key_id", table), bundleID: try row.column("bundle_id", table), issuerID: try row.column("issuer_id", table),
+            state: state, origin: try row.column("origin", table),
+            publicKeyPEM: try row.column("public_key_pem", table), fingerprint: try row.column("fingerprint", table),
+            importedAt: date(try row.column("imported_at", table) as Int64), activatedAt: date(try row.column("activated_at", table) as Int64?),
+            retiredAt: date(try row.column("retired_at", table) as Int64?), revokedAt: date(try row.column("revoked_at", table) as Int64?),
+            sealedPrivateKey: try row.column("sealed_private_key", table))
+    }
+
+    static func client(from row: Row) throws -> APIClientRecord {
+        let table = "api_clients"
+        let bundles: String = try row.column("bundle_ids", table)
+        return APIClientRecord(
+            clientID: try row.column("client_id", table), name: try row.column("name", table),
+            bundleIDs: bundles.isEmpty ? [] : bundles.split(separator: " ").map(String.init),
+            secretHash: try row.column("secret_hash", table), createdAt: date(try row.column("created_at", table) as Int64),
+            revokedAt: date(try row.column("revoked_at", table) as Int64?))
+    }
+
+    public func registryVersion() async throws -> Int64 {
+        try await read { db in try Int64.fetchOne(db, sql: "SELECT version FROM registry WHERE id = 1") ?? 0 }
+    }
+
+    public func registrySnapshot() async throws -> RegistrySnapshot {
+        try await read { db in
+            RegistrySnapshot(
+                version: try Int64.fetchOne(db, sql: "SELECT version FROM registry WHERE id = 1") ?? 0,
+                keys: try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY position").map { try Self.key(from: $0) },
+                clients: try Row.fetchAll(db, sql: "SELECT * FROM api_clients ORDER BY created_at, name").map { try Self.client(from: $0) })
+        }
+    }
+
+    public func importKey(_ key: SigningKeyRecord, actor: String, reason: String?) async throws -> SigningKeyRecord {
+        try await write { db in
+            if try Row.fetchOne(db, sql: "SELECT 1 FROM signing_keys WHERE key_id = ?", arguments: [key.keyID]) != nil {
+                throw StoreError(.duplicate, "key '\(key.keyID)' is already in the store")
+            }
+            if let existing = try String.fetchOne(db, sql: "SELECT key_id FROM signing_keys WHERE fingerprint = ?", arguments: [key.fingerprint]) {
+                throw StoreError(.duplicate, "this key is already in the store as '\(existing)'")
+            }
+            let hasActive = try Row.fetchOne(db, sql: "SELECT 1 FROM signing_keys WHERE bundle_id = ? AND state = 'active'", arguments: [key.bundleID]) != nil
+            var stored = key
+            stored.state = hasActive ? .ready : .active
+            stored.activatedAt = hasActive ? nil : key.importedAt
+            let position = (try Int64.fetchOne(db, sql: "SELECT MAX(position) FROM signing_keys") ?? 0) + 1
+            try db.execute(
+                sql: """
+                    INSERT INTO signing_keys (key_id, bundle_id, issuer_id, state, origin, public_key_pem, fingerprint, sealed_private_key, imported_at, activated_at, position)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    stored.keyID, stored.bundleID, stored.issuerID, stored.state.rawValue, stored.origin, stored.publicKeyPEM,
+                    stored.fingerprint, stored.sealedPrivateKey, stored.importedAt.unixMilliseconds, Self.millis(stored.activatedAt), position,
+                ])
+            try Self.bumpRegistry(db)
+            let body = AuditBody.make([
+                ("actor", actor), ("reason", reason), ("keyID", stored.keyID), ("bundleID", stored.bundleID),
+                ("origin", stored.origin), ("state", stored.state.rawValue), ("fingerprint", stored.fingerprint),
+            ])
+            _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "key.imported", body: body))], at: key.importedAt)
+            return stored
+        }
+    }
+
+    public func listKeys() async throws -> [SigningKeyRecord] {
+        try await read { db in try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY position").map { try Self.key(from: $0) } }
+    }
+
+    public func transitionKey(keyID: String, to state: SigningKeyState, actor: String, reason: String?, force: Bool) async throws -> SigningKeyRecord {
+        try await write { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE key_id = ?", arguments: [keyID]) else {
+                throw StoreError(.notFound, "no key '\(keyID)' in the store")
+            }
+            let key = try Self.key(from: row)
+            let now = Date()
+            let activeRow = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE bundle_id = ? AND state = 'active'", arguments: [key.bundleID])
+            let previousActive = try activeRow.map { try Self.key(from: $0) }
+            var kind: String
+            switch state {
+            case .active:
+                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is revoked and can never sign again") }
+                guard key.state != .active else { throw StoreError(.conflict, "key '\(keyID)' is already the active key of \(key.bundleID)") }
+                if let previousActive {
+                    try db.execute(sql: "UPDATE signing_keys SET state = 'retired', retired_at = ? WHERE key_id = ?", arguments: [now.unixMilliseconds, previousActive.keyID])
+                }
+                try db.execute(sql: "UPDATE signing_keys SET state = 'active', activated_at = ?, retired_at = NULL WHERE key_id = ?", arguments: [now.unixMilliseconds, keyID])
+                kind = "key.activated"
+            case .retired:
+                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is revoked; it cannot be retired") }
+                guard key.state != .retired else { throw StoreError(.conflict, "key '\(keyID)' is already retired") }
+                if key.state == .active && !force {
+                    throw StoreError(.conflict, "key '\(keyID)' is the only active key of \(key.bundleID): retiring it stops all signing for that app; activate another key first, or pass --force")
+                }
+                try db.execute(sql: "UPDATE signing_keys SET state = 'retired', retired_at = ? WHERE key_id = ?", arguments: [now.unixMilliseconds, keyID])
+                kind = "key.retired"
+            case .revoked:
+                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is already revoked") }
+                if key.state == .active && !force {
+                    throw StoreError(.conflict, "key '\(keyID)' is the only active key of \(key.bundleID): revoking it stops all signing for that app; activate another key first, or pass --force")
+                }
+                try db.execute(sql: "UPDATE signing_keys SET state = 'revoked', revoked_at = ? WHERE key_id = ?", arguments: [now.unixMilliseconds, keyID])
+                kind = "key.revoked"
+            case .ready:
+                throw StoreError(.conflict, "a key cannot be moved back to 'ready'")
+            }
+            try Self.bumpRegistry(db)
+            let newActive = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE bundle_id = ? AND state = 'active'", arguments: [key.bundleID]).map { try Self.key(from: $0) }
+            let body = AuditBody.make([
+                ("actor", actor), ("reason", reason), ("keyID", keyID), ("bundleID", key.bundleID),
+                ("fromState", key.state.rawValue), ("toState", state.rawValue),
+                ("previousActiveKeyID", previousActive?.keyID), ("previousActiveFingerprint", previousActive?.fingerprint),
+                ("newActiveKeyID", newActive?.keyID), ("newActiveFingerprint", newActive?.fingerprint),
+            ])
+            _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: kind, body: body))], at: now)
+            return try Self.key(from: try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE key_id = ?", arguments: [keyID])!)
+        }
+    }
+
+    public func createClient(_ client: APIClientRecord, actor: String) async throws -> APIClientRecord {
+        try await write { db in
+            if try Row.fetchOne(db, sql: "SELECT 1 FROM api_clients WHERE name = ?", arguments: [client.name]) != nil {
+                throw StoreError(.duplicate, "a client named '\(client.name)' exists already")
+            }
+            try db.execute(
+                sql: "INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+                arguments: [client.clientID, client.name, client.bundleIDs.joined(separator: " "), client.secretHash, client.createdAt.unixMilliseconds])
+            try Self.bumpRegistry(db)
+            let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", client.name), ("bundleIDs", client.bundleIDs.joined(separator: " "))])
+            _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "client.created", body: body))], at: client.createdAt)
+            return client
+        }
+    }
+
+    public func listClients() async throws -> [APIClientRecord] {
+        try await read { db in try Row.fetchAll(db, sql: "SELECT * FROM api_clients ORDER BY created_at, name").map { try Self.client(from: $0) } }
+    }
+
+    public func revokeClient(name: String, actor: String) async throws -> APIClientRecord {
+        try await write { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM api_clients WHERE name = ?", arguments: [name]) else {
+                throw StoreError(.notFound, "no client named '\(name)'")
+            }
+            var client = try Self.client(from: row)
+            guard client.revokedAt == nil else { throw StoreError(.conflict, "client '\(name)' is already revoked") }
+            let now = Date()
+            try db.execute(sql: "UPDATE api_clients SET revoked_at = ? WHERE client_id = ?", arguments: [now.unixMilliseconds, client.clientID])
+            try Self.bumpRegistry(db)
+            let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", name)])
+            _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "client.revoked", body: body))], at: now)
+            client.revokedAt = Self.date(now.unixMilliseconds)
+            return client
+        }
+    }
+}

@@ -1,0 +1,69 @@
+import Foundation
+import GRDB
+
+/// The SQLite schema: its migrations, applied in order when the store is opened (the later ones
+/// in SQLiteStore+AuditCheckpoints.swift and SQLiteStore+AppleHistory.swift).
+extension SQLiteStore {
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+                CREATE TABLE registry (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL);
+                INSERT INTO registry (id, version) VALUES (1, 1);
+                CREATE TABLE signing_keys (
+                    key_id TEXT PRIMARY KEY,
+                    bundle_id TEXT NOT NULL,
+                    issuer_id TEXT,
+                    state TEXT NOT NULL CHECK (state IN ('ready', 'active', 'retired', 'revoked')),
+                    origin TEXT NOT NULL,
+                    public_key_pem TEXT NOT NULL,
+                    fingerprint TEXT NOT NULL,
+                    sealed_private_key BLOB NOT NULL,
+                    imported_at INTEGER NOT NULL,
+                    activated_at INTEGER,
+                    retired_at INTEGER,
+                    revoked_at INTEGER,
+                    position INTEGER NOT NULL
+                );
+                CREATE UNIQUE INDEX one_active_key_per_bundle ON signing_keys (bundle_id) WHERE state = 'active';
+                CREATE TABLE api_clients (
+                    client_id TEXT PRIMARY KEY,
+                    name TEXT NOT NULL UNIQUE,
+                    bundle_ids TEXT NOT NULL,
+                    secret_hash TEXT NOT NULL UNIQUE,
+                    created_at INTEGER NOT NULL,
+                    revoked_at INTEGER
+                );
+                CREATE TABLE audit_log (
+                    seq INTEGER PRIMARY KEY,
+                    recorded_at INTEGER NOT NULL,
+                    kind TEXT NOT NULL,
+                    body TEXT NOT NULL,
+                    previous_hash TEXT NOT NULL,
+                    hash TEXT NOT NULL
+                );
+                CREATE TABLE issued_signatures (
+                    nonce TEXT PRIMARY KEY,
+                    audit_seq INTEGER NOT NULL,
+                    issued_at INTEGER NOT NULL,
+                    client TEXT NOT NULL,
+                    bundle_id TEXT NOT NULL,
+                    product_id TEXT NOT NULL,
+                    offer_id TEXT NOT NULL,
+                    app_account_token TEXT,
+                    key_id TEXT NOT NULL,
+                    format TEXT NOT NULL
+                );
+                CREATE INDEX issued_by_customer ON issued_signatures (app_account_token, bundle_id, offer_id);
+                """)
+        }
+        migrator.registerMigration("v2") { db in
+            try Self.migrateAuditCheckpoints(db)
+        }
+        migrator.registerMigration("v3") { db in
+            try Self.migrateAppleHistory(db)
+        }
+        return migrator
+    }
+}
