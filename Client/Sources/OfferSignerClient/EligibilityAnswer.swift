@@ -1,8 +1,8 @@
 import Foundation
 
-/// Evidence the service could not use, as it reports it: which item (`source`
-/// `signedTransactions` or `signedRenewalInfos`, and its `index` in that array), a stable `code`,
-/// and a human-readable `message`.
+/// Evidence the service could not use, as it reports it: which item (`source` `signedTransaction`
+/// or `signedRenewalInfo`, and its `index` in `signedTransactions` or `signedRenewalInfos`), a
+/// stable `code` (e.g. `missing_apple_marker_oid`), and a human-readable `message`.
 public struct EvidenceFailure: Sendable, Hashable, Codable {
     public var source: String
     public var index: Int

@@ -48,7 +48,7 @@ struct ErrorMappingTests {
             "reasons": ["redeemed_too_recently", "evidence_unverified"],
             "historySource": "apple-then-client-someday",
             "eligibleFrom": "2027-03-01T12:00:00.250Z",
-            "evidenceFailures": [["source": "signedTransactions", "index": 2, "code": "chain_untrusted", "message": "not Apple's"]],
+            "evidenceFailures": [["source": "signedTransaction", "index": 2, "code": "chain_untrusted", "message": "not Apple's"]],
         ])
         guard case .notEligible(let why) = map(403, body) else {
             Issue.record("expected .notEligible"); return
@@ -56,7 +56,7 @@ struct ErrorMappingTests {
         #expect(why.reasons == ["redeemed_too_recently", "evidence_unverified"])
         #expect(why.historySource?.rawValue == "apple-then-client-someday")  // an open set: kept as sent
         #expect(why.eligibleFrom == RFC3339.date(from: "2027-03-01T12:00:00.250Z"))
-        #expect(why.evidenceFailures == [EvidenceFailure(source: "signedTransactions", index: 2, code: "chain_untrusted", message: "not Apple's")])
+        #expect(why.evidenceFailures == [EvidenceFailure(source: "signedTransaction", index: 2, code: "chain_untrusted", message: "not Apple's")])
         #expect(String(describing: OfferSignerClientError.notEligible(why)).contains("eligible from 2027-03-01T12:00:00.250Z"))
         guard case .notEligible(let apple) = map(403, Self.problem(403, code: "not_eligible", extra: ["historySource": "apple"])) else {
             Issue.record("expected .notEligible"); return

@@ -181,12 +181,12 @@ struct ModelDecodingTests {
     @Test func decodesTheWholeDecision() throws {
         let json = Data("""
         {"decisions": [{"offerID": "wb1", "eligible": false, "reasons": ["evidence_unverified", "no_history"],
-          "evidenceFailures": [{"source": "signedRenewalInfos", "index": 0, "code": "signature_invalid", "message": "bad"}],
+          "evidenceFailures": [{"source": "signedRenewalInfo", "index": 0, "code": "signature_invalid", "message": "bad"}],
           "historySource": "client"}]}
         """.utf8)
         let decision = try #require(try JSONDecoder().decode(OfferEligibility.self, from: json).decision(for: "wb1"))
         #expect(decision.historySource == .client)
-        #expect(decision.evidenceFailures == [EvidenceFailure(source: "signedRenewalInfos", index: 0, code: "signature_invalid", message: "bad")])
+        #expect(decision.evidenceFailures == [EvidenceFailure(source: "signedRenewalInfo", index: 0, code: "signature_invalid", message: "bad")])
         let again = try JSONDecoder().decode(OfferEligibilityDecision.self, from: JSONEncoder().encode(decision))
         #expect(again == decision)
         #expect(decision.ineligibility == OfferIneligibility(
