@@ -223,6 +223,49 @@ public struct Product: Sendable {
     }
 }
 
+extension Product {
+    /// Apple: `struct Product.SubscriptionInfo` (only what the client uses).
+    /// https://developer.apple.com/documentation/storekit/product/subscriptioninfo
+    public struct SubscriptionInfo: Sendable {
+        /// Apple: Product.SubscriptionInfo.status(for:)
+        /// https://developer.apple.com/documentation/storekit/product/subscriptioninfo/status(for:)
+        /// `static func status(for groupID: String) async throws -> [Product.SubscriptionInfo.Status]`
+        /// — iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0. Here: always empty.
+        @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
+        public static func status(for groupID: String) async throws -> [Product.SubscriptionInfo.Status] {
+            []
+        }
+
+        /// Apple: `struct Product.SubscriptionInfo.Status`.
+        public struct Status: Sendable {
+            /// Apple: `let renewalInfo: VerificationResult<Product.SubscriptionInfo.RenewalInfo>`
+            public let renewalInfo: VerificationResult<RenewalInfo>
+
+            /// Test only (Apple has no public initializer).
+            public init(renewalInfo: VerificationResult<RenewalInfo>) {
+                self.renewalInfo = renewalInfo
+            }
+        }
+
+        /// Apple: `struct Product.SubscriptionInfo.RenewalInfo` (none of its members are used).
+        public struct RenewalInfo: Sendable, Hashable, ShimSignedValue {
+            /// Test only: the JWS it was decoded from.
+            public let jws: String
+
+            /// Test only.
+            public init(jws: String) {
+                self.jws = jws
+            }
+        }
+    }
+}
+
+/// Test only: a signed StoreKit value that knows the JWS it came from (for
+/// `VerificationResult.jwsRepresentation`).
+public protocol ShimSignedValue: Sendable {
+    var jws: String { get }
+}
+
 /// Apple: `@frozen enum VerificationResult<SignedType>` (StoreKit › VerificationResult),
 /// iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0.
 /// https://developer.apple.com/documentation/storekit/verificationresult
@@ -240,11 +283,23 @@ public enum VerificationResult<SignedType: Sendable>: Sendable {
         case invalidSignature
         case missingRequiredProperties
     }
+
+    /// Apple: `var unsafePayloadValue: SignedType { get }` — the payload, verified or not.
+    public var unsafePayloadValue: SignedType {
+        switch self {
+        case .verified(let value), .unverified(let value, _): value
+        }
+    }
+}
+
+extension VerificationResult where SignedType: ShimSignedValue {
+    /// Apple: `var jwsRepresentation: String { get }` — the JWS compact serialization.
+    public var jwsRepresentation: String { unsafePayloadValue.jws }
 }
 
 /// Apple: `struct Transaction` (StoreKit › Transaction), iOS 15.0, macOS 12.0.
 /// https://developer.apple.com/documentation/storekit/transaction
-public struct Transaction: Sendable, Hashable {
+public struct Transaction: Sendable, Hashable, ShimSignedValue {
     /// Apple: `let id: UInt64`
     public let id: UInt64
     /// Apple: `let originalID: UInt64`
@@ -253,16 +308,37 @@ public struct Transaction: Sendable, Hashable {
     public let productID: String
     /// Apple: `let appAccountToken: UUID?`
     public let appAccountToken: UUID?
+    /// Apple: `let subscriptionGroupID: String?`
+    public let subscriptionGroupID: String?
+    /// Apple: `let purchaseDate: Date`
+    public let purchaseDate: Date
     /// Test only: where `finish()` is recorded.
     public let finishLog: FinishLog
+    /// Test only: the JWS it was decoded from.
+    public let jws: String
 
     /// Test only (Apple has no public initializer).
-    public init(id: UInt64, originalID: UInt64, productID: String, appAccountToken: UUID?, finishLog: FinishLog) {
+    public init(
+        id: UInt64, originalID: UInt64, productID: String, appAccountToken: UUID?, finishLog: FinishLog,
+        subscriptionGroupID: String? = nil, purchaseDate: Date = Date(timeIntervalSince1970: 0), jws: String = ""
+    ) {
         self.id = id
         self.originalID = originalID
         self.productID = productID
         self.appAccountToken = appAccountToken
         self.finishLog = finishLog
+        self.subscriptionGroupID = subscriptionGroupID
+        self.purchaseDate = purchaseDate
+        self.jws = jws
+    }
+
+    /// Apple: `typealias Transaction.Transactions` — an `AsyncSequence` of `VerificationResult<Transaction>`.
+    public typealias Transactions = AsyncStream<VerificationResult<Transaction>>
+
+    /// Apple: Transaction.all — `static var all: Transaction.Transactions { get }`, iOS 15.0, macOS 12.0.
+    /// https://developer.apple.com/documentation/storekit/transaction/all  Here: always empty.
+    public static var all: Transactions {
+        AsyncStream { $0.finish() }
     }
 
     /// Apple: Transaction.finish() — `func finish() async`
