@@ -57,6 +57,7 @@ public struct Product: Sendable {
 
     /// Apple: `enum Product.PurchaseResult`
     /// https://developer.apple.com/documentation/storekit/product/purchaseresult
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
     public enum PurchaseResult: Sendable {
         case success(VerificationResult<Transaction>)
         case userCancelled
@@ -65,6 +66,7 @@ public struct Product: Sendable {
 
     /// Apple: `enum Product.PurchaseError` (its cases, in Apple's list)
     /// https://developer.apple.com/documentation/storekit/product/purchaseerror — iOS 15.0, macOS 12.0.
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
     public enum PurchaseError: Error, Sendable, Hashable {
         case invalidQuantity
         case productUnavailable
@@ -79,6 +81,7 @@ public struct Product: Sendable {
 
     /// Apple: `struct Product.PurchaseOption` (StoreKit › Product › PurchaseOption), `Hashable`,
     /// used as `Set<Product.PurchaseOption>` by `Product.purchase(options:)`.
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
     public struct PurchaseOption: Hashable, Sendable {
         /// Test only: what the option was built from.
         public enum Recorded: Hashable, Sendable {
@@ -169,6 +172,7 @@ public struct Product: Sendable {
 
     /// Apple: `struct Product.SubscriptionOffer` (StoreKit › Product › SubscriptionOffer).
     /// https://developer.apple.com/documentation/storekit/product/subscriptionoffer
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
     public struct SubscriptionOffer: Sendable, Hashable {
         /// Apple: `let id: String?` — nil for an introductory offer.
         public let id: String?
@@ -182,6 +186,7 @@ public struct Product: Sendable {
         }
 
         /// Apple: `struct Product.SubscriptionOffer.OfferType` (an open set of static values).
+        @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
         public struct OfferType: Sendable, Hashable {
             let name: String
             /// Apple: `static let introductory` — iOS 15.0.
@@ -226,6 +231,7 @@ public struct Product: Sendable {
 extension Product {
     /// Apple: `struct Product.SubscriptionInfo` (only what the client uses).
     /// https://developer.apple.com/documentation/storekit/product/subscriptioninfo
+    @available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
     public struct SubscriptionInfo: Sendable {
         /// Apple: Product.SubscriptionInfo.status(for:)
         /// https://developer.apple.com/documentation/storekit/product/subscriptioninfo/status(for:)
@@ -269,6 +275,7 @@ public protocol ShimSignedValue: Sendable {
 /// Apple: `@frozen enum VerificationResult<SignedType>` (StoreKit › VerificationResult),
 /// iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0.
 /// https://developer.apple.com/documentation/storekit/verificationresult
+@available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
 @frozen
 public enum VerificationResult<SignedType: Sendable>: Sendable {
     case unverified(SignedType, VerificationResult<SignedType>.VerificationError)
@@ -299,6 +306,7 @@ extension VerificationResult where SignedType: ShimSignedValue {
 
 /// Apple: `struct Transaction` (StoreKit › Transaction), iOS 15.0, macOS 12.0.
 /// https://developer.apple.com/documentation/storekit/transaction
+@available(iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0, *)
 public struct Transaction: Sendable, Hashable, ShimSignedValue {
     /// Apple: `let id: UInt64`
     public let id: UInt64
@@ -370,8 +378,12 @@ public struct AppTransaction: Sendable {
     }
 }
 
-/// Apple (UIKit): `@MainActor class UIScene` — iOS 13.0, tvOS 13.0, visionOS 1.0. Only its
-/// existence matters here: the visionOS purchase takes one.
+/// Apple (UIKit): `@MainActor class UIScene` — iOS 13.0, Mac Catalyst 13.1, tvOS 13.0, visionOS 1.0;
+/// not on macOS or watchOS. https://developer.apple.com/documentation/uikit/uiscene
+/// Only its existence matters here: the visionOS purchase takes one.
+@available(iOS 13.0, macCatalyst 13.1, tvOS 13.0, visionOS 1.0, *)
+@available(macOS, unavailable)
+@available(watchOS, unavailable)
 @MainActor
 open class UIScene {
     /// Test only.
@@ -386,7 +398,7 @@ open class UIScene {
 @available(tvOS, introduced: 12.2, deprecated: 18.0)
 @available(watchOS, introduced: 6.2, deprecated: 11.0)
 @available(visionOS, introduced: 1.0, deprecated: 2.0)
-open class SKPaymentDiscount: NSObject, @unchecked Sendable {
+open class SKPaymentDiscount: NSObject {
     /// Apple: `var identifier: String { get }`
     public let identifier: String
     /// Apple: `var keyIdentifier: String { get }`
