@@ -68,6 +68,10 @@ public enum OfferPurchaseError: Error, Sendable {
     /// and refused again (`freshSignatureTried`); the other errors (`.invalidOfferIdentifier`,
     /// `.ineligibleForOffer`, `.missingOfferParameters`, …) are not retried.
     case offerRefused(Product.PurchaseError, freshSignatureTried: Bool)
+    /// StoreKit called the first signature invalid, and the service refused to sign again (for an
+    /// offer whose rules count issued signatures, the first one already counts). Carries the
+    /// service's answer; not an ineligibility found before any purchase attempt.
+    case freshSignatureRefused(OfferIneligibility)
     /// A purchase result this version of the client does not know.
     case unknownPurchaseResult
 }
@@ -213,7 +217,8 @@ extension SignedIntroductoryOfferEligibility {
 enum OfferPurchaseFlow {
     /// Rule: sign, purchase, and on StoreKit's `.invalidOfferSignature` sign once more and purchase
     /// again; any other StoreKit refusal, or a second invalid signature, is a typed failure. The
-    /// service's `not_eligible` is an outcome, not a failure.
+    /// service's `not_eligible` to the first request is an outcome, not a failure; to the fresh
+    /// signature's request it is `OfferPurchaseError.freshSignatureRefused`.
     static func run(
         capabilities: StoreKitCapabilities,
         now: () -> Date,
@@ -227,6 +232,7 @@ enum OfferPurchaseFlow {
             do {
                 offer = try await sign()
             } catch OfferSignerClientError.notEligible(let ineligibility) {
+                if freshSignatureTried { throw OfferPurchaseError.freshSignatureRefused(ineligibility) }
                 return .notEligible(ineligibility)
             }
             let options = try offer.purchaseOptions(now: now(), capabilities: capabilities).union(extraOptions)

@@ -160,6 +160,20 @@ struct OneCallPurchaseTests {
         #expect(script.calls.count == 2)
     }
 
+    @Test("invalidOfferSignature, then the service refuses a fresh signature: a typed failure with its answer, not .notEligible")
+    func freshSignatureRefused() async throws {
+        let service = StubService([OneCall.signed(), OneCall.notEligible])
+        let (product, script) = OneCall.product([.error(.invalidOfferSignature)])
+        await #expect {
+            try await service.client.purchase(product: product, offerID: "winback50", appAccountToken: OneCall.token)
+        } throws: { error in
+            guard case .freshSignatureRefused(let why) = error as? OfferPurchaseError else { return false }
+            return why.reasons == ["redeemed_too_recently"]
+        }
+        #expect(service.requests.count == 2)
+        #expect(script.calls.count == 1)
+    }
+
     @Test("Other offer errors are typed failures at once, without re-signing", arguments: [
         Product.PurchaseError.invalidOfferIdentifier, .ineligibleForOffer, .missingOfferParameters, .invalidOfferPrice,
     ])
