@@ -10,10 +10,10 @@ import Foundation
 /// SDK eras (told apart by the Swift compiler that ships with them, the only compile-time mark an
 /// SDK leaves): Xcode 26 (Swift 6.2) declares `promotionalOffer(_:compactJWS:)`
 /// `@backDeployed(before: iOS 26.0, …)` and available from iOS 15, so the JWS form is usable on
-/// every OS this package supports. Xcode 16.3/16.4 (Swift 6.1, the iOS 18.4 SDK) introduced it; this
-/// package treats it there as usable from iOS 18.4 / macOS 15.4 / tvOS 18.4 / watchOS 11.4 /
-/// visionOS 2.4 only: Apple's pages now show the Xcode 26 declaration, so that earlier floor is
-/// not verified against Apple's 18.4 SDK here. Older SDKs do not have it at all.
+/// every OS this package supports. That is Apple's only declaration of it, and a symbol
+/// back-deployed *before 26.0* first shipped in the 26.0 SDKs: with Xcode 16.3/16.4 (Swift 6.1, the
+/// iOS 18.4 SDK) and older, this package has no JWS promotional-offer option at all (the original
+/// signature only).
 public struct StoreKitCapabilities: Sendable, Hashable {
     /// `Product.PurchaseOption.promotionalOffer(_:compactJWS:)` may be called.
     /// Apple: https://developer.apple.com/documentation/storekit/product/purchaseoption/promotionaloffer(_:compactjws:)
@@ -54,12 +54,9 @@ public struct StoreKitCapabilities: Sendable, Hashable {
         capabilities.compactJWSPromotionalOffer = true
         capabilities.introductoryOfferEligibility = true
         #elseif compiler(>=6.1)
-        // iOS 18.4 SDK: introductoryOfferEligibility(compactJWS:) is back-deployed (Apple's page,
-        // above); promotionalOffer(_:compactJWS:) is taken as iOS 18.4+ (not verified, see above).
+        // Xcode 16.3/16.4 SDK: no promotionalOffer(_:compactJWS:) (first in the Xcode 26 SDK, see
+        // above); introductoryOfferEligibility(compactJWS:) is back-deployed (Apple's page, above).
         capabilities.introductoryOfferEligibility = true
-        if #available(iOS 18.4, macOS 15.4, tvOS 18.4, watchOS 11.4, visionOS 2.4, *) {
-            capabilities.compactJWSPromotionalOffer = true
-        }
         #endif
         // Apple: promotionalOffer(offerID:signature:), iOS 17.4, macOS 14.4, tvOS 17.4, watchOS 10.4, visionOS 1.1.
         if #available(iOS 17.4, macOS 14.4, tvOS 17.4, watchOS 10.4, visionOS 1.1, *) {
@@ -161,7 +158,7 @@ extension SignedPromotionalOffer {
             if jws == nil {
                 throw OfferSignerClientError.invalidResponse("the offer carries neither a legacy nor a JWS signature")
             }
-            // A JWS this OS cannot take (an SDK older than Xcode 26 below iOS 18.4).
+            // A JWS this build cannot take (an SDK older than Xcode 26).
             throw OfferSignerClientError.signatureFormatUnavailable(.legacy)
         }
         // StoreKit's timestamp is an `Int`; on arm64_32 it cannot hold UNIX milliseconds.

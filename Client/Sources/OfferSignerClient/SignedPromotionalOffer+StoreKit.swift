@@ -62,8 +62,8 @@ extension SignedPromotionalOffer {
     /// let result = try await product.purchase(options: try offer.purchaseOptions())
     /// ```
     ///
-    /// - JWS (`promotionalOffer(_:compactJWS:)`) whenever the service returned one and the OS
-    ///   takes it (with the Xcode 26 SDK: every OS the package supports);
+    /// - JWS (`promotionalOffer(_:compactJWS:)`) whenever the service returned one and the SDK
+    ///   declares it (the Xcode 26 SDK, Swift 6.2: every OS the package supports; older SDKs: never);
     /// - else `promotionalOffer(offerID:signature:)` with a `Product.SubscriptionOffer.Signature`
     ///   (iOS 17.4+);
     /// - else `promotionalOffer(offerID:keyID:nonce:signature:timestamp:)`.
@@ -119,8 +119,8 @@ extension SignedPromotionalOffer {
 extension PromotionalOfferPurchasePlan {
     /// Translates the plan into StoreKit 2 purchase options.
     ///
-    /// - Throws: `OfferSignerClientError.signatureFormatUnavailable(.legacy)` for a JWS plan on an
-    ///   OS (or with an SDK) where `promotionalOffer(_:compactJWS:)` cannot be called.
+    /// - Throws: `OfferSignerClientError.signatureFormatUnavailable(.legacy)` for a JWS plan built
+    ///   with an SDK older than Xcode 26 (Swift 6.2), which does not declare `promotionalOffer(_:compactJWS:)`.
     public func storeKitPurchaseOptions() throws -> Set<Product.PurchaseOption> {
         var options = Set<Product.PurchaseOption>()
         switch method {
@@ -156,14 +156,10 @@ extension PromotionalOfferPurchasePlan {
         // tvOS 15.0, watchOS 8.0, visionOS 1.0 — the package's floors
         // (https://developer.apple.com/documentation/storekit/product/purchaseoption/promotionaloffer(_:compactjws:)).
         return Product.PurchaseOption.promotionalOffer(offerID, compactJWS: compactJWS)
-        #elseif compiler(>=6.1)
-        // iOS 18.4 SDK: taken as iOS 18.4+ (not verified against that SDK; see StoreKitCapabilities).
-        if #available(iOS 18.4, macOS 15.4, tvOS 18.4, watchOS 11.4, visionOS 2.4, *) {
-            return Product.PurchaseOption.promotionalOffer(offerID, compactJWS: compactJWS)
-        }
-        throw OfferSignerClientError.signatureFormatUnavailable(.legacy)
         #else
-        // SDKs before iOS 18.4 do not declare the JWS option.
+        // Swift 6.1 (Xcode 16.3/16.4, iOS 18.4 SDK) and older: no JWS option. Apple's only
+        // declaration (same page) is `@backDeployed(before: iOS 26.0, …)`, which says the symbol
+        // first shipped in the Xcode 26 SDK; calling it with an older SDK could fail to compile.
         throw OfferSignerClientError.signatureFormatUnavailable(.legacy)
         #endif
     }

@@ -23,7 +23,8 @@ private enum Fixture {
     /// iOS 15 with the Xcode 26 SDK: the JWS option is back-deployed; no Signature struct.
     static let backDeployedIOS15 = StoreKitCapabilities(
         compactJWSPromotionalOffer: true, subscriptionOfferSignature: false, introductoryOfferEligibility: true)
-    /// The iOS 18.4 SDK on iOS 17.4 and on iOS 15: no JWS promotional-offer option there.
+    /// An SDK older than Xcode 26 (Swift 6.1 and before) on iOS 17.4+ and on iOS 15: no JWS
+    /// promotional-offer option on any OS (see StoreKitCapabilities).
     static let iOS17_4 = StoreKitCapabilities(compactJWSPromotionalOffer: false, subscriptionOfferSignature: true)
     static let iOS15 = StoreKitCapabilities(compactJWSPromotionalOffer: false, subscriptionOfferSignature: false)
 

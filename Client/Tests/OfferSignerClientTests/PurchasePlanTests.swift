@@ -11,11 +11,15 @@ enum Bands {
         compactJWSPromotionalOffer: true, subscriptionOfferSignature: true, introductoryOfferEligibility: true, winBackOffer: true)
     /// 26.0 deprecates the original signature's options; the JWS form is the one left.
     static let iOS26 = iOS18_4
-    /// iOS 18.4 SDK (Xcode 16.3), on iOS 15 / 17.4: no JWS promotional-offer option below 18.4.
+    /// iOS 18.4 SDK (Xcode 16.3/16.4, Swift 6.1), on iOS 15 / 17.4 / 18.4: no JWS promotional-offer
+    /// option on any OS (Apple declares it only back-deployed before 26.0, i.e. first in the
+    /// Xcode 26 SDK).
     static let sdk18_4OniOS15 = StoreKitCapabilities(
         compactJWSPromotionalOffer: false, subscriptionOfferSignature: false, introductoryOfferEligibility: true, winBackOffer: false)
     static let sdk18_4OniOS17_4 = StoreKitCapabilities(
         compactJWSPromotionalOffer: false, subscriptionOfferSignature: true, introductoryOfferEligibility: true, winBackOffer: false)
+    static let sdk18_4OniOS18_4 = StoreKitCapabilities(
+        compactJWSPromotionalOffer: false, subscriptionOfferSignature: true, introductoryOfferEligibility: true, winBackOffer: true)
 }
 
 @Suite("Choosing the purchase option per OS")
@@ -35,11 +39,14 @@ struct PurchasePlanTests {
         #expect(plan.appAccountToken == Fixtures.token)
     }
 
-    @Test func olderSDKUsesTheOriginalSignatureWhereItMust() throws {
+    @Test("iOS 18.4 SDK (Swift 6.1): the original signature on every OS, 18.4 and later included")
+    func olderSDKUsesTheOriginalSignatureWhereItMust() throws {
         let onIOS15 = try Fixtures.offer(jws: true).purchasePlan(now: now, capabilities: Bands.sdk18_4OniOS15)
         #expect(onIOS15.method == PromotionalOfferPurchasePlan.Method.signatureParameters(expectedParameters))
-        let onIOS17_4 = try Fixtures.offer(jws: true).purchasePlan(now: now, capabilities: Bands.sdk18_4OniOS17_4)
-        #expect(onIOS17_4.method == PromotionalOfferPurchasePlan.Method.subscriptionOfferSignature(expectedParameters))
+        for band in [Bands.sdk18_4OniOS17_4, Bands.sdk18_4OniOS18_4] {
+            let plan = try Fixtures.offer(jws: true).purchasePlan(now: now, capabilities: band)
+            #expect(plan.method == PromotionalOfferPurchasePlan.Method.subscriptionOfferSignature(expectedParameters))
+        }
     }
 
     @Test func legacyOnlyOfferUsesTheSignatureStructWhereItExists() throws {
@@ -49,9 +56,10 @@ struct PurchasePlanTests {
         #expect(old.method == PromotionalOfferPurchasePlan.Method.signatureParameters(expectedParameters))
     }
 
-    @Test func jwsOnlyOfferWhereTheOSCannotTakeItSaysWhichFormatIsNeeded() {
+    @Test(arguments: [Bands.sdk18_4OniOS15, Bands.sdk18_4OniOS17_4, Bands.sdk18_4OniOS18_4])
+    func jwsOnlyOfferWhereTheSDKCannotTakeItSaysWhichFormatIsNeeded(_ band: StoreKitCapabilities) {
         #expect {
-            try Fixtures.offer(legacy: false, jws: true).purchasePlan(now: now, capabilities: Bands.sdk18_4OniOS15)
+            try Fixtures.offer(legacy: false, jws: true).purchasePlan(now: now, capabilities: band)
         } throws: { error in
             guard case .signatureFormatUnavailable(.legacy) = error as? OfferSignerClientError else { return false }
             return true
@@ -84,8 +92,10 @@ struct PurchasePlanTests {
             #expect(band.defaultFormats == [.jws])
             #expect(band.defaultFormats(platformInt: Int32.self) == [.jws])
         }
-        #expect(Bands.sdk18_4OniOS17_4.defaultFormats(platformInt: Int64.self) == [.legacy])
-        #expect(Bands.sdk18_4OniOS15.defaultFormats(platformInt: Int64.self) == [.legacy])
+        // The iOS 18.4 SDK has no JWS option on any OS: legacy, 18.4 and later included.
+        for band in [Bands.sdk18_4OniOS15, Bands.sdk18_4OniOS17_4, Bands.sdk18_4OniOS18_4] {
+            #expect(band.defaultFormats(platformInt: Int64.self) == [.legacy])
+        }
         // arm64_32: the original signature cannot work there, so it is never the default.
         #expect(Bands.sdk18_4OniOS15.defaultFormats(platformInt: Int32.self) == [.jws])
     }
