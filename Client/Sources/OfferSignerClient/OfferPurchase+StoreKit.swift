@@ -18,12 +18,14 @@
 //      https://developer.apple.com/documentation/storekit/product/purchaseoption/winbackoffer(_:)
 //  * Product.PurchaseOption.introductoryOfferEligibility(compactJWS:) —
 //      `@backDeployed(before: iOS 18.4, macOS 15.4, tvOS 18.4, watchOS 11.4, visionOS 2.4)`, available
-//      from iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0 (first in the iOS 18.4 SDK)
+//      from iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0 (as Apple's page shows it, for
+//      the Xcode 26 SDK; what the iOS 18.4 SDK declared cannot be verified, so with Swift 6.1 it is
+//      called only where it is native: iOS 18.4, macOS 15.4, tvOS 18.4, watchOS 11.4, visionOS 2.4)
 //      https://developer.apple.com/documentation/storekit/product/purchaseoption/introductoryoffereligibility(compactjws:)
 //  * AppTransaction.shared — iOS 16.0, macOS 13.0, tvOS 16.0, watchOS 9.0, visionOS 1.0;
 //    AppTransaction.appTransactionID — `@backDeployed(before: iOS 18.4, macOS 15.4, tvOS 18.4,
 //    watchOS 11.4, visionOS 2.4)`, available from iOS 16.0, macOS 13.0, tvOS 16.0, watchOS 9.0,
-//    visionOS 1.0 (first in the iOS 18.4 SDK)
+//    visionOS 1.0 (as of the Xcode 26 SDK; with Swift 6.1 read only where it is native, as above)
 //      https://developer.apple.com/documentation/storekit/apptransaction/apptransactionid
 //
 // Platforms: iOS, macOS, tvOS and watchOS purchase with `purchase(options:)`; visionOS has no
@@ -185,10 +187,17 @@ extension OfferSignerClient {
     /// a JWS offer; this one exists even before any purchase), or `nil` where the OS or SDK has
     /// none or the app transaction does not verify.
     public static func appTransactionID() async -> String? {
-        #if compiler(>=6.1)
-        // AppTransaction: iOS 16.0, macOS 13.0, tvOS 16.0, watchOS 9.0, visionOS 1.0; its
-        // appTransactionID is back-deployed to those (iOS 18.4 SDK and later).
+        #if compiler(>=6.2)
+        // AppTransaction: iOS 16.0, macOS 13.0, tvOS 16.0, watchOS 9.0, visionOS 1.0; the Xcode 26 SDK
+        // back-deploys its appTransactionID to those (Apple's page, above).
         if #available(iOS 16.0, macOS 13.0, tvOS 16.0, watchOS 9.0, visionOS 1.0, *) {
+            guard let shared = try? await AppTransaction.shared, case .verified(let appTransaction) = shared else { return nil }
+            return appTransaction.appTransactionID
+        }
+        #elseif compiler(>=6.1)
+        // iOS 18.4 SDK: appTransactionID only where it is native. Apple's page shows the Xcode 26
+        // SDK's `@backDeployed(before: iOS 18.4, …)`; what the 18.4 SDK declared cannot be verified.
+        if #available(iOS 18.4, macOS 15.4, tvOS 18.4, watchOS 11.4, visionOS 2.4, *) {
             guard let shared = try? await AppTransaction.shared, case .verified(let appTransaction) = shared else { return nil }
             return appTransaction.appTransactionID
         }
@@ -202,11 +211,21 @@ extension SignedIntroductoryOfferEligibility {
     ///
     /// - Throws: `OfferSignerClientError.signatureExpired(expiresAt:)` past ``expiresAt``;
     ///   `.invalidArgument(_:)` when built with an SDK older than iOS 18.4 (Swift 6.1), which does
-    ///   not declare the option.
+    ///   not declare the option, or built with the iOS 18.4 SDK and running below iOS 18.4 / macOS
+    ///   15.4 / tvOS 18.4 / watchOS 11.4 / visionOS 2.4.
     public func purchaseOption(now: Date = Date()) throws -> Product.PurchaseOption {
         guard !isExpired(at: now) else { throw OfferSignerClientError.signatureExpired(expiresAt: expiresAt) }
-        #if compiler(>=6.1)
+        #if compiler(>=6.2)
+        // Xcode 26 SDK: back-deployed to iOS 15 … visionOS 1 (Apple's page, above).
         return .introductoryOfferEligibility(compactJWS: compactJWS)
+        #elseif compiler(>=6.1)
+        // iOS 18.4 SDK: only where the option is native. Apple's page shows the Xcode 26 SDK's
+        // `@backDeployed(before: iOS 18.4, …)`; what the 18.4 SDK declared cannot be verified.
+        if #available(iOS 18.4, macOS 15.4, tvOS 18.4, watchOS 11.4, visionOS 2.4, *) {
+            return .introductoryOfferEligibility(compactJWS: compactJWS)
+        }
+        throw OfferSignerClientError.invalidArgument(
+            "built with the iOS 18.4 SDK, introductoryOfferEligibility(compactJWS:) is used on iOS 18.4, macOS 15.4, tvOS 18.4, watchOS 11.4, visionOS 2.4 or later only (Xcode 26 back-deploys it)")
         #else
         throw OfferSignerClientError.invalidArgument("introductoryOfferEligibility(compactJWS:) needs the iOS 18.4 SDK (Xcode 16.3) or later")
         #endif

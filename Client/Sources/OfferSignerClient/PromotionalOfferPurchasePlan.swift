@@ -13,7 +13,10 @@ import Foundation
 /// every OS this package supports. That is Apple's only declaration of it, and a symbol
 /// back-deployed *before 26.0* first shipped in the 26.0 SDKs: with Xcode 16.3/16.4 (Swift 6.1, the
 /// iOS 18.4 SDK) and older, this package has no JWS promotional-offer option at all (the original
-/// signature only).
+/// signature only). With Swift 6.1, `introductoryOfferEligibility(compactJWS:)` counts only from
+/// iOS 18.4 / macOS 15.4 / tvOS 18.4 / watchOS 11.4 / visionOS 2.4, where it is native: Apple's
+/// pages show the Xcode 26 SDK's `@backDeployed(before: iOS 18.4, …)`, and what the 18.4 SDK itself
+/// declared cannot be verified, so its back-deployment is relied on with Swift 6.2 only.
 public struct StoreKitCapabilities: Sendable, Hashable {
     /// `Product.PurchaseOption.promotionalOffer(_:compactJWS:)` may be called.
     /// Apple: https://developer.apple.com/documentation/storekit/product/purchaseoption/promotionaloffer(_:compactjws:)
@@ -27,7 +30,8 @@ public struct StoreKitCapabilities: Sendable, Hashable {
     /// `Product.PurchaseOption.introductoryOfferEligibility(compactJWS:)` may be called.
     /// Apple: https://developer.apple.com/documentation/storekit/product/purchaseoption/introductoryoffereligibility(compactjws:)
     /// `@backDeployed(before: iOS 18.4, macOS 15.4, tvOS 18.4, watchOS 11.4, visionOS 2.4)`, available
-    /// from iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0 (first in the iOS 18.4 SDK).
+    /// from iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0 (as of the Xcode 26 SDK; with
+    /// Swift 6.1 this package counts it only where it is native, 18.4 and later).
     public var introductoryOfferEligibility: Bool
     /// `Product.PurchaseOption.winBackOffer(_:)` may be called.
     /// Apple: https://developer.apple.com/documentation/storekit/product/purchaseoption/winbackoffer(_:)
@@ -55,8 +59,11 @@ public struct StoreKitCapabilities: Sendable, Hashable {
         capabilities.introductoryOfferEligibility = true
         #elseif compiler(>=6.1)
         // Xcode 16.3/16.4 SDK: no promotionalOffer(_:compactJWS:) (first in the Xcode 26 SDK, see
-        // above); introductoryOfferEligibility(compactJWS:) is back-deployed (Apple's page, above).
-        capabilities.introductoryOfferEligibility = true
+        // above); introductoryOfferEligibility(compactJWS:) only where it is native, since its
+        // back-deployment is verified for the Xcode 26 SDK only (Apple's page, above).
+        if #available(iOS 18.4, macOS 15.4, tvOS 18.4, watchOS 11.4, visionOS 2.4, *) {
+            capabilities.introductoryOfferEligibility = true
+        }
         #endif
         // Apple: promotionalOffer(offerID:signature:), iOS 17.4, macOS 14.4, tvOS 17.4, watchOS 10.4, visionOS 1.1.
         if #available(iOS 17.4, macOS 14.4, tvOS 17.4, watchOS 10.4, visionOS 1.1, *) {

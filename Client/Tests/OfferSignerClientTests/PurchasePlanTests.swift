@@ -13,11 +13,11 @@ enum Bands {
     static let iOS26 = iOS18_4
     /// iOS 18.4 SDK (Xcode 16.3/16.4, Swift 6.1), on iOS 15 / 17.4 / 18.4: no JWS promotional-offer
     /// option on any OS (Apple declares it only back-deployed before 26.0, i.e. first in the
-    /// Xcode 26 SDK).
+    /// Xcode 26 SDK); intro eligibility only where it is native (18.4+).
     static let sdk18_4OniOS15 = StoreKitCapabilities(
-        compactJWSPromotionalOffer: false, subscriptionOfferSignature: false, introductoryOfferEligibility: true, winBackOffer: false)
+        compactJWSPromotionalOffer: false, subscriptionOfferSignature: false, introductoryOfferEligibility: false, winBackOffer: false)
     static let sdk18_4OniOS17_4 = StoreKitCapabilities(
-        compactJWSPromotionalOffer: false, subscriptionOfferSignature: true, introductoryOfferEligibility: true, winBackOffer: false)
+        compactJWSPromotionalOffer: false, subscriptionOfferSignature: true, introductoryOfferEligibility: false, winBackOffer: false)
     static let sdk18_4OniOS18_4 = StoreKitCapabilities(
         compactJWSPromotionalOffer: false, subscriptionOfferSignature: true, introductoryOfferEligibility: true, winBackOffer: true)
 }
