@@ -139,7 +139,7 @@ struct ClientSigningTests {
         }
         #expect(explicit.appAccountToken == Self.token)
         try Self.expectLegacyVerifies(explicit, key: key)
-        // The signature is bound to the user's token, so the purchase must carry it: the offer
+        // The legacy signature is bound to the user's token, so the purchase must carry it: the offer
         // says which (the StoreKit helpers add `.appAccountToken` from it).
         #expect(filledIn.appAccountToken == Self.token)
         try Self.expectLegacyVerifies(filledIn, key: key)

@@ -115,8 +115,12 @@ public struct SignedPromotionalOffer: Sendable, Hashable {
     public let bundleID: String
     public let productID: String
     public let offerID: String
-    /// The app account token the signature is bound to, if any. When set, the purchase must carry
-    /// the same token (the StoreKit helpers add `.appAccountToken(_:)` for you).
+    /// The app account token the offer was signed for, if any; the StoreKit helpers add
+    /// `.appAccountToken(_:)` with it. Only the ``legacy`` signature covers it (as
+    /// `applicationUsername`: the App Store refuses a purchase whose token differs). Apple's JWS
+    /// claims have no token (`productId`, `offerIdentifier`, optional `transactionId`, `bid`, `iss`,
+    /// `aud`, `iat`, `nonce`): with ``jws`` the token is a separate purchase option, not covered by
+    /// the signature.
     public let appAccountToken: UUID?
     /// Present when `.legacy` was requested.
     public let legacy: LegacyOfferSignature?

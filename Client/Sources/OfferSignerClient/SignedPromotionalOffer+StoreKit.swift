@@ -69,7 +69,8 @@ extension SignedPromotionalOffer {
     /// - else `promotionalOffer(offerID:keyID:nonce:signature:timestamp:)`.
     ///
     /// The legacy signature is passed as its Base64-*decoded* bytes. `.appAccountToken(_:)` is
-    /// included whenever the signature is bound to a token.
+    /// included whenever the offer carries a token (bound into the legacy signature; with the JWS
+    /// form a separate option the signature does not cover).
     ///
     /// - Parameters:
     ///   - now: The current time; the offer must not have expired.

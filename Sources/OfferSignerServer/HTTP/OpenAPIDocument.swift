@@ -429,7 +429,7 @@ public enum OpenAPIDocument {
             offerID: {type: string}
             appAccountToken:
               type: [string, 'null']
-              description: Lowercase UUID the signature is bound to, or null.
+              description: Lowercase UUID signed for, or null. Bound into the legacy signature; not covered by the JWS, which has no token claim.
             legacy:
               type: object
               additionalProperties: false
