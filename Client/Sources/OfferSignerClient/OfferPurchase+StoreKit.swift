@@ -10,6 +10,12 @@
 //  * Product.purchase(confirmIn:options:) with `some UIScene` — iOS 17.0, Mac Catalyst 17.0,
 //    tvOS 17.0, visionOS 1.0; `@MainActor`
 //      https://developer.apple.com/documentation/storekit/product/purchase(confirmin:options:)-6dj6y
+//  * Not called here, only named in docs (apps pass them to `using:`): SwiftUI's PurchaseAction —
+//    iOS 17.0, macOS 14.0, tvOS 17.0, watchOS 10.0, visionOS 1.0
+//      https://developer.apple.com/documentation/storekit/purchaseaction
+//    and Product.purchase(confirmIn: UIViewController, options:) — iOS 18.2, Mac Catalyst 18.2,
+//    tvOS 18.2, visionOS 2.2; not on macOS or watchOS
+//      https://developer.apple.com/documentation/storekit/product/purchase(confirmin:options:)-3bivf
 //  * Product.PurchaseResult (.success(VerificationResult<Transaction>), .userCancelled, .pending),
 //    Product.PurchaseError (.invalidOfferSignature, .invalidOfferIdentifier, .ineligibleForOffer, …),
 //    VerificationResult (.verified, .unverified), Transaction.finish() — iOS 15.0, macOS 12.0
@@ -30,7 +36,8 @@
 //
 // Platforms: iOS, macOS, tvOS and watchOS purchase with `purchase(options:)`; visionOS has no
 // scene-less purchase, so there the one-call flow takes the `UIScene` that shows the confirmation
-// (`confirmIn:`), and SwiftUI apps on any platform can pass their `PurchaseAction` (`using:`).
+// (`confirmIn:`), and SwiftUI apps can pass their `PurchaseAction` (`using:`, iOS 17 / macOS 14 /
+// tvOS 17 / watchOS 10 / visionOS 1).
 
 #if OFFER_SIGNER_CLIENT_STOREKIT_TESTS
 #if !canImport(StoreKit)
@@ -124,8 +131,13 @@ extension OfferSignerClient {
     #endif
 
     /// The one-call flow with the app's own purchase call: SwiftUI's `PurchaseAction`
-    /// (`using: { try await purchase(product, options: $0) }`, any platform), or
-    /// `product.purchase(confirmIn: viewController, options: $0)` in UIKit.
+    /// (`using: { try await purchase(product, options: $0) }`; iOS 17, macOS 14, tvOS 17, watchOS 10,
+    /// visionOS 1), or `product.purchase(confirmIn: viewController, options: $0)` in UIKit (iOS 18.2,
+    /// Mac Catalyst 18.2, tvOS 18.2, visionOS 2.2; not on macOS or watchOS).
+    ///
+    /// No availability of its own: it takes any closure, and the call passed in carries Apple's
+    /// (https://developer.apple.com/documentation/storekit/purchaseaction,
+    /// https://developer.apple.com/documentation/storekit/product/purchase(confirmin:options:)-3bivf).
     public func purchase(
         product: Product, offerID: String, appAccountToken: UUID?, formats: [SignatureFormat]? = nil,
         evidence: PurchaseEvidence? = nil, bundleID: String? = nil, transactionID: String? = nil,
