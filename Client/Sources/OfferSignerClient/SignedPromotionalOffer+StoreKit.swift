@@ -31,8 +31,8 @@
 //      (hence `Set` below); unavailable on visionOS (see OfferPurchase+StoreKit.swift).
 //  * SKPaymentDiscount.init(identifier:keyIdentifier:nonce:signature:timestamp:)
 //      `init(identifier: String, keyIdentifier: String, nonce: UUID, signature: String, timestamp: NSNumber)`;
-//      iOS 12.2, macOS 10.14.4, tvOS 12.2, watchOS 6.2, visionOS 1.0 (deprecated iOS 18.0,
-//      macOS 15.0, tvOS 18.0, watchOS 11.0, visionOS 2.0).
+//      iOS 12.2, macOS 10.14.4, tvOS 12.2, watchOS 6.2, visionOS 1.0, Mac Catalyst 13.1 (deprecated
+//      iOS 18.0, macOS 15.0, tvOS 18.0, watchOS 11.0, visionOS 2.0, Mac Catalyst 18.0).
 // The deprecated options are used only where the JWS form cannot be (see
 // `SignedPromotionalOffer.purchasePlan`); a deployment target below 26.0 compiles them without a warning.
 
@@ -105,6 +105,7 @@ extension SignedPromotionalOffer {
     @available(tvOS, deprecated: 18.0, message: "SKPaymentDiscount is deprecated; use purchaseOptions() with Product.purchase(options:)")
     @available(watchOS, deprecated: 11.0, message: "SKPaymentDiscount is deprecated; use purchaseOptions() with Product.purchase(options:)")
     @available(visionOS, deprecated: 2.0, message: "SKPaymentDiscount is deprecated; use purchaseOptions() with Product.purchase(options:)")
+    @available(macCatalyst, deprecated: 18.0, message: "SKPaymentDiscount is deprecated; use purchaseOptions() with Product.purchase(options:)")
     public func paymentDiscount(now: Date = Date()) throws -> SKPaymentDiscount {
         let legacy = try unexpiredLegacySignature(now: now)
         return SKPaymentDiscount(

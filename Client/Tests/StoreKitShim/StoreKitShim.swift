@@ -391,13 +391,15 @@ open class UIScene {
 }
 
 /// Apple: `class SKPaymentDiscount` (StoreKit › SKPaymentDiscount), an `NSObject` subclass —
-/// iOS 12.2–18.0, macOS 10.14.4–15.0, tvOS 12.2–18.0, watchOS 6.2–11.0, visionOS 1.0–2.0 (deprecated).
+/// iOS 12.2–18.0, macOS 10.14.4–15.0, tvOS 12.2–18.0, watchOS 6.2–11.0, visionOS 1.0–2.0,
+/// Mac Catalyst 13.1–18.0 (deprecated).
 /// https://developer.apple.com/documentation/storekit/skpaymentdiscount
 @available(iOS, introduced: 12.2, deprecated: 18.0)
 @available(macOS, introduced: 10.14.4, deprecated: 15.0)
 @available(tvOS, introduced: 12.2, deprecated: 18.0)
 @available(watchOS, introduced: 6.2, deprecated: 11.0)
 @available(visionOS, introduced: 1.0, deprecated: 2.0)
+@available(macCatalyst, introduced: 13.1, deprecated: 18.0)
 open class SKPaymentDiscount: NSObject {
     /// Apple: `var identifier: String { get }`
     public let identifier: String
