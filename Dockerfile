@@ -31,8 +31,10 @@ RUN export DEBIAN_FRONTEND=noninteractive \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
-# Resolve dependencies first so this layer is cached while only sources change.
+# Resolve dependencies first so this layer is cached while only sources change. The client
+# package (Client/) is a path dependency of the root: its manifest is needed to resolve.
 COPY Package.swift ./
+COPY Client/Package.swift Client/
 RUN swift package resolve
 COPY . .
 RUN swift build -c release --product offer-signer --static-swift-stdlib \

@@ -14,12 +14,13 @@ let package = Package(
     products: [
         .executable(name: "offer-signer", targets: ["offer-signer"]),
         .library(name: "OfferSignerCore", targets: ["OfferSignerCore"]),
-        .library(name: "OfferSignerClient", targets: ["OfferSignerClient"]),
         .library(name: "OfferSignerServer", targets: ["OfferSignerServer"]),
         // For the fuzz targets in Fuzz/ (a package of their own), which can only use products.
         .library(name: "OfferSignerEvidence", targets: ["OfferSignerEvidence"]),
     ],
     dependencies: [
+        // The app-side client: a package of its own (Client/), used here by the integration tests.
+        .package(path: "Client"),
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
@@ -159,11 +160,6 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // What apps ship: Foundation only.
-        .target(
-            name: "OfferSignerClient",
-            swiftSettings: strictSettings
-        ),
 
         .testTarget(
             name: "OfferSignerCoreTests",
@@ -287,31 +283,32 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // Test-only stand-in for the StoreKit API the client uses (Linux has no StoreKit). Not named
-        // `StoreKit` so it can never shadow the SDK framework on Apple platforms. OfferSignerClient
-        // must never depend on it.
+        // The client package's own tests (Client/Tests), compiled again here so the root `swift test`
+        // (all CI runs) runs them: SwiftPM builds the tests of the root package only, never a
+        // dependency's. Same sources, same module names; the client itself comes in as the
+        // product of the path package, exactly as an app gets it.
         .target(
             name: "StoreKitShim",
-            path: "Tests/StoreKitShim",
+            path: "Client/Tests/StoreKitShim",
             swiftSettings: strictSettings
         ),
-        // Compiles the client's StoreKit-facing file (symlinked in) against StoreKitShim and tests
-        // the purchase-option mapping on Linux CI. Compiles to nothing on Apple platforms.
         .testTarget(
             name: "OfferSignerClientStoreKitTests",
-            dependencies: ["OfferSignerClient", "StoreKitShim"],
+            dependencies: [.product(name: "OfferSignerClient", package: "Client"), "StoreKitShim"],
+            path: "Client/Tests/OfferSignerClientStoreKitTests",
             swiftSettings: strictSettings + [.define("OFFER_SIGNER_CLIENT_STOREKIT_TESTS")]
         ),
         .testTarget(
             name: "OfferSignerClientTests",
-            dependencies: ["OfferSignerClient", "OfferSignerCore", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [.product(name: "OfferSignerClient", package: "Client")],
+            path: "Client/Tests/OfferSignerClientTests",
             swiftSettings: strictSettings
         ),
         // The client helper over URLSession against a real server on loopback (no mocks).
         .testTarget(
             name: "OfferSignerClientIntegrationTests",
             dependencies: [
-                "OfferSignerClient",
+                .product(name: "OfferSignerClient", package: "Client"),
                 "TestChildProcess",
                 "AppleTestChain",
                 "OfferSignerServer",

@@ -182,8 +182,8 @@ public enum SignatureDocument: Sendable, Equatable {
     }
 
     /// Decodes either one document as `sign` prints it (with `format`), or a response of
-    /// `POST /v1/offers/signatures`, which nests a `legacy` and/or a `jws` object: each becomes
-    /// a document.
+    /// `POST /v1/offers/signatures`, which nests a `legacy` and/or a `jws` object, or an
+    /// `introEligibility` one: each becomes a document.
     public static func decodeAll(json: Data) throws(OfferSignerError) -> [SignatureDocument] {
         struct ServiceResponse: Decodable {
             struct Legacy: Decodable {
@@ -196,6 +196,12 @@ public enum SignatureDocument: Sendable, Equatable {
                 var keyID: String
                 var compactJWS: String
             }
+            struct IntroEligibility: Decodable {
+                var keyID: String
+                var compactJWS: String
+                var transactionID: String
+                var allowIntroductoryOffer: Bool
+            }
             var format: String?
             var bundleID: String?
             var productID: String?
@@ -203,6 +209,7 @@ public enum SignatureDocument: Sendable, Equatable {
             var appAccountToken: String?
             var legacy: Legacy?
             var jws: JWS?
+            var introEligibility: IntroEligibility?
         }
         let response: ServiceResponse
         do {
@@ -210,8 +217,13 @@ public enum SignatureDocument: Sendable, Equatable {
         } catch {
             throw OfferSignerError(code: .documentMalformed, message: DocumentDecoding.describe(error))
         }
-        guard response.format == nil, response.legacy != nil || response.jws != nil else {
+        guard response.format == nil, response.legacy != nil || response.jws != nil || response.introEligibility != nil else {
             return [try decode(json: json)]
+        }
+        if let intro = response.introEligibility, let bundleID = response.bundleID, let productID = response.productID {
+            return [.introductoryOfferEligibility(IntroductoryOfferEligibilityDocument(
+                bundleID: bundleID, productID: productID, keyID: intro.keyID, transactionID: intro.transactionID,
+                allowIntroductoryOffer: intro.allowIntroductoryOffer, compactJWS: intro.compactJWS))]
         }
         guard let bundleID = response.bundleID, let productID = response.productID, let offerID = response.offerID else {
             throw OfferSignerError(code: .documentMalformed, message: "a service response needs bundleID, productID and offerID")

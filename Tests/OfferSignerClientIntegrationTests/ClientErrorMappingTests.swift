@@ -63,7 +63,7 @@ struct ClientErrorMappingTests {
         #expect(try server.issuedCount() == 1)
     }
 
-    @Test("403 not_eligible: .notEligible with the server's reasons (no history, unverified evidence, redeemed too recently)")
+    @Test("403 not_eligible: .notEligible with the server's whole answer (no history, unverified evidence with its failures, redeemed too recently with eligibleFrom)")
     func notEligible() async throws {
         let chain = try TestAppleChain()
         let server = try await WinBack.server(chain)
@@ -76,17 +76,22 @@ struct ClientErrorMappingTests {
         try await server.live { client in
             let signer = try makeClient(port: try client.boundPort(), token: secret, counter: counter)
             func sign(_ evidence: PurchaseEvidence?) async throws -> SignedPromotionalOffer {
-                try await signer.signPromotionalOffer(productID: "pro.monthly", offerID: "wb1", appAccountToken: WinBack.token, evidence: evidence)
+                try await signer.signPromotionalOffer(
+                    productID: "pro.monthly", offerID: "wb1", appAccountToken: WinBack.token, formats: [.legacy], evidence: evidence)
             }
 
             let noHistory = await clientError { try await sign(PurchaseEvidence()) }
-            guard case .notEligible(let reasons) = noHistory else { Issue.record("no history: \(String(describing: noHistory))"); return }
-            #expect(reasons.contains("no_history"), "\(reasons)")
+            guard case .notEligible(let noHistoryAnswer) = noHistory else { Issue.record("no history: \(String(describing: noHistory))"); return }
+            #expect(noHistoryAnswer.reasons.contains("no_history"), "\(noHistoryAnswer)")
+            #expect(noHistoryAnswer.historySource == .client, "\(noHistoryAnswer)")
             #expect(noHistory?.httpStatus == 403)
 
             let unverified = await clientError { try await sign(foreignEvidence) }
-            guard case .notEligible(let unverifiedReasons) = unverified else { Issue.record("foreign chain: \(String(describing: unverified))"); return }
-            #expect(unverifiedReasons.contains("evidence_unverified"), "\(unverifiedReasons)")
+            guard case .notEligible(let unverifiedAnswer) = unverified else { Issue.record("foreign chain: \(String(describing: unverified))"); return }
+            #expect(unverifiedAnswer.reasons.contains("evidence_unverified"), "\(unverifiedAnswer)")
+            // Which items failed, and why, reach the app (the server's evidenceFailures).
+            #expect(!unverifiedAnswer.evidenceFailures.isEmpty, "\(unverifiedAnswer)")
+            #expect(unverifiedAnswer.evidenceFailures.allSatisfy { ["signedTransaction", "signedRenewalInfo"].contains($0.source) && !$0.code.isEmpty })
 
             // An offer with rules and no evidence at all is a bad request, not a refusal.
             let missing = await clientError { try await sign(nil) }
@@ -98,8 +103,10 @@ struct ClientErrorMappingTests {
             let offer = try await sign(goodEvidence)
             try ClientSigningTests.expectLegacyVerifies(offer, key: key)
             let again = await clientError { try await sign(goodEvidence) }
-            guard case .notEligible(let againReasons) = again else { Issue.record("second: \(String(describing: again))"); return }
-            #expect(againReasons == ["redeemed_too_recently"])
+            guard case .notEligible(let againAnswer) = again else { Issue.record("second: \(String(describing: again))"); return }
+            #expect(againAnswer.reasons == ["redeemed_too_recently"])
+            let eligibleFrom = try #require(againAnswer.eligibleFrom, "eligibleFrom reached the app")
+            #expect(eligibleFrom > Date().addingTimeInterval(300 * 86_400), "\(eligibleFrom)")
         }
         // 403s and 400s are not retried: one attempt per call.
         #expect(await counter.count == 5)

@@ -89,7 +89,7 @@ struct ClientSigningTests {
         #expect(try server.issuedCount() == 2)
     }
 
-    @Test("Default format is legacy; JWS alone; no token; the authorization closure runs once per request; nonces are fresh")
+    @Test("Legacy alone; JWS alone; no token; the authorization closure runs once per request; nonces are fresh")
     func formatsAndPerRequestAuthorization() async throws {
         let server = try await TestServer()
         defer { server.cleanUp() }
@@ -98,9 +98,9 @@ struct ClientSigningTests {
         let counter = CallCounter()
         let offers = try await server.live { client in
             let signer = try makeClient(port: try client.boundPort(), token: secret, counter: counter)
-            let first = try await signer.signPromotionalOffer(productID: "pro.monthly", offerID: "WINBACK50", appAccountToken: Self.token)
-            let second = try await signer.signPromotionalOffer(productID: "pro.monthly", offerID: "WINBACK50", appAccountToken: Self.token)
-            let anonymous = try await signer.signPromotionalOffer(productID: "pro.yearly", offerID: "GOODWILL", appAccountToken: nil)
+            let first = try await signer.signPromotionalOffer(productID: "pro.monthly", offerID: "WINBACK50", appAccountToken: Self.token, formats: [.legacy])
+            let second = try await signer.signPromotionalOffer(productID: "pro.monthly", offerID: "WINBACK50", appAccountToken: Self.token, formats: [.legacy])
+            let anonymous = try await signer.signPromotionalOffer(productID: "pro.yearly", offerID: "GOODWILL", appAccountToken: nil, formats: [.legacy])
             let jwsOnly = try await signer.signPromotionalOffer(
                 productID: "pro.monthly", offerID: "WINBACK50", appAccountToken: Self.token, formats: [.jws],
                 bundleID: "com.example.app")
@@ -133,13 +133,13 @@ struct ClientSigningTests {
         let counter = CallCounter()
         let (explicit, filledIn) = try await server.live { client in
             let signer = try makeClient(port: try client.boundPort(), token: jwt, counter: counter)
-            let explicit = try await signer.signPromotionalOffer(productID: "pro.monthly", offerID: "WINBACK50", appAccountToken: Self.token)
-            let filledIn = try await signer.signPromotionalOffer(productID: "pro.monthly", offerID: "WINBACK50", appAccountToken: nil)
+            let explicit = try await signer.signPromotionalOffer(productID: "pro.monthly", offerID: "WINBACK50", appAccountToken: Self.token, formats: [.legacy])
+            let filledIn = try await signer.signPromotionalOffer(productID: "pro.monthly", offerID: "WINBACK50", appAccountToken: nil, formats: [.legacy])
             return (explicit, filledIn)
         }
         #expect(explicit.appAccountToken == Self.token)
         try Self.expectLegacyVerifies(explicit, key: key)
-        // The signature is bound to the user's token, so the purchase must carry it: the offer
+        // The legacy signature is bound to the user's token, so the purchase must carry it: the offer
         // says which (the StoreKit helpers add `.appAccountToken` from it).
         #expect(filledIn.appAccountToken == Self.token)
         try Self.expectLegacyVerifies(filledIn, key: key)

@@ -186,6 +186,24 @@ struct SignatureDocumentTests {
         #expect(try SignatureDocument.decodeAll(json: single.jsonData()) == [single])
     }
 
+    @Test("A service response with formats [intro-eligibility] decodes into its document, verifiable")
+    func introEligibilityServiceResponse() throws {
+        let claims = try OfferJWSClaims.introductoryOfferEligibility(
+            issuerID: "issuer", bundleID: "com.example.app", productID: "pro.monthly", allowIntroductoryOffer: false,
+            transactionID: "42", issuedAt: Date(), nonce: UUID())
+        let response = """
+            {"bundleID":"com.example.app","productID":"pro.monthly","offerID":"introductory","appAccountToken":null,\
+            "introEligibility":{"keyID":"\(key.keyID)","compactJWS":"\(PromotionalOfferSigner(key: key).compactJWS(for: claims))",\
+            "transactionID":"42","allowIntroductoryOffer":false},"expiresAt":"2023-11-15T22:13:20.000Z"}
+            """
+        let documents = try SignatureDocument.decodeAll(json: Data(response.utf8))
+        #expect(documents.map(\.format) == [.introEligibility])
+        for document in documents { #expect(document.verify(with: key.publicKey) == .valid) }
+        // The answer's members must say what the claims say.
+        let lying = try SignatureDocument.decodeAll(json: Data(response.replacingOccurrences(of: #""allowIntroductoryOffer":false"#, with: #""allowIntroductoryOffer":true"#).utf8))
+        for document in lying { #expect(document.verify(with: key.publicKey) != .valid) }
+    }
+
     @Test("RFC 3339 times are computed from whole milliseconds")
     func rfc3339() {
         #expect(Date.rfc3339(milliseconds: 1_795_405_886_734) == "2026-11-23T03:51:26.734Z")

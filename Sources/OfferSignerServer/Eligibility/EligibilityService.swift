@@ -202,18 +202,24 @@ struct EligibilityService: Sendable {
         writer.field("reasons", json: reasonsJSON(decision.reasons))
         if let eligibleFrom = decision.eligibleFrom { writer.field("eligibleFrom", Date.rfc3339(milliseconds: eligibleFrom.unixMilliseconds)) }
         if !decision.evidenceFailures.isEmpty {
-            let failures = decision.evidenceFailures.map { failure in
-                var item = JSONObjectWriter()
-                item.field("source", failure.source.rawValue)
-                item.field("index", Int64(failure.index))
-                item.field("code", failure.code.rawValue)
-                item.field("message", failure.message)
-                return item.finish()
-            }
-            writer.field("evidenceFailures", json: "[" + failures.joined(separator: ",") + "]")
+            writer.field("evidenceFailures", json: evidenceFailuresJSON(decision.evidenceFailures))
         }
         if let source = outcome.source { writer.field("historySource", source.rawValue) }
         return writer.finish()
+    }
+
+    /// The `evidenceFailures` array, as the eligibility decisions and the signing endpoint's
+    /// `not_eligible` problem carry it.
+    static func evidenceFailuresJSON(_ failures: [EvidenceFailure]) -> String {
+        let items = failures.map { failure in
+            var item = JSONObjectWriter()
+            item.field("source", failure.source.rawValue)
+            item.field("index", Int64(failure.index))
+            item.field("code", failure.code.rawValue)
+            item.field("message", failure.message)
+            return item.finish()
+        }
+        return "[" + items.joined(separator: ",") + "]"
     }
 
     static func reasonsJSON(_ reasons: [EligibilityReason]) -> String {

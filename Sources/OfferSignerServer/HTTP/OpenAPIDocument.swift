@@ -332,8 +332,14 @@ public enum OpenAPIDocument {
             formats:
               type: array
               minItems: 1
-              items: {type: string, enum: [legacy, jws]}
+              items: {type: string, enum: [legacy, jws, intro-eligibility]}
               default: [legacy]
+              description: |
+                legacy and/or jws; or intro-eligibility alone (API clients only, 403 intro_eligibility_not_allowed for a
+                user JWT), which needs transactionID and allowIntroductoryOffer and answers introEligibility.
+            allowIntroductoryOffer:
+              type: boolean
+              description: With formats [intro-eligibility] only (required there), the decision the signature carries.
             transactionID:
               description: |
                 Any transaction ID of the customer (e.g. Transaction.originalID): put in the JWS (optional, recommended
@@ -423,7 +429,7 @@ public enum OpenAPIDocument {
             offerID: {type: string}
             appAccountToken:
               type: [string, 'null']
-              description: Lowercase UUID the signature is bound to, or null.
+              description: Lowercase UUID signed for, or null. Bound into the legacy signature; not covered by the JWS, which has no token claim.
             legacy:
               type: object
               additionalProperties: false
@@ -440,6 +446,16 @@ public enum OpenAPIDocument {
               properties:
                 keyID: {type: string}
                 compactJWS: {type: string}
+            introEligibility:
+              type: object
+              additionalProperties: false
+              required: [keyID, compactJWS, transactionID, allowIntroductoryOffer]
+              description: For StoreKit's Product.PurchaseOption.introductoryOfferEligibility(compactJWS:).
+              properties:
+                keyID: {type: string}
+                compactJWS: {type: string}
+                transactionID: {type: string}
+                allowIntroductoryOffer: {type: boolean}
             expiresAt:
               type: string
               format: date-time
@@ -483,5 +499,16 @@ public enum OpenAPIDocument {
             eligibleFrom:
               type: string
               format: date-time
+            evidenceFailures:
+              type: array
+              description: With code not_eligible, the evidence items the service could not use.
+              items:
+                type: object
+                required: [source, index, code, message]
+                properties:
+                  source: {type: string}
+                  index: {type: integer}
+                  code: {type: string}
+                  message: {type: string}
     """#
 }

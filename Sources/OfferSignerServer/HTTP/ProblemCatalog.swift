@@ -71,8 +71,8 @@ public enum ProblemCatalog {
             action: "send the whole body within the idle timeout; retry on a new connection"),
         ProblemType(
             code: "unknown_format", status: .badRequest, title: "Unknown signature format",
-            meaning: "`formats` is empty or names something other than `legacy` and `jws`",
-            action: "ask for `[\"legacy\"]`, `[\"jws\"]` or both"),
+            meaning: "`formats` is empty, names something other than `legacy`, `jws` and `intro-eligibility`, or mixes `intro-eligibility` with the others",
+            action: "ask for `[\"legacy\"]`, `[\"jws\"]` or both, or `[\"intro-eligibility\"]` alone"),
         ProblemType(
             code: "unknown_bundle", status: .badRequest, title: "Unknown app",
             meaning: "`bundleID` is not an app this service has a key for",
@@ -150,6 +150,10 @@ public enum ProblemCatalog {
             code: "token_binding_mismatch", status: .forbidden, title: "Someone else's appAccountToken",
             meaning: "a user JWT asked for an appAccountToken other than the user's own",
             action: "send the user's own token, or leave `appAccountToken` out (it defaults to the user's)"),
+        ProblemType(
+            code: "intro_eligibility_not_allowed", status: .forbidden, title: "Introductory-offer eligibility for API clients only",
+            meaning: "a user JWT asked for an `intro-eligibility` signature, which overrides Apple's own decision and is signed for the app's backend only",
+            action: "ask for it from your backend, with an API key"),
         ProblemType(
             code: "not_eligible", status: .forbidden, title: "Customer not eligible",
             meaning: "the customer's verified history does not meet the offer's eligibility rules; `reasons` (and `eligibleFrom`, when a wait ends) say why. No signature was made",

@@ -13,16 +13,20 @@ struct SignatureRequest: Decodable, Equatable, Sendable {
     var formats: [String]?
     var transactionID: String?
     var evidence: PurchaseEvidence?
+    /// With `formats: ["intro-eligibility"]` only: the decision the signature carries.
+    var allowIntroductoryOffer: Bool?
 
-    static let members: Set<String> = ["productID", "offerID", "appAccountToken", "bundleID", "formats", "transactionID", "evidence"]
+    static let members: Set<String> = [
+        "productID", "offerID", "appAccountToken", "bundleID", "formats", "transactionID", "evidence", "allowIntroductoryOffer",
+    ]
 
     enum CodingKeys: String, CodingKey {
-        case productID, offerID, appAccountToken, bundleID, formats, transactionID, evidence
+        case productID, offerID, appAccountToken, bundleID, formats, transactionID, evidence, allowIntroductoryOffer
     }
 
     init(
         productID: String, offerID: String, appAccountToken: String? = nil, bundleID: String? = nil, formats: [String]? = nil,
-        transactionID: String? = nil, evidence: PurchaseEvidence? = nil
+        transactionID: String? = nil, evidence: PurchaseEvidence? = nil, allowIntroductoryOffer: Bool? = nil
     ) {
         self.productID = productID
         self.offerID = offerID
@@ -31,6 +35,7 @@ struct SignatureRequest: Decodable, Equatable, Sendable {
         self.formats = formats
         self.transactionID = transactionID
         self.evidence = evidence
+        self.allowIntroductoryOffer = allowIntroductoryOffer
     }
 
     init(from decoder: any Decoder) throws {
@@ -43,6 +48,7 @@ struct SignatureRequest: Decodable, Equatable, Sendable {
         formats = try container.decodeIfPresent([String].self, forKey: .formats)
         transactionID = try container.decodeIfPresent(String.self, forKey: .transactionID)
         evidence = try container.decodeIfPresent(PurchaseEvidence.self, forKey: .evidence)
+        allowIntroductoryOffer = try container.decodeIfPresent(Bool.self, forKey: .allowIntroductoryOffer)
     }
 }
 

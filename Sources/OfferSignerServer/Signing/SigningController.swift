@@ -12,7 +12,10 @@ import OfferSignerStorage
 /// Rules, in order: the caller is authenticated (except `--dev`) and within its rate limit;
 /// the body is a valid request; the bundle is a configured app the caller may sign for; with
 /// a user JWT the appAccountToken is the user's own (403 `token_binding_mismatch` otherwise);
-/// the appAccountToken is within its rate limit; an offer with eligibility rules is decided
+/// the appAccountToken is within its rate limit; an introductory-offer eligibility
+/// (`intro-eligibility`, asked alone) is signed for API clients only, never for a user JWT (it
+/// overrides Apple's own eligibility decision), and names the customer's transaction and the
+/// decision (`allowIntroductoryOffer`); an offer with eligibility rules is decided
 /// (and the decision audited) one request at a time per customer, through its commit, so
 /// concurrent requests cannot all pass a rule that counts issued signatures (in this process, and
 /// through the store's customer lock in every process on the same database); then each format is
@@ -57,6 +60,7 @@ struct SigningController: Sendable {
             }
         }
         let formats = try Self.formats(signatureRequest.formats)
+        try Self.checkIntroductoryOfferEligibility(signatureRequest, formats: formats, principal: principal)
 
         // Bundle.
         let bundleID = try Self.bundle(signatureRequest.bundleID, ring: ring)
@@ -129,8 +133,8 @@ struct SigningController: Sendable {
         guard let active = ring.activeKeys[bundleID] else {
             throw APIProblem(.serviceUnavailable, code: "no_active_key", detail: "'\(bundleID)' has no active signing key; activate one with `offer-signer keys activate`")
         }
-        if formats.contains(.jws) && active.issuerID == nil {
-            throw APIProblem(.unprocessableContent, code: "issuer_id_missing", detail: "the JWS format needs the key's issuer ID; import key '\(active.keyID)' with --issuer-id")
+        if (formats.contains(.jws) || formats.contains(.introEligibility)) && active.issuerID == nil {
+            throw APIProblem(.unprocessableContent, code: "issuer_id_missing", detail: "the JWS formats need the key's issuer ID; import key '\(active.keyID)' with --issuer-id")
         }
 
         // Sign.
@@ -165,7 +169,18 @@ struct SigningController: Sendable {
                     jws.field("compactJWS", active.signer.compactJWS(for: claims))
                     writer.field("jws", json: jws.finish())
                 case .introEligibility:
-                    continue
+                    // Checked in checkIntroductoryOfferEligibility: both are present.
+                    let transactionID = signatureRequest.transactionID ?? ""
+                    let allow = signatureRequest.allowIntroductoryOffer ?? false
+                    let claims = try OfferJWSClaims.introductoryOfferEligibility(
+                        issuerID: active.issuerID ?? "", bundleID: bundleID, productID: signatureRequest.productID,
+                        allowIntroductoryOffer: allow, transactionID: transactionID, issuedAt: now, nonce: nonce)
+                    var intro = JSONObjectWriter()
+                    intro.field("keyID", active.keyID)
+                    intro.field("compactJWS", active.signer.compactJWS(for: claims))
+                    intro.field("transactionID", transactionID)
+                    intro.field("allowIntroductoryOffer", allow)
+                    writer.field("introEligibility", json: intro.finish())
                 }
                 issued.append(IssuedSignature(
                     nonce: nonce.lowercasedString, issuedAt: now, client: principal.identity, bundleID: bundleID,
@@ -232,6 +247,7 @@ struct SigningController: Sendable {
         var extensions = ["reasons": EligibilityService.reasonsJSON(decision.reasons)]
         if let source = outcome.source { extensions["historySource"] = JSONObjectWriter.quoted(source.rawValue) }
         if let eligibleFrom = decision.eligibleFrom { extensions["eligibleFrom"] = JSONObjectWriter.quoted(Date.rfc3339(milliseconds: eligibleFrom.unixMilliseconds)) }
+        if !decision.evidenceFailures.isEmpty { extensions["evidenceFailures"] = EligibilityService.evidenceFailuresJSON(decision.evidenceFailures) }
         let reasons = decision.reasons.map(\.rawValue).joined(separator: ", ")
         var detail = "the customer is not eligible for '\(offer.offerID)': \(reasons)"
         if let failure = decision.evidenceFailures.first { detail += " (\(failure))" }
@@ -240,15 +256,44 @@ struct SigningController: Sendable {
 
     static func formats(_ requested: [String]?) throws(APIProblem) -> [SignatureFormat] {
         guard let requested else { return [.legacy] }
-        guard !requested.isEmpty else { throw APIProblem.badRequest("unknown_format", "formats is empty; ask for \"legacy\", \"jws\" or both") }
+        guard !requested.isEmpty else {
+            throw APIProblem.badRequest("unknown_format", "formats is empty; ask for \"legacy\", \"jws\" or both, or \"intro-eligibility\" alone")
+        }
         var formats: [SignatureFormat] = []
         for name in requested {
-            guard let format = SignatureFormat(rawValue: name), format != .introEligibility else {
-                throw APIProblem.badRequest("unknown_format", "unknown format '\(name)'; the service signs \"legacy\" and \"jws\"")
+            guard let format = SignatureFormat(rawValue: name) else {
+                throw APIProblem.badRequest("unknown_format", "unknown format '\(name)'; the service signs \"legacy\", \"jws\" and \"intro-eligibility\"")
             }
             if !formats.contains(format) { formats.append(format) }
         }
+        if formats.contains(.introEligibility) && formats.count > 1 {
+            throw APIProblem.badRequest("unknown_format", "\"intro-eligibility\" is signed alone; ask for it in a request of its own")
+        }
         return formats
+    }
+
+    /// Apple's introductory-offer eligibility signature names a customer's transaction and the
+    /// decision (https://developer.apple.com/documentation/storekit/generating-jws-to-sign-app-store-requests,
+    /// "Include custom claims for introductory offer eligibility"); only the app's backend (an API
+    /// client) may ask for one, since it overrides Apple's own decision for the customer.
+    static func checkIntroductoryOfferEligibility(
+        _ request: SignatureRequest, formats: [SignatureFormat], principal: Principal
+    ) throws(APIProblem) {
+        guard formats == [.introEligibility] else {
+            if request.allowIntroductoryOffer != nil {
+                throw APIProblem.badRequest("bad_request", "allowIntroductoryOffer applies to formats [\"intro-eligibility\"] only")
+            }
+            return
+        }
+        if case .user = principal {
+            throw APIProblem(.forbidden, code: "intro_eligibility_not_allowed", detail: "an introductory-offer eligibility is signed for API clients only, not for a user token")
+        }
+        guard request.allowIntroductoryOffer != nil else {
+            throw APIProblem.badRequest("missing_field", "allowIntroductoryOffer is required with \"intro-eligibility\"")
+        }
+        guard request.transactionID != nil else {
+            throw APIProblem.badRequest("missing_field", "transactionID is required with \"intro-eligibility\" (any of the customer's transaction IDs, or the appTransactionID)")
+        }
     }
 
     static func bundle(_ requested: String?, ring: KeyRing) throws(APIProblem) -> String {

@@ -17,6 +17,12 @@ public struct Problem: Sendable, Hashable, Codable {
     public var code: String?
     /// On `403` `not_eligible`: why the customer is not eligible.
     public var reasons: [String]?
+    /// On `403` `not_eligible`: when the waiting period that blocks the offer ends.
+    public var eligibleFrom: Date?
+    /// On `403` `not_eligible`: whose history decided.
+    public var historySource: HistorySource?
+    /// On `403` `not_eligible`: evidence items the service could not use.
+    public var evidenceFailures: [EvidenceFailure]?
 
     public init(
         type: String = "about:blank",
@@ -24,7 +30,10 @@ public struct Problem: Sendable, Hashable, Codable {
         status: Int,
         detail: String? = nil,
         code: String? = nil,
-        reasons: [String]? = nil
+        reasons: [String]? = nil,
+        eligibleFrom: Date? = nil,
+        historySource: HistorySource? = nil,
+        evidenceFailures: [EvidenceFailure]? = nil
     ) {
         self.type = type
         self.title = title
@@ -32,10 +41,26 @@ public struct Problem: Sendable, Hashable, Codable {
         self.detail = detail
         self.code = code
         self.reasons = reasons
+        self.eligibleFrom = eligibleFrom
+        self.historySource = historySource
+        self.evidenceFailures = evidenceFailures
     }
 
     private enum CodingKeys: String, CodingKey {
-        case type, title, status, detail, code, reasons
+        case type, title, status, detail, code, reasons, eligibleFrom, historySource, evidenceFailures
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(type, forKey: .type)
+        try container.encodeIfPresent(title, forKey: .title)
+        try container.encode(status, forKey: .status)
+        try container.encodeIfPresent(detail, forKey: .detail)
+        try container.encodeIfPresent(code, forKey: .code)
+        try container.encodeIfPresent(reasons, forKey: .reasons)
+        try container.encodeIfPresent(eligibleFrom.map(RFC3339.string(from:)), forKey: .eligibleFrom)
+        try container.encodeIfPresent(historySource, forKey: .historySource)
+        try container.encodeIfPresent(evidenceFailures, forKey: .evidenceFailures)
     }
 
     public init(from decoder: any Decoder) throws {
@@ -46,7 +71,10 @@ public struct Problem: Sendable, Hashable, Codable {
             status: (try? container.decodeIfPresent(Int.self, forKey: .status)) ?? 0,
             detail: try? container.decodeIfPresent(String.self, forKey: .detail),
             code: try? container.decodeIfPresent(String.self, forKey: .code),
-            reasons: try? container.decodeIfPresent([String].self, forKey: .reasons)
+            reasons: try? container.decodeIfPresent([String].self, forKey: .reasons),
+            eligibleFrom: (try? container.decodeIfPresent(String.self, forKey: .eligibleFrom)).flatMap { $0.flatMap(RFC3339.date(from:)) },
+            historySource: try? container.decodeIfPresent(HistorySource.self, forKey: .historySource),
+            evidenceFailures: try? container.decodeIfPresent([EvidenceFailure].self, forKey: .evidenceFailures)
         )
     }
 
@@ -93,7 +121,7 @@ public struct Problem: Sendable, Hashable, Codable {
 /// | Response | Error |
 /// | --- | --- |
 /// | 401 | ``unauthorized`` |
-/// | 403 `code: not_eligible` | ``notEligible(reasons:)`` |
+/// | 403 `code: not_eligible` | ``notEligible(_:)`` with the whole answer |
 /// | any other 403 (`token_binding_mismatch`, `forbidden`, …) | ``forbidden(_:)`` |
 /// | 429 | ``rateLimited(retryAfter:)`` with the `Retry-After` seconds |
 /// | any other 4xx (400, 404, 413, …) | ``invalidRequest(_:)`` |
@@ -104,8 +132,9 @@ public struct Problem: Sendable, Hashable, Codable {
 /// malformed request: the request was understood and refused for this caller (e.g. the app
 /// account token does not match the signed-in user), and apps usually handle that differently.
 public enum OfferSignerClientError: Error, Sendable {
-    /// 403 `not_eligible`: the customer may not redeem the offer. `reasons` are machine-readable.
-    case notEligible(reasons: [String])
+    /// 403 `not_eligible`: the customer may not redeem the offer. Carries the service's whole
+    /// answer: machine-readable `reasons`, `eligibleFrom`, `historySource`, `evidenceFailures`.
+    case notEligible(OfferIneligibility)
     /// 429: slow down. `retryAfter` is the `Retry-After` header in seconds, when present.
     case rateLimited(retryAfter: TimeInterval?)
     /// 401: the bearer token was missing, invalid or expired.
@@ -123,6 +152,8 @@ public enum OfferSignerClientError: Error, Sendable {
     case invalidResponse(String)
     /// The authorization closure threw; the request was not sent.
     case authorizationFailed(underlying: any Error)
+    /// The call's arguments cannot make a valid request (e.g. `formats: []`); nothing was sent.
+    case invalidArgument(String)
     /// The signature's `expiresAt` has passed; fetch a new one.
     case signatureExpired(expiresAt: Date)
     /// The offer was not signed in the format this API needs (e.g. building an `SKPaymentDiscount`
@@ -142,7 +173,9 @@ extension OfferSignerClientError {
         case 401:
             self = .unauthorized
         case 403 where problem.code == "not_eligible":
-            self = .notEligible(reasons: problem.reasons ?? [])
+            self = .notEligible(OfferIneligibility(
+                reasons: problem.reasons ?? [], eligibleFrom: problem.eligibleFrom, historySource: problem.historySource,
+                evidenceFailures: problem.evidenceFailures ?? [], detail: problem.detail))
         case 403:
             self = .forbidden(problem)
         case 429:
@@ -191,8 +224,10 @@ extension OfferSignerClientError {
 extension OfferSignerClientError: CustomStringConvertible, LocalizedError {
     public var description: String {
         switch self {
-        case .notEligible(let reasons):
-            "not eligible for the offer" + (reasons.isEmpty ? "" : " (\(reasons.joined(separator: ", ")))")
+        case .notEligible(let ineligibility):
+            "not eligible for the offer"
+                + (ineligibility.reasons.isEmpty ? "" : " (\(ineligibility.reasons.joined(separator: ", ")))")
+                + (ineligibility.eligibleFrom.map { "; eligible from \(RFC3339.string(from: $0))" } ?? "")
         case .rateLimited(let retryAfter):
             "rate limited" + (retryAfter.map { "; retry after \(Int($0)) s" } ?? "")
         case .unauthorized:
@@ -209,6 +244,8 @@ extension OfferSignerClientError: CustomStringConvertible, LocalizedError {
             "invalid response from offer-signer: \(reason)"
         case .authorizationFailed(let underlying):
             "could not obtain an authorization token: \(underlying)"
+        case .invalidArgument(let reason):
+            "invalid argument: \(reason)"
         case .signatureExpired(let expiresAt):
             "the offer signature expired at \(RFC3339.string(from: expiresAt)); fetch a new one"
         case .signatureFormatUnavailable(let format):

@@ -63,7 +63,7 @@ struct RetryPolicyTests {
         #expect(!policy.isRetryable(.server(Problem(status: 502))))
         #expect(!policy.isRetryable(.rateLimited(retryAfter: 1)))
         #expect(!policy.isRetryable(.unauthorized))
-        #expect(!policy.isRetryable(.notEligible(reasons: [])))
+        #expect(!policy.isRetryable(.notEligible(OfferIneligibility(reasons: []))))
         #expect(!policy.isRetryable(.invalidRequest(Problem(status: 400))))
         #expect(!policy.isRetryable(.forbidden(Problem(status: 403))))
         #expect(!policy.isRetryable(.invalidResponse("x")))

@@ -17,9 +17,16 @@ private enum Fixture {
     static let expiry = Date(timeIntervalSince1970: 1_900_000_000)
     static let now = expiry.addingTimeInterval(-1000)
 
-    static let modern = StoreKitCapabilities(nativeCompactJWSPromotionalOffers: true, subscriptionOfferSignature: true)
-    static let iOS17_4 = StoreKitCapabilities(nativeCompactJWSPromotionalOffers: false, subscriptionOfferSignature: true)
-    static let iOS15 = StoreKitCapabilities(nativeCompactJWSPromotionalOffers: false, subscriptionOfferSignature: false)
+    /// iOS 18.4 and 26 with the Xcode 26 SDK (everything callable).
+    static let modern = StoreKitCapabilities(
+        compactJWSPromotionalOffer: true, subscriptionOfferSignature: true, introductoryOfferEligibility: true, winBackOffer: true)
+    /// iOS 15 with the Xcode 26 SDK: the JWS option is back-deployed; no Signature struct.
+    static let backDeployedIOS15 = StoreKitCapabilities(
+        compactJWSPromotionalOffer: true, subscriptionOfferSignature: false, introductoryOfferEligibility: true)
+    /// An SDK older than Xcode 26 (Swift 6.1 and before) on iOS 17.4+ and on iOS 15: no JWS
+    /// promotional-offer option on any OS (see StoreKitCapabilities).
+    static let iOS17_4 = StoreKitCapabilities(compactJWSPromotionalOffer: false, subscriptionOfferSignature: true)
+    static let iOS15 = StoreKitCapabilities(compactJWSPromotionalOffer: false, subscriptionOfferSignature: false)
 
     /// Decoded from the wire format, like the client does.
     static func offer(token: Bool = true, legacy: Bool = true, jws: Bool = true, expiresAt: String = "2030-03-17T17:46:40Z") throws -> SignedPromotionalOffer {
@@ -99,9 +106,26 @@ struct PurchaseOptionMappingTests {
         #expect(!options.contains { if case .appAccountToken = $0.recorded { true } else { false } })
     }
 
-    @Test func jwsOnlyOfferOnOldOSStillUsesJWS() throws {
-        let options = try Fixture.offer(legacy: false).purchaseOptions(now: Fixture.now, capabilities: Fixture.iOS15)
-        #expect(options.contains(where: { $0.recorded == .promotionalOfferCompactJWS(offerID: "winback50", compactJWS: Fixture.jws) }))
+    @Test("iOS 15 (Xcode 26 SDK): the back-deployed JWS option, also when both formats came back")
+    func jwsOnIOS15WhereBackDeployed() throws {
+        for offer in [try Fixture.offer(legacy: false), try Fixture.offer()] {
+            let options = try offer.purchaseOptions(now: Fixture.now, capabilities: Fixture.backDeployedIOS15)
+            #expect(Set(options.map(\.recorded)) == [
+                .promotionalOfferCompactJWS(offerID: "winback50", compactJWS: Fixture.jws),
+                .appAccountToken(Fixture.token),
+            ])
+        }
+    }
+
+    @Test("A JWS-only offer where the OS cannot take it: a typed error, no options")
+    func jwsOnlyOfferWhereUnavailable() throws {
+        let offer = try Fixture.offer(legacy: false)
+        #expect {
+            try offer.purchaseOptions(now: Fixture.now, capabilities: Fixture.iOS15)
+        } throws: { error in
+            guard case .signatureFormatUnavailable(.legacy) = error as? OfferSignerClientError else { return false }
+            return true
+        }
     }
 
     @Test func legacyOnlyOfferOnNewOSUsesSignatureStruct() throws {
@@ -131,7 +155,7 @@ struct PurchaseOptionMappingTests {
 
     @Test func planTranslationIsUsableDirectly() throws {
         let plan = try Fixture.offer().purchasePlan(now: Fixture.now, capabilities: Fixture.iOS15)
-        #expect(plan.storeKitPurchaseOptions() == (try Fixture.offer().purchaseOptions(now: Fixture.now, capabilities: Fixture.iOS15)))
+        #expect(try plan.storeKitPurchaseOptions() == (try Fixture.offer().purchaseOptions(now: Fixture.now, capabilities: Fixture.iOS15)))
     }
 }
 

@@ -100,7 +100,7 @@ struct ClientTests {
     }
 
     @Test func minimalRequestOmitsOptionalFields() async throws {
-        let stub = StubTransport([.response(status: 201, body: Fixtures.signatureJSON(token: nil))])
+        let stub = StubTransport([.response(status: 201, body: Fixtures.signatureJSON(token: nil, jws: true))])
         _ = try await stub.client(baseURL: "http://127.0.0.1:9").signPromotionalOffer(
             productID: "com.example.pro.monthly", offerID: "winback50", appAccountToken: nil
         )
@@ -108,11 +108,56 @@ struct ClientTests {
         #expect(request.url?.absoluteString == "http://127.0.0.1:9/v1/offers/signatures")
         let body = try jsonObject(request)
         #expect(Set(body.keys) == ["productID", "offerID", "formats"])
-        #expect(body["formats"] as? [String] == ["legacy"])
+        // No formats given: this OS's default (JWS wherever StoreKit takes it; here, all of it).
+        #expect(body["formats"] as? [String] == StoreKitCapabilities.current.defaultFormats.map(\.rawValue))
+        #expect(body["formats"] as? [String] == ["jws"])
+    }
+
+    @Test("formats: [] is never sent: a local .invalidArgument, no request")
+    func emptyFormatsAreRefusedLocally() async {
+        let stub = StubTransport([.response(status: 201, body: Fixtures.signatureJSON(token: nil))])
+        await #expect {
+            try await stub.client().signPromotionalOffer(productID: "p", offerID: "o", appAccountToken: nil, formats: [])
+        } throws: { error in
+            guard case .invalidArgument(let reason) = error as? OfferSignerClientError else { return false }
+            return reason.contains("formats")
+        }
+        #expect(stub.requests.isEmpty)
+    }
+
+    @Test("intro-eligibility: the request names the format, the decision and the transaction; the answer is checked")
+    func introductoryOfferEligibility() async throws {
+        let answer = Data("""
+        {"bundleID":"com.example.app","productID":"com.example.pro.monthly","offerID":"introductory","appAccountToken":null,
+         "introEligibility":{"keyID":"KEY123","compactJWS":"\(Fixtures.compactJWS)","transactionID":"2000000123","allowIntroductoryOffer":false},
+         "expiresAt":"2030-03-17T17:46:40Z"}
+        """.utf8)
+        let stub = StubTransport([.response(status: 201, body: answer)])
+        let signed = try await stub.client().signIntroductoryOfferEligibility(
+            productID: "com.example.pro.monthly", allowIntroductoryOffer: false, transactionID: "2000000123")
+        #expect(signed.compactJWS == Fixtures.compactJWS)
+        #expect(signed.allowIntroductoryOffer == false)
+        #expect(signed.keyID == "KEY123")
+        #expect(signed.expiresAt == RFC3339.date(from: "2030-03-17T17:46:40Z"))
+        let body = try jsonObject(try #require(stub.requests.first))
+        #expect(body["formats"] as? [String] == ["intro-eligibility"])
+        #expect(body["allowIntroductoryOffer"] as? Bool == false)
+        #expect(body["transactionID"] as? String == "2000000123")
+        #expect(body["offerID"] as? String == "introductory")
+
+        // An answer for another transaction is refused.
+        let stub2 = StubTransport([.response(status: 201, body: answer)])
+        await #expect {
+            try await stub2.client().signIntroductoryOfferEligibility(
+                productID: "com.example.pro.monthly", allowIntroductoryOffer: false, transactionID: "2000000999")
+        } throws: { error in
+            guard case .invalidResponse = error as? OfferSignerClientError else { return false }
+            return true
+        }
     }
 
     @Test func noTokenNoAuthorizationHeader() async throws {
-        let stub = StubTransport([.response(status: 201, body: Fixtures.signatureJSON(token: nil))])
+        let stub = StubTransport([.response(status: 201, body: Fixtures.signatureJSON(token: nil, jws: true))])
         _ = try await stub.client(token: nil).signPromotionalOffer(
             productID: "com.example.pro.monthly", offerID: "winback50", appAccountToken: nil
         )
@@ -123,7 +168,7 @@ struct ClientTests {
         let counter = Counter()
         let stub = StubTransport([
             .response(status: 503, body: ErrorMappingTests.problem(503, code: "audit_unavailable")),
-            .response(status: 201, body: Fixtures.signatureJSON(token: nil)),
+            .response(status: 201, body: Fixtures.signatureJSON(token: nil, jws: true)),
         ])
         let client = OfferSignerClient(
             baseURL: URL(string: "http://127.0.0.1:8080")!,
@@ -161,7 +206,7 @@ struct ClientTests {
         let stub = StubTransport([
             .failure(URLError(.networkConnectionLost)),
             .failure(URLError(.timedOut)),
-            .response(status: 201, body: Fixtures.signatureJSON()),
+            .response(status: 201, body: Fixtures.signatureJSON(jws: true)),
         ])
         let offer = try await stub.client().signPromotionalOffer(
             productID: "com.example.pro.monthly", offerID: "winback50", appAccountToken: Fixtures.token
@@ -224,8 +269,8 @@ struct ClientTests {
         await #expect {
             try await stub.client().signPromotionalOffer(productID: "p", offerID: "o", appAccountToken: nil)
         } throws: { error in
-            guard case .notEligible(let reasons) = error as? OfferSignerClientError else { return false }
-            return reasons == ["never_subscribed"]
+            guard case .notEligible(let why) = error as? OfferSignerClientError else { return false }
+            return why.reasons == ["never_subscribed"]
         }
     }
 

@@ -115,8 +115,12 @@ public struct SignedPromotionalOffer: Sendable, Hashable {
     public let bundleID: String
     public let productID: String
     public let offerID: String
-    /// The app account token the signature is bound to, if any. When set, the purchase must carry
-    /// the same token (the StoreKit helpers add `.appAccountToken(_:)` for you).
+    /// The app account token the offer was signed for, if any; the StoreKit helpers add
+    /// `.appAccountToken(_:)` with it. Only the ``legacy`` signature covers it (as
+    /// `applicationUsername`: the App Store refuses a purchase whose token differs). Apple's JWS
+    /// claims have no token (`productId`, `offerIdentifier`, optional `transactionId`, `bid`, `iss`,
+    /// `aud`, `iat`, `nonce`): with ``jws`` the token is a separate purchase option, not covered by
+    /// the signature.
     public let appAccountToken: UUID?
     /// Present when `.legacy` was requested.
     public let legacy: LegacyOfferSignature?
@@ -204,57 +208,6 @@ extension SignedPromotionalOffer: Codable {
     }
 }
 
-/// The service's decision for one offer: mirrors an element of `decisions` in the `200` body of
-/// `POST /v1/offers/eligibility`.
-public struct OfferEligibilityDecision: Sendable, Hashable {
-    public let offerID: String
-    public let eligible: Bool
-    /// Machine-readable reasons (for example why the customer is not eligible).
-    public let reasons: [String]
-    /// When the customer becomes eligible, if the service knows.
-    public let eligibleFrom: Date?
-
-    public init(offerID: String, eligible: Bool, reasons: [String], eligibleFrom: Date? = nil) {
-        self.offerID = offerID
-        self.eligible = eligible
-        self.reasons = reasons
-        self.eligibleFrom = eligibleFrom
-    }
-}
-
-extension OfferEligibilityDecision: Codable {
-    private enum CodingKeys: String, CodingKey {
-        case offerID, eligible, reasons, eligibleFrom
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        var eligibleFrom: Date?
-        if let text = try container.decodeIfPresent(String.self, forKey: .eligibleFrom) {
-            guard let date = RFC3339.date(from: text) else {
-                throw DecodingError.dataCorruptedError(
-                    forKey: .eligibleFrom, in: container, debugDescription: "not an RFC 3339 date-time: \(text)"
-                )
-            }
-            eligibleFrom = date
-        }
-        self.init(
-            offerID: try container.decode(String.self, forKey: .offerID),
-            eligible: try container.decode(Bool.self, forKey: .eligible),
-            reasons: try container.decodeIfPresent([String].self, forKey: .reasons) ?? [],
-            eligibleFrom: eligibleFrom
-        )
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(offerID, forKey: .offerID)
-        try container.encode(eligible, forKey: .eligible)
-        try container.encode(reasons, forKey: .reasons)
-        try container.encodeIfPresent(eligibleFrom.map(RFC3339.string(from:)), forKey: .eligibleFrom)
-    }
-}
-
 /// The `200` body of `POST /v1/offers/eligibility`.
 public struct OfferEligibility: Sendable, Hashable, Codable {
     public let decisions: [OfferEligibilityDecision]
@@ -281,9 +234,12 @@ struct SignatureRequestBody: Encodable, Sendable {
     var offerID: String
     var appAccountToken: String?
     var bundleID: String?
-    var formats: [SignatureFormat]
+    /// `legacy`, `jws` or `intro-eligibility`; never empty (the service answers 400 to `[]`).
+    var formats: [String]
     var transactionID: String?
     var evidence: PurchaseEvidence?
+    /// With `intro-eligibility` only.
+    var allowIntroductoryOffer: Bool?
 }
 
 struct EligibilityRequestBody: Encodable, Sendable {

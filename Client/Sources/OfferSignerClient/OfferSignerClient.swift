@@ -10,7 +10,7 @@ import FoundationNetworking
 /// call asks the service for a fresh one, because a signature's nonce is single-use and it must
 /// not be used after its `expiresAt`.
 ///
-/// ## From fetching the signature to the purchase (iOS 15+, StoreKit 2)
+/// ## From the tap to the finished purchase (StoreKit 2)
 ///
 /// ```swift
 /// import StoreKit
@@ -21,21 +21,18 @@ import FoundationNetworking
 ///     authorization: { try await session.currentAccessToken() }  // your own login token
 /// )
 ///
-/// func buyWithOffer(_ product: Product, offerID: String, accountToken: UUID) async throws {
-///     let offer = try await signer.signPromotionalOffer(
-///         productID: product.id,
-///         offerID: offerID,
-///         appAccountToken: accountToken,
-///         formats: [.legacy, .jws]           // JWS on iOS 18.4+, the original signature below
-///     )
-///     // Right options for this OS: compact JWS, Product.SubscriptionOffer.Signature, or the
-///     // key ID/nonce/signature/timestamp option, plus .appAccountToken(accountToken).
-///     // Throws .signatureExpired if called after offer.expiresAt.
-///     let options = try offer.purchaseOptions()
-///     let result = try await product.purchase(options: options)
-///     // handle result as usual (verify, deliver, finish)
+/// // Signs (JWS where the OS takes it), purchases, verifies, finishes; one fresh signature if
+/// // StoreKit calls the first one invalid. On visionOS pass `confirmIn: scene`.
+/// switch try await signer.purchase(product: product, offerID: "winback50", appAccountToken: accountToken) {
+/// case .purchased(let transaction): unlock(transaction.productID)
+/// case .pending, .cancelled: break
+/// case .notEligible(let why): showWhy(why.reasons, retryAfter: why.eligibleFrom)
 /// }
 /// ```
+///
+/// The pieces stay public for apps that own their purchase flow:
+/// ``signPromotionalOffer(productID:offerID:appAccountToken:formats:evidence:bundleID:transactionID:)``,
+/// then `offer.purchaseOptions()` for `Product.purchase(options:)`.
 ///
 /// Errors are ``OfferSignerClientError`` values (or `CancellationError`): for example
 /// `.notEligible(reasons:)` when the customer may not redeem the offer, `.rateLimited(retryAfter:)`.
@@ -114,30 +111,38 @@ public struct OfferSignerClient: Sendable {
     ///     same token (the StoreKit helpers add it). When `nil`, the service may still bind the
     ///     signature to the signed-in user's token (user JWTs); it is in the result's
     ///     `appAccountToken`.
-    ///   - formats: Which signatures to return. `[.legacy, .jws]` lets
-    ///     ``SignedPromotionalOffer/purchasePlan(now:capabilities:)`` pick per OS.
+    ///   - formats: Which signatures to return; `nil` (the default) asks for what this OS uses
+    ///     (``StoreKitCapabilities/defaultFormats``: JWS wherever StoreKit takes it, the original
+    ///     signature only where it must). `[.legacy, .jws]` lets
+    ///     ``SignedPromotionalOffer/purchasePlan(now:capabilities:)`` pick. The JWS form needs the
+    ///     service's key to have an issuer ID (else `422 issuer_id_missing`: pass `[.legacy]`).
     ///   - evidence: Signed transactions/renewal infos, when the service checks eligibility.
     ///   - bundleID: The app's bundle ID, when the service serves several apps.
     ///   - transactionID: Any of the customer's transaction IDs (e.g. `Transaction.originalID`): a JWS
     ///     signature is bound to it, and an offer decided on Apple's word (`historySource` `apple`)
     ///     finds the customer's history with it.
     /// - Returns: The signed offer; use it once, before `expiresAt`.
-    /// - Throws: ``OfferSignerClientError`` (e.g. `.notEligible(reasons:)`), or `CancellationError`.
+    /// - Throws: ``OfferSignerClientError`` (e.g. `.notEligible(_:)` with the service's whole
+    ///   answer; `.invalidArgument(_:)` for `formats: []`, which is never sent), or `CancellationError`.
     public func signPromotionalOffer(
         productID: String,
         offerID: String,
         appAccountToken: UUID?,
-        formats: [SignatureFormat] = [.legacy],
+        formats: [SignatureFormat]? = nil,
         evidence: PurchaseEvidence? = nil,
         bundleID: String? = nil,
         transactionID: String? = nil
     ) async throws -> SignedPromotionalOffer {
+        let formats = formats ?? StoreKitCapabilities.current.defaultFormats
+        guard !formats.isEmpty else {
+            throw OfferSignerClientError.invalidArgument("formats is empty; pass nil for this OS's default, or .legacy and/or .jws")
+        }
         let body = SignatureRequestBody(
             productID: productID,
             offerID: offerID,
             appAccountToken: appAccountToken?.uuidString.lowercased(),
             bundleID: bundleID,
-            formats: formats,
+            formats: formats.map(\.rawValue),
             transactionID: transactionID,
             evidence: evidence
         )
@@ -155,6 +160,54 @@ public struct OfferSignerClient: Sendable {
         return offer
     }
 
+    /// Asks the service to sign an introductory-offer eligibility (`POST /v1/offers/signatures`
+    /// with `formats: ["intro-eligibility"]`), for StoreKit's
+    /// `Product.PurchaseOption.introductoryOfferEligibility(compactJWS:)`.
+    ///
+    /// Only an API client (the app's backend) may ask; a user JWT gets 403.
+    ///
+    /// - Parameters:
+    ///   - productID: The subscription's product identifier.
+    ///   - allowIntroductoryOffer: Whether the purchase may carry the introductory offer.
+    ///   - transactionID: Any of the customer's transaction IDs, or their `appTransactionID`
+    ///     (Apple requires one for this signature).
+    ///   - offerID: The name the service's audit and catalog give this decision (StoreKit's
+    ///     introductory offer has no identifier; it is not part of the JWS).
+    ///   - appAccountToken: The customer's token, for the audit and per-customer rate limits.
+    ///   - bundleID: The app's bundle ID, when the service serves several apps.
+    public func signIntroductoryOfferEligibility(
+        productID: String,
+        allowIntroductoryOffer: Bool,
+        transactionID: String,
+        offerID: String = "introductory",
+        appAccountToken: UUID? = nil,
+        bundleID: String? = nil
+    ) async throws -> SignedIntroductoryOfferEligibility {
+        let body = SignatureRequestBody(
+            productID: productID,
+            offerID: offerID,
+            appAccountToken: appAccountToken?.uuidString.lowercased(),
+            bundleID: bundleID,
+            formats: ["intro-eligibility"],
+            transactionID: transactionID,
+            evidence: nil,
+            allowIntroductoryOffer: allowIntroductoryOffer
+        )
+        let data = try await send(path: ["v1", "offers", "signatures"], body: body)
+        let signed: SignedIntroductoryOfferEligibility
+        do {
+            signed = try JSONDecoder().decode(SignedIntroductoryOfferEligibility.self, from: data)
+        } catch {
+            throw OfferSignerClientError.invalidResponse("intro-eligibility response: \(error)")
+        }
+        guard signed.productID == productID, signed.transactionID == transactionID,
+              signed.allowIntroductoryOffer == allowIntroductoryOffer, bundleID == nil || signed.bundleID == bundleID
+        else {
+            throw OfferSignerClientError.invalidResponse("the intro-eligibility signature does not answer the request")
+        }
+        return signed
+    }
+
     /// Asks the service which offers the customer may redeem (`POST /v1/offers/eligibility`).
     ///
     /// - Parameters:
@@ -165,7 +218,8 @@ public struct OfferSignerClient: Sendable {
     ///     offers decided on Apple's word (`historySource` `apple` or `apple-then-client`).
     ///   - appAccountToken: The customer's app account token, if the app uses them.
     ///   - bundleID: The app's bundle ID, when the service serves several apps.
-    /// - Returns: One decision per offer, with reasons.
+    /// - Returns: One decision per offer, with everything the service said (reasons,
+    ///   `eligibleFrom`, `historySource`, `evidenceFailures`).
     public func eligibility(
         offerIDs: [String]? = nil,
         evidence: PurchaseEvidence? = nil,
@@ -210,7 +264,7 @@ public struct OfferSignerClient: Sendable {
         if let bundleID, offer.bundleID != bundleID {
             throw fail("signed bundleID \(offer.bundleID), asked \(bundleID)")
         }
-        let requested = formats.isEmpty ? [.legacy] : formats
+        let requested = formats
         if requested.contains(.legacy), offer.legacy == nil { throw fail("legacy signature missing") }
         if requested.contains(.jws), offer.jws == nil { throw fail("jws signature missing") }
     }

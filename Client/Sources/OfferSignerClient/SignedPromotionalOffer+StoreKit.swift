@@ -11,29 +11,30 @@
 // The shim is not named `StoreKit`: a package module called StoreKit would sit in the build's
 // module directory on Apple platforms and could shadow the SDK framework for the shipped target.
 //
-// StoreKit API used here (Apple Developer Documentation, StoreKit):
+// StoreKit API used here, with Apple's declarations (Apple Developer Documentation, StoreKit):
 //  * Product.PurchaseOption.promotionalOffer(_:compactJWS:)
-//      `static func promotionalOffer(_ offerID: String, compactJWS: String) -> [Product.PurchaseOption]`
-//      @backDeployed(before: iOS 26.0, macOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0);
-//      listed as available from iOS 15.0 / macOS 12.0 (first shipped in iOS 18.4 / macOS 15.4).
-//  * Product.SubscriptionOffer.Signature.init(keyID:nonce:timestamp:signature:)
-//      `init(keyID: String, nonce: UUID, timestamp: Int, signature: Data)`;
-//      iOS 17.4, macOS 14.4, tvOS 17.4, watchOS 10.4, visionOS 1.1 (deprecated 26.0).
-//  * Product.PurchaseOption.promotionalOffer(offerID:signature:)
-//      `static func promotionalOffer(offerID: String, signature: Product.SubscriptionOffer.Signature) -> Product.PurchaseOption`;
-//      iOS 17.4, macOS 14.4, tvOS 17.4, watchOS 10.4, visionOS 1.1 (deprecated 26.0).
+//      https://developer.apple.com/documentation/storekit/product/purchaseoption/promotionaloffer(_:compactjws:)
+//      `@backDeployed(before: iOS 26.0, macOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0)`
+//      `static func promotionalOffer(_ offerID: String, compactJWS: String) -> [Product.PurchaseOption]`;
+//      available from iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0 (Xcode 26 SDK).
+//  * Product.SubscriptionOffer.Signature.init(keyID:nonce:timestamp:signature:) and
+//    Product.PurchaseOption.promotionalOffer(offerID:signature:)
+//      https://developer.apple.com/documentation/storekit/product/purchaseoption/promotionaloffer(offerid:signature:)
+//      iOS 17.4, macOS 14.4, tvOS 17.4, watchOS 10.4, visionOS 1.1; deprecated in 26.0.
 //  * Product.PurchaseOption.promotionalOffer(offerID:keyID:nonce:signature:timestamp:)
-//      `static func promotionalOffer(offerID: String, keyID: String, nonce: UUID, signature: Data, timestamp: Int) -> Product.PurchaseOption`;
-//      iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0 (deprecated 26.0).
-//  * Product.PurchaseOption.appAccountToken(_:)
-//      `static func appAccountToken(_ token: UUID) -> Product.PurchaseOption`; iOS 15.0, macOS 12.0.
+//      https://developer.apple.com/documentation/storekit/product/purchaseoption/promotionaloffer(offerid:keyid:nonce:signature:timestamp:)
+//      `timestamp: Int` (UNIX milliseconds: too big for arm64_32's 32-bit Int);
+//      iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0; deprecated in 26.0.
+//  * Product.PurchaseOption.appAccountToken(_:) — iOS 15.0, macOS 12.0, tvOS 15.0, watchOS 8.0, visionOS 1.0.
 //  * Product.purchase(options:)
-//      `func purchase(options: Set<Product.PurchaseOption> = []) async throws -> Product.PurchaseResult`
-//      (hence `Set` below).
+//      `@MainActor func purchase(options: Set<Product.PurchaseOption> = []) async throws -> Product.PurchaseResult`
+//      (hence `Set` below); unavailable on visionOS (see OfferPurchase+StoreKit.swift).
 //  * SKPaymentDiscount.init(identifier:keyIdentifier:nonce:signature:timestamp:)
 //      `init(identifier: String, keyIdentifier: String, nonce: UUID, signature: String, timestamp: NSNumber)`;
-//      iOS 12.2, macOS 10.14.4, tvOS 12.2, watchOS 6.2, visionOS 1.0 (deprecated iOS 18.0,
-//      macOS 15.0, tvOS 18.0, watchOS 11.0, visionOS 2.0).
+//      iOS 12.2, macOS 10.14.4, tvOS 12.2, watchOS 6.2, visionOS 1.0, Mac Catalyst 13.1 (deprecated
+//      iOS 18.0, macOS 15.0, tvOS 18.0, watchOS 11.0, visionOS 2.0, Mac Catalyst 18.0).
+// The deprecated options are used only where the JWS form cannot be (see
+// `SignedPromotionalOffer.purchasePlan`); a deployment target below 26.0 compiles them without a warning.
 
 #if OFFER_SIGNER_CLIENT_STOREKIT_TESTS
 #if !canImport(StoreKit)
@@ -56,26 +57,27 @@ extension SignedPromotionalOffer {
     ///
     /// ```swift
     /// let offer = try await signer.signPromotionalOffer(
-    ///     productID: product.id, offerID: "winback50", appAccountToken: accountToken,
-    ///     formats: [.legacy, .jws]
+    ///     productID: product.id, offerID: "winback50", appAccountToken: accountToken
     /// )
     /// let result = try await product.purchase(options: try offer.purchaseOptions())
     /// ```
     ///
-    /// - JWS (`promotionalOffer(_:compactJWS:)`) when the service returned one and the OS
-    ///   implements it (iOS 18.4+), or when JWS is all the service returned;
+    /// - JWS (`promotionalOffer(_:compactJWS:)`) whenever the service returned one and the SDK
+    ///   declares it (the Xcode 26 SDK, Swift 6.2: every OS the package supports; older SDKs: never);
     /// - else `promotionalOffer(offerID:signature:)` with a `Product.SubscriptionOffer.Signature`
     ///   (iOS 17.4+);
     /// - else `promotionalOffer(offerID:keyID:nonce:signature:timestamp:)`.
     ///
     /// The legacy signature is passed as its Base64-*decoded* bytes. `.appAccountToken(_:)` is
-    /// included whenever the signature is bound to a token.
+    /// included whenever the offer carries a token (bound into the legacy signature; with the JWS
+    /// form a separate option the signature does not cover).
     ///
     /// - Parameters:
     ///   - now: The current time; the offer must not have expired.
     ///   - capabilities: What the OS supports; leave the default outside tests.
     /// - Returns: A set to pass to `Product.purchase(options:)` (add your own options to it).
-    /// - Throws: `OfferSignerClientError.signatureExpired(expiresAt:)` past ``expiresAt``.
+    /// - Throws: `OfferSignerClientError.signatureExpired(expiresAt:)` past ``expiresAt``;
+    ///   `.signatureFormatUnavailable(_:)` when the offer carries no form this OS can use.
     public func purchaseOptions(
         now: Date = Date(),
         capabilities: StoreKitCapabilities = .current
@@ -103,6 +105,7 @@ extension SignedPromotionalOffer {
     @available(tvOS, deprecated: 18.0, message: "SKPaymentDiscount is deprecated; use purchaseOptions() with Product.purchase(options:)")
     @available(watchOS, deprecated: 11.0, message: "SKPaymentDiscount is deprecated; use purchaseOptions() with Product.purchase(options:)")
     @available(visionOS, deprecated: 2.0, message: "SKPaymentDiscount is deprecated; use purchaseOptions() with Product.purchase(options:)")
+    @available(macCatalyst, deprecated: 18.0, message: "SKPaymentDiscount is deprecated; use purchaseOptions() with Product.purchase(options:)")
     public func paymentDiscount(now: Date = Date()) throws -> SKPaymentDiscount {
         let legacy = try unexpiredLegacySignature(now: now)
         return SKPaymentDiscount(
@@ -117,13 +120,18 @@ extension SignedPromotionalOffer {
 
 extension PromotionalOfferPurchasePlan {
     /// Translates the plan into StoreKit 2 purchase options.
-    public func storeKitPurchaseOptions() -> Set<Product.PurchaseOption> {
+    ///
+    /// - Throws: `OfferSignerClientError.signatureFormatUnavailable(.legacy)` for a JWS plan built
+    ///   with an SDK older than Xcode 26 (Swift 6.2), which does not declare `promotionalOffer(_:compactJWS:)`.
+    public func storeKitPurchaseOptions() throws -> Set<Product.PurchaseOption> {
         var options = Set<Product.PurchaseOption>()
         switch method {
         case .compactJWS(let compactJWS):
-            options.formUnion(Product.PurchaseOption.promotionalOffer(offerID, compactJWS: compactJWS))
+            options.formUnion(try Self.compactJWSOptions(offerID: offerID, compactJWS: compactJWS))
         case .subscriptionOfferSignature(let parameters):
-            if #available(iOS 17.4, tvOS 17.4, watchOS 10.4, visionOS 1.1, *) {
+            // Apple: promotionalOffer(offerID:signature:), iOS 17.4, macOS 14.4, tvOS 17.4, watchOS 10.4,
+            // visionOS 1.1 (https://developer.apple.com/documentation/storekit/product/purchaseoption/promotionaloffer(offerid:signature:)).
+            if #available(iOS 17.4, macOS 14.4, tvOS 17.4, watchOS 10.4, visionOS 1.1, *) {
                 let signature = Product.SubscriptionOffer.Signature(
                     keyID: parameters.keyID,
                     nonce: parameters.nonce,
@@ -141,6 +149,21 @@ extension PromotionalOfferPurchasePlan {
             options.insert(.appAccountToken(appAccountToken))
         }
         return options
+    }
+
+    /// `promotionalOffer(_:compactJWS:)`, as the SDK in use declares it (see `StoreKitCapabilities`).
+    private static func compactJWSOptions(offerID: String, compactJWS: String) throws -> [Product.PurchaseOption] {
+        #if compiler(>=6.2)
+        // Xcode 26 SDK: `@backDeployed(before: iOS 26.0, …)`, available from iOS 15.0, macOS 12.0,
+        // tvOS 15.0, watchOS 8.0, visionOS 1.0 — the package's floors
+        // (https://developer.apple.com/documentation/storekit/product/purchaseoption/promotionaloffer(_:compactjws:)).
+        return Product.PurchaseOption.promotionalOffer(offerID, compactJWS: compactJWS)
+        #else
+        // Swift 6.1 (Xcode 16.3/16.4, iOS 18.4 SDK) and older: no JWS option. Apple's only
+        // declaration (same page) is `@backDeployed(before: iOS 26.0, …)`, which says the symbol
+        // first shipped in the Xcode 26 SDK; calling it with an older SDK could fail to compile.
+        throw OfferSignerClientError.signatureFormatUnavailable(.legacy)
+        #endif
     }
 
     private static func signatureParametersOption(offerID: String, _ parameters: SignatureParameters) -> Product.PurchaseOption {

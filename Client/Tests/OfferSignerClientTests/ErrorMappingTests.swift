@@ -33,17 +33,42 @@ struct ErrorMappingTests {
 
     @Test func notEligibleCarriesReasons() {
         let body = Self.problem(403, code: "not_eligible", extra: ["reasons": ["active_subscription", "offer_redeemed"]])
-        guard case .notEligible(let reasons) = map(403, body) else {
+        guard case .notEligible(let why) = map(403, body) else {
             Issue.record("expected .notEligible"); return
         }
-        #expect(reasons == ["active_subscription", "offer_redeemed"])
+        #expect(why.reasons == ["active_subscription", "offer_redeemed"])
+        #expect(why.eligibleFrom == nil && why.historySource == nil && why.evidenceFailures.isEmpty)
+        #expect(why.detail == "Detail not_eligible")
+    }
+
+    /// The 403 as the service sends it (SigningController: `reasons`, `historySource`,
+    /// `eligibleFrom`, `evidenceFailures` as problem members): all of it reaches the app.
+    @Test func notEligibleCarriesTheWholeAnswer() {
+        let body = Self.problem(403, code: "not_eligible", extra: [
+            "reasons": ["redeemed_too_recently", "evidence_unverified"],
+            "historySource": "apple-then-client-someday",
+            "eligibleFrom": "2027-03-01T12:00:00.250Z",
+            "evidenceFailures": [["source": "signedTransaction", "index": 2, "code": "chain_untrusted", "message": "not Apple's"]],
+        ])
+        guard case .notEligible(let why) = map(403, body) else {
+            Issue.record("expected .notEligible"); return
+        }
+        #expect(why.reasons == ["redeemed_too_recently", "evidence_unverified"])
+        #expect(why.historySource?.rawValue == "apple-then-client-someday")  // an open set: kept as sent
+        #expect(why.eligibleFrom == RFC3339.date(from: "2027-03-01T12:00:00.250Z"))
+        #expect(why.evidenceFailures == [EvidenceFailure(source: "signedTransaction", index: 2, code: "chain_untrusted", message: "not Apple's")])
+        #expect(String(describing: OfferSignerClientError.notEligible(why)).contains("eligible from 2027-03-01T12:00:00.250Z"))
+        guard case .notEligible(let apple) = map(403, Self.problem(403, code: "not_eligible", extra: ["historySource": "apple"])) else {
+            Issue.record("expected .notEligible"); return
+        }
+        #expect(apple.historySource == .apple)
     }
 
     @Test func notEligibleWithoutReasons() {
-        guard case .notEligible(let reasons) = map(403, Self.problem(403, code: "not_eligible")) else {
+        guard case .notEligible(let why) = map(403, Self.problem(403, code: "not_eligible")) else {
             Issue.record("expected .notEligible"); return
         }
-        #expect(reasons.isEmpty)
+        #expect(why.reasons.isEmpty)
     }
 
     @Test(arguments: ["token_binding_mismatch", "forbidden"])
@@ -135,7 +160,7 @@ struct ErrorMappingTests {
     }
 
     @Test func descriptionsAreReadable() {
-        let text = String(describing: OfferSignerClientError.notEligible(reasons: ["a", "b"]))
+        let text = String(describing: OfferSignerClientError.notEligible(OfferIneligibility(reasons: ["a", "b"])))
         #expect(text.contains("a, b"))
     }
 }

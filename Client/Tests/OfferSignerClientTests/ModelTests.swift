@@ -173,5 +173,64 @@ struct ModelDecodingTests {
         #expect(denied.eligibleFrom == RFC3339.date(from: "2026-12-01T00:00:00Z"))
         #expect(result.decision(for: "winback50")?.eligibleFrom == nil)
         #expect(result.decision(for: "nope") == nil)
+        #expect(denied.ineligibility?.reasons == ["subscribed_recently"])
+        #expect(result.decision(for: "winback50")?.ineligibility == nil)
+    }
+
+    /// A decision as EligibilityService.json writes it: every member reaches the app.
+    @Test func decodesTheWholeDecision() throws {
+        let json = Data("""
+        {"decisions": [{"offerID": "wb1", "eligible": false, "reasons": ["evidence_unverified", "no_history"],
+          "evidenceFailures": [{"source": "signedRenewalInfo", "index": 0, "code": "signature_invalid", "message": "bad"}],
+          "historySource": "client"}]}
+        """.utf8)
+        let decision = try #require(try JSONDecoder().decode(OfferEligibility.self, from: json).decision(for: "wb1"))
+        #expect(decision.historySource == .client)
+        #expect(decision.evidenceFailures == [EvidenceFailure(source: "signedRenewalInfo", index: 0, code: "signature_invalid", message: "bad")])
+        let again = try JSONDecoder().decode(OfferEligibilityDecision.self, from: JSONEncoder().encode(decision))
+        #expect(again == decision)
+        #expect(decision.ineligibility == OfferIneligibility(
+            reasons: ["evidence_unverified", "no_history"], historySource: .client, evidenceFailures: decision.evidenceFailures))
+    }
+}
+
+@Suite("Evidence within the service's limits (1,000 JWS, 1 MiB body)")
+struct EvidenceBoundsTests {
+    static func jws(_ index: Int, bytes: Int = 3000) -> String {
+        let head = "eyJ\(index)."
+        return head + String(repeating: "A", count: max(0, bytes - head.count))
+    }
+
+    @Test func smallEvidenceIsKeptWhole() {
+        let (evidence, truncated) = PurchaseEvidence.bounded(signedTransactions: ["a", "b"], signedRenewalInfos: ["r"])
+        #expect(evidence == PurchaseEvidence(signedTransactions: ["a", "b"], signedRenewalInfos: ["r"]))
+        #expect(!truncated)
+    }
+
+    @Test("At most 1,000 items: renewal infos first, then the newest transactions")
+    func itemLimit() {
+        let transactions = (0..<1500).map { "t\($0)" }
+        let (evidence, truncated) = PurchaseEvidence.bounded(signedTransactions: transactions, signedRenewalInfos: ["r1", "r2"])
+        #expect(truncated)
+        #expect(evidence.signedRenewalInfos == ["r1", "r2"])
+        #expect(evidence.signedTransactions == Array(transactions.prefix(998)))
+        #expect(evidence.signedTransactions.count + evidence.signedRenewalInfos.count == PurchaseEvidence.serviceMaximumItems)
+    }
+
+    @Test("At most 1 MiB of JSON, the request around it included")
+    func byteLimit() throws {
+        // 600 transactions of ~3 KB each: under 1,000 items, over 1 MiB.
+        let transactions = (0..<600).map { Self.jws($0) }
+        let (evidence, truncated) = PurchaseEvidence.bounded(signedTransactions: transactions, signedRenewalInfos: [Self.jws(9999)])
+        #expect(truncated)
+        #expect(evidence.signedRenewalInfos.count == 1)
+        #expect(evidence.signedTransactions == Array(transactions.prefix(evidence.signedTransactions.count)))
+        // The whole request body, as the client encodes it, stays within the service's limit.
+        let body = SignatureRequestBody(
+            productID: "com.example.pro.monthly", offerID: "winback50", appAccountToken: Fixtures.token.uuidString.lowercased(),
+            bundleID: "com.example.app", formats: ["jws"], transactionID: "2000000123", evidence: evidence)
+        let size = try JSONEncoder().encode(body).count
+        #expect(size <= PurchaseEvidence.serviceMaximumBytes, "\(size)")
+        #expect(size > PurchaseEvidence.serviceMaximumBytes - 8192, "uses the room it has: \(size)")
     }
 }

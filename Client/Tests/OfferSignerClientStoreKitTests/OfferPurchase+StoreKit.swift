@@ -1,0 +1,1 @@
+../../Sources/OfferSignerClient/OfferPurchase+StoreKit.swift

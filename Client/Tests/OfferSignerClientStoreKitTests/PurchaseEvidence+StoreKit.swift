@@ -1,0 +1,1 @@
+../../Sources/OfferSignerClient/PurchaseEvidence+StoreKit.swift
