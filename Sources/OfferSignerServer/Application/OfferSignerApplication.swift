@@ -53,6 +53,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     if let eligibility = configuration.eligibility, let problem = eligibility.appStoreServerAPI.problem {
         throw ServerConfigurationError("the App Store Server API settings cannot be used: \(problem)")
     }
+    let configuration = withDevelopmentEnvironments(configuration)
     if let catalog = configuration.eligibility?.catalog {
         // The app's evidence counts only from its accepted environments (Production unless the
         // catalog says otherwise): say so where Sandbox evidence would now be refused unannounced.
@@ -261,4 +262,20 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
             return APIProblem(.internalServerError, code: "internal_error", detail: "an unexpected error occurred")
         }
     }
+}
+
+/// Under `serve --dev`, catalog apps that name no `environments` accept Sandbox too: a development
+/// server receives sandbox traffic (TestFlight, sandbox testers). Xcode's StoreKit testing data is
+/// not signed by Apple and never verifies against Apple's root, so it stays refused.
+func withDevelopmentEnvironments(_ configuration: ServerConfiguration) -> ServerConfiguration {
+    guard configuration.developmentMode, var eligibility = configuration.eligibility else { return configuration }
+    for (bundleID, app) in eligibility.catalog.apps where !app.environmentsGiven && !app.environments.contains(.sandbox) {
+        eligibility.catalog.apps[bundleID]?.environments.append(.sandbox)
+    }
+    for bundleID in Set(eligibility.catalog.offers.map(\.bundleID)) where eligibility.catalog.apps[bundleID] == nil {
+        eligibility.catalog.apps[bundleID] = AppStoreAppSettings(bundleID: bundleID, environments: [.production, .sandbox])
+    }
+    var adjusted = configuration
+    adjusted.eligibility = eligibility
+    return adjusted
 }
