@@ -54,7 +54,11 @@ struct OfferCatalogTests {
         let plan = try #require(app.retention?.products["com.example.app.premium.monthly"])
         #expect(app.retention?.signatureVersion == .v2)
         #expect(plan.offers == [RetentionOfferChoice(offerID: "retention_1m_free", messageIdentifier: "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e4f")])
-        #expect(plan.fallback == .alternateProduct(messageIdentifier: "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e50", productID: "com.example.app.premium.yearly"))
+        #expect(
+            plan.fallback
+                == .alternateProduct(
+                    LocalizedMessageIdentifier(default: "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e50", byLocale: ["de": "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e51"]),
+                    productID: "com.example.app.premium.yearly", billingPlanType: nil))
     }
 
     @Test func minimalOfferHasNoRules() throws {
