@@ -265,8 +265,11 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
 }
 
 /// Under `serve --dev`, catalog apps that name no `environments` accept Sandbox too: a development
-/// server receives sandbox traffic (TestFlight, sandbox testers). Xcode's StoreKit testing data is
-/// not signed by Apple and never verifies against Apple's root, so it stays refused.
+/// server receives sandbox traffic (TestFlight, sandbox testers). Xcode's StoreKit testing data
+/// stays refused: it is not signed by the App Store (Apple's own verifier skips verification for
+/// it, `_decode_signed_object` in `appstoreserverlibrary/signed_data_verifier.py`: "Data is not
+/// signed by the App Store, and verification should be skipped"), and Apple's servers never send
+/// notifications or Retention Messaging requests for it.
 func withDevelopmentEnvironments(_ configuration: ServerConfiguration) -> ServerConfiguration {
     guard configuration.developmentMode, var eligibility = configuration.eligibility else { return configuration }
     for (bundleID, app) in eligibility.catalog.apps where !app.environmentsGiven && !app.environments.contains(.sandbox) {
