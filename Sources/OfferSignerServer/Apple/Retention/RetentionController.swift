@@ -171,15 +171,19 @@ struct RetentionController: Sendable {
         return (verified, match.app, match.plan)
     }
 
-    /// The app a verified request is for, with its plan: the app whose `appAppleID` it names; in
-    /// Sandbox, where Apple's verifier does not compare `appAppleId`, else the one app with a plan
-    /// that accepts Sandbox. The app must accept the request's environment.
+    /// The app a verified request is for, with its plan: the catalog app whose `appAppleID` it
+    /// names, which must have a plan and accept the request's environment. In Sandbox, where
+    /// Apple's verifier does not compare `appAppleId` (and a tester's request may name none, or
+    /// another), a request naming no catalog app goes to the one app with a plan that accepts
+    /// Sandbox, if there is exactly one.
     static func app(answering request: VerifiedRetentionRequest, catalog: OfferCatalog) -> (app: AppStoreAppSettings, plan: RetentionPlan)? {
-        let candidates = catalog.apps.values.filter { $0.retention != nil && $0.environments.contains(request.environment) }
-        if let appAppleID = request.appAppleID, let app = candidates.first(where: { $0.appAppleID == appAppleID }), let plan = app.retention {
-            return (app, plan)
+        if let appAppleID = request.appAppleID, let named = catalog.app(appAppleID: appAppleID) {
+            guard let plan = named.retention, named.environments.contains(request.environment) else { return nil }
+            return (named, plan)
         }
-        guard request.environment != .production, candidates.count == 1, let app = candidates.first, let plan = app.retention else { return nil }
+        guard request.environment != .production else { return nil }
+        let candidates = catalog.apps.values.filter { $0.retention != nil && $0.environments.contains(request.environment) }
+        guard candidates.count == 1, let app = candidates.first, let plan = app.retention else { return nil }
         return (app, plan)
     }
 

@@ -65,9 +65,13 @@ struct RetentionDeadlineTests {
                 #expect(answer.elapsed < .milliseconds(1000), "answered after \(answer.elapsed)")
             }
 
-            // The first request's group lands once the lock is released, and is then withdrawn.
-            let deadline = ContinuousClock.now + .seconds(20)
-            while try await h.audited("signature.withdrawn").isEmpty && ContinuousClock.now < deadline {
+            // The first request's group lands once the lock is released, and is then withdrawn:
+            // the withdrawal's record first, then the ledger row goes (both under the customer's lock).
+            let firstToken = try #require(first.appAccountToken)
+            let deadline = ContinuousClock.now + .seconds(30)
+            while ContinuousClock.now < deadline {
+                let withdrawnYet = try await !h.audited("signature.withdrawn").isEmpty
+                if withdrawnYet, try await h.store.issuedSignatures(appAccountToken: firstToken, bundleID: RetentionHarness.bundleID).isEmpty { break }
                 try await Task.sleep(for: .milliseconds(50))
             }
             let issued = try await h.audited("signature.issued")
