@@ -5,7 +5,8 @@ import OfferSignerEligibility
 public struct VerifiedRetentionRequest: Sendable, Hashable {
     /// `originalTransactionId`: the subscription the customer is looking at.
     public var originalTransactionID: String
-    /// `appAppleId` (optional in Apple's `DecodedRealtimeRequestBody`).
+    /// `appAppleId`. Apple's model (`DecodedRealtimeRequestBody.py`) always has one, but its
+    /// verifier compares it in Production only; a Sandbox request without one is still read.
     public var appAppleID: Int64?
     /// `productId`: the subscription's product.
     public var productID: String

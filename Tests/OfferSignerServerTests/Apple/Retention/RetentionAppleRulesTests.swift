@@ -4,6 +4,7 @@ import Foundation
 import HTTPTypes
 import HummingbirdTesting
 import NIOCore
+import OfferSignerEligibility
 import OfferSignerServer
 import OfferSignerStorage
 import Testing
@@ -82,6 +83,9 @@ struct RetentionAppleRulesTests {
                 #expect(Self.messageIdentifier(answer) == expected, "\(locale)")
                 answers.append(answer.json)
             }
+            // A switch-plan suggestion without billingPlanType, as a plan without one answers it.
+            let plain = try #require(RetentionDecider.fallbackJSON(.alternateProduct(messageIdentifier: Self.switchDefault, productID: "pro.yearly"), userLocale: "en-US"))
+            answers.append(try #require(try JSONSerialization.jsonObject(with: Data(plain.utf8)) as? [String: Any]))
             // Apple's model takes every answer whole: each member one of its fields, with its type.
             let results = try await RetentionTests.oracle(answers.map { ["op": "realtime-response", "body": $0] })
             for (ours, result) in zip(answers, results) {
