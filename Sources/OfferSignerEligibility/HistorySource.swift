@@ -51,6 +51,10 @@ public struct AppStoreAppSettings: Sendable, Hashable, Encodable {
     /// decides without asking Apple's API. Default `false`: the API is asked (the stored history
     /// is then only kept, for redemption tracking).
     public var notificationHistory: Bool
+    /// `subscriptionGroups`: the subscription group of products no catalog offer names, by
+    /// product ID (the catalog JSON lists them by group: `{"groupID": ["productID", …]}`). Offers
+    /// tell the group of the products they name; a switch-plan suggestion must stay in its group.
+    public var subscriptionGroups: [String: String] = [:]
     /// `retention`: how the app answers Apple's Retention Messaging requests (nil: it does not).
     public var retention: RetentionPlan?
     /// `appStoreServerAPI.productionURL`: overrides Apple's production host (tests, a proxy).

@@ -10,6 +10,8 @@ import Foundation
 ///     "com.example.app": {
 ///       "appAppleID": 1234567890,                   // optional integer; Apple's answers must name it
 ///       "environments": ["Production", "Sandbox"],  // optional, default ["Production"]; asked in this order
+///       "subscriptionGroups": {"21345678": ["com.example.app.yearly"]},  // optional: products no offer
+///                                                   // names, by subscription group (see Retention.md)
 ///       "notificationHistory": true,                // optional, default false: Apple sends this app's
 ///                                                   // Server Notifications V2 here, so a stored, complete
 ///                                                   // history decides without asking Apple's API
@@ -81,6 +83,7 @@ public struct OfferCatalog: Sendable, Hashable {
         for (bundleID, app) in apps {
             guard let retention = app.retention else { continue }
             for (productID, plan) in retention.products {
+                try Self.checkAlternateProduct(plan, of: productID, app: app, offers: offers)
                 for choice in plan.offers {
                     guard let offer = offers.first(where: { $0.bundleID == bundleID && $0.offerID == choice.offerID }) else {
                         throw OfferCatalogError(
@@ -226,9 +229,9 @@ enum JSONValue: Decodable, Hashable {
     }
 }
 
-private struct CatalogParser {
+struct CatalogParser {
     static let offerKeys = ["offerID", "bundleID", "productIDs", "subscriptionGroupID", "kind", "description", "rules", "historySource"]
-    static let appKeys = ["appAppleID", "environments", "appStoreServerAPI", "notificationHistory", "retention"]
+    static let appKeys = ["appAppleID", "environments", "appStoreServerAPI", "notificationHistory", "retention", "subscriptionGroups"]
     static let ruleKeys = [
         "minPaidMonths", "lapsedMonths", "waitBetweenOffersMonths", "waitScope", "maxRedemptions",
         "excludeFamilyShared", "excludeRefunded", "excludeBillingRetry", "storefronts", "environment",
@@ -297,67 +300,6 @@ private struct CatalogParser {
             kind: kind, description: description, rules: rules, historySource: historySource)
     }
 
-    /// `retention`: `{"signatureVersion"?: "v1"|"v2", "products": {productID: {"offers": [{"offerID", "messageIdentifier"}], "fallback"?: {"message": {"messageIdentifier"}} | {"alternateProduct": {"messageIdentifier", "productID"}}}}}`.
-    func retentionPlan(_ value: JSONValue, path: String) throws(OfferCatalogError) -> RetentionPlan {
-        guard case .object(let object) = value else { throw error(path, .wrongType(expected: "an object")) }
-        try checkKeys(object, allowed: ["signatureVersion", "products"], path: path)
-        var plan = RetentionPlan(products: [:])
-        if let version = object["signatureVersion"] {
-            guard case .string(let raw) = version, let parsed = RetentionPlan.SignatureVersion(rawValue: raw) else {
-                throw error(path + ".signatureVersion", .invalidValue("expected \"v1\" or \"v2\""))
-            }
-            plan.signatureVersion = parsed
-        }
-        guard case .object(let products)? = object["products"] else { throw error(path + ".products", .wrongType(expected: "an object keyed by product ID")) }
-        for (productID, entry) in products {
-            let productPath = path + ".products." + productID
-            guard case .object(let product) = entry else { throw error(productPath, .wrongType(expected: "an object")) }
-            try checkKeys(product, allowed: ["offers", "fallback"], path: productPath)
-            var offers: [RetentionOfferChoice] = []
-            if let list = product["offers"] {
-                guard case .array(let items) = list else { throw error(productPath + ".offers", .wrongType(expected: "an array")) }
-                for (index, item) in items.enumerated() {
-                    let itemPath = productPath + ".offers[\(index)]"
-                    guard case .object(let choice) = item else { throw error(itemPath, .wrongType(expected: "an object")) }
-                    try checkKeys(choice, allowed: ["offerID", "messageIdentifier"], path: itemPath)
-                    guard case .string(let offerID)? = choice["offerID"], !offerID.isEmpty else { throw error(itemPath + ".offerID", .missingField) }
-                    offers.append(RetentionOfferChoice(offerID: offerID, messageIdentifier: try messageIdentifier(choice["messageIdentifier"], path: itemPath + ".messageIdentifier")))
-                }
-            }
-            var fallback: RetentionFallback?
-            if let value = product["fallback"], value != .null {
-                let fallbackPath = productPath + ".fallback"
-                guard case .object(let choice) = value, choice.count == 1 else {
-                    throw error(fallbackPath, .wrongType(expected: "{\"message\": {…}} or {\"alternateProduct\": {…}}"))
-                }
-                if case .object(let message)? = choice["message"] {
-                    try checkKeys(message, allowed: ["messageIdentifier"], path: fallbackPath + ".message")
-                    fallback = .message(messageIdentifier: try messageIdentifier(message["messageIdentifier"], path: fallbackPath + ".message.messageIdentifier"))
-                } else if case .object(let alternate)? = choice["alternateProduct"] {
-                    try checkKeys(alternate, allowed: ["messageIdentifier", "productID"], path: fallbackPath + ".alternateProduct")
-                    guard case .string(let alternateID)? = alternate["productID"], !alternateID.isEmpty else {
-                        throw error(fallbackPath + ".alternateProduct.productID", .missingField)
-                    }
-                    fallback = .alternateProduct(
-                        messageIdentifier: try messageIdentifier(alternate["messageIdentifier"], path: fallbackPath + ".alternateProduct.messageIdentifier"),
-                        productID: alternateID)
-                } else {
-                    throw error(fallbackPath, .wrongType(expected: "{\"message\": {…}} or {\"alternateProduct\": {…}}"))
-                }
-            }
-            plan.products[productID] = RetentionProductPlan(offers: offers, fallback: fallback)
-        }
-        return plan
-    }
-
-    private func messageIdentifier(_ value: JSONValue?, path: String) throws(OfferCatalogError) -> String {
-        guard let value else { throw error(path, .missingField) }
-        guard case .string(let text) = value, let uuid = UUID(uuidString: text) else {
-            throw error(path, .invalidValue("a messageIdentifier is the UUID of a message uploaded to Apple"))
-        }
-        return uuid.uuidString.lowercased()
-    }
-
     /// `apps`: `{bundleID: {appAppleID?, environments?, appStoreServerAPI?}}`.
     mutating func parseApps(_ root: JSONValue) throws(OfferCatalogError) -> [String: AppStoreAppSettings] {
         index = nil
@@ -392,6 +334,9 @@ private struct CatalogParser {
             }
             if let value = settings["retention"] {
                 app.retention = try retentionPlan(value, path: path + ".retention")
+            }
+            if let value = settings["subscriptionGroups"] {
+                app.subscriptionGroups = try subscriptionGroups(value, path: path + ".subscriptionGroups")
             }
             if let value = settings["notificationHistory"] {
                 guard case .bool(let flag) = value else { throw error(path + ".notificationHistory", .wrongType(expected: "true or false")) }

@@ -5,8 +5,9 @@ import OfferSignerEligibility
 public struct VerifiedRetentionRequest: Sendable, Hashable {
     /// `originalTransactionId`: the subscription the customer is looking at.
     public var originalTransactionID: String
-    /// `appAppleId`.
-    public var appAppleID: Int64
+    /// `appAppleId`. Apple's model (`DecodedRealtimeRequestBody.py`) always has one, but its
+    /// verifier compares it in Production only; a Sandbox request without one is still read.
+    public var appAppleID: Int64?
     /// `productId`: the subscription's product.
     public var productID: String
     /// `userLocale` (e.g. `en-US`).
@@ -22,7 +23,7 @@ public struct VerifiedRetentionRequest: Sendable, Hashable {
 /// The request payload's wire form.
 struct RetentionRequestPayload: Decodable {
     var originalTransactionId: String
-    var appAppleId: Int64
+    var appAppleId: Int64?
     var productId: String
     var userLocale: String?
     var requestIdentifier: String
@@ -30,25 +31,14 @@ struct RetentionRequestPayload: Decodable {
     var signedDate: Double
 }
 
-/// Reads which app a Retention Messaging request names before its signature is checked, only to
-/// choose that app's settings; the verification that follows binds it.
-public enum AppleRetentionRequestProbe {
-    /// The `appAppleId` the payload claims, or nil when the JWS cannot be read.
-    public static func claimedAppAppleID(_ signedPayload: String) -> Int64? {
-        guard signedPayload.utf8.count <= AppleSignedDataVerifier.maximumJWSLength, let parts = Base64URL.compactParts(signedPayload),
-            let payload = Base64URL.decode(parts[1])
-        else { return nil }
-        struct Probe: Decodable { var appAppleId: Int64? }
-        return (try? JSONDecoder().decode(Probe.self, from: payload))?.appAppleId
-    }
-}
-
 extension AppleSignedDataVerifier {
     /// Verifies a Retention Messaging request's `signedPayload` like any Apple-signed data (chain,
-    /// marker OIDs, ES256), then: `appAppleId` is the app's (Apple: "if it doesn't match, don't
-    /// respond"), and the environment is accepted (this verifier's, or Production or Sandbox).
-    /// The bundle ID is not checked: the request does not carry one.
-    public func verifyRetentionRequest(_ signedPayload: String, appAppleID: Int64, now: Date) async -> Result<VerifiedRetentionRequest, VerificationFailure> {
+    /// marker OIDs, ES256) and checks its environment is accepted (this verifier's, or Production
+    /// or Sandbox). Which app it is for is the caller's to check, on the verified payload: the
+    /// request carries no bundle ID, and Apple's own verifier compares `appAppleId` only in
+    /// Production (`verify_and_decode_realtime_request` in `appstoreserverlibrary/signed_data_verifier.py`
+    /// of Apple's App Store Server Library for Python).
+    public func verifyRetentionRequest(_ signedPayload: String, now: Date) async -> Result<VerifiedRetentionRequest, VerificationFailure> {
         let data: Data
         switch await verifySignedPayload(signedPayload, now: now) {
         case .success(let payload): data = payload
@@ -59,9 +49,6 @@ extension AppleSignedDataVerifier {
             payload = try JSONDecoder().decode(RetentionRequestPayload.self, from: data)
         } catch {
             return .failure(.init(.malformedPayload, "retention request payload: not Apple's DecodedRealtimeRequestBody"))
-        }
-        guard payload.appAppleId == appAppleID else {
-            return .failure(.init(.bundleIDMismatch, "appAppleId \(payload.appAppleId) is not \(appAppleID)"))
         }
         guard let requestIdentifier = UUID(uuidString: payload.requestIdentifier) else {
             return .failure(.init(.malformedPayload, "requestIdentifier is not a UUID"))

@@ -309,6 +309,16 @@ extension PostgresStore {
         }
     }
 
+    /// Under the customer's lock it runs on the lock's connection (see ``LockConnectionLoan``).
+    public func withdrawIssuedSignatures(nonces: [String]) async throws -> Int {
+        guard !nonces.isEmpty else { return 0 }
+        let logger = self.logger
+        let query: PostgresQuery = "DELETE FROM issued_signatures WHERE nonce = ANY(\(nonces)) RETURNING nonce"
+        return try await onLockConnection("withdrawing ledger rows") { connection in
+            try await connection.query(query, logger: logger).collect().count
+        }
+    }
+
     static let ledgerColumns = "nonce, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, audit_seq"
 
     static func ledgerRecord(from row: PostgresRow) throws -> IssuedSignatureRecord {

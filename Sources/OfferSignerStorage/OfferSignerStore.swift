@@ -86,6 +86,13 @@ public protocol OfferSignerStore: StoreCoordination {
     /// The read eligibility rules make before each decision, so it reads no more than that.
     func ledgerIssuances(appAccountToken: String, bundleID: String) async throws -> [LedgerIssuance]
 
+    /// Removes the ledger rows of signatures that were audited as issued but never handed out
+    /// (a Retention Messaging answer committed after Apple's time limit, whose customer saw the
+    /// fallback instead), so no rule counts them. The audit chain keeps their `signature.issued`
+    /// records; the caller commits a `signature.withdrawn` record naming them first. Returns the
+    /// number of rows removed (0 for nonces not in the ledger).
+    func withdrawIssuedSignatures(nonces: [String]) async throws -> Int
+
     // MARK: Apple's history (App Store Server Notifications V2 and App Store Server API answers)
 
     /// Records, in one durable transaction, what verified notifications or fetched histories

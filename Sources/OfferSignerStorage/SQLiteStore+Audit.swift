@@ -107,6 +107,22 @@ extension SQLiteStore {
         }
     }
 
+    public func withdrawIssuedSignatures(nonces: [String]) async throws -> Int {
+        guard !nonces.isEmpty else { return 0 }
+        defer {
+            // After the delete committed: a read that began before it is then never cached.
+            ledgerCache.clear()
+        }
+        return try await write { db in
+            var removed = 0
+            for nonce in nonces {
+                try db.execute(sql: "DELETE FROM issued_signatures WHERE nonce = ?", arguments: [nonce])
+                removed += db.changesCount
+            }
+            return removed
+        }
+    }
+
     public func auditRecords(after sequence: Int64, limit: Int) async throws -> [AuditRecord] {
         try await read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM audit_log WHERE seq > ? ORDER BY seq LIMIT ?", arguments: [sequence, limit]).map { try Self.record(from: $0) }

@@ -39,6 +39,8 @@ struct RetentionSimulateCommand: AsyncParsableCommand {
     var bundleID: String?
     @Option(help: "Production or Sandbox. Default Production.")
     var environment: String = "Production"
+    @Option(help: "The customer's locale (the request's userLocale, e.g. en-US): chooses the message of a plan with per-locale messages. Default: the plan's default message.")
+    var userLocale: String?
     @Option(help: "Decide at this time (ISO 8601; default: now).")
     var now: String?
     @Flag(help: "Ask Apple's App Store Server API when the store has no complete history (needs the master key).")
@@ -84,7 +86,7 @@ struct RetentionSimulateCommand: AsyncParsableCommand {
             }
             let outcome = try await RetentionSimulation.simulate(
                 store: opened, catalog: catalog, app: app, originalTransactionID: originalTransactionID, productID: productID,
-                environment: environment, now: time, apple: apple)
+                environment: environment, now: time, apple: apple, userLocale: userLocale)
             try? await apple?.client.shutdown()
             await opened.close()
             print(json ? Self.json(outcome) : Self.text(outcome), terminator: "")

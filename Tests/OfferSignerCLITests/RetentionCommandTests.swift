@@ -23,7 +23,10 @@ import Testing
             #expect(text.stdout.contains("no offer: history_unavailable"))
             let json = try jsonObject(try run(arguments + ["--json"]).stdout)
             #expect(json["answer"] as? String == "alternateProduct")
-            #expect((json["body"] as? [String: Any])?["alternateProduct"] != nil)
+            let alternate = (json["body"] as? [String: Any])?["alternateProduct"] as? [String: Any]
+            #expect(alternate?["messageIdentifier"] as? String == "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e50", "the default message")
+            let german = try jsonObject(try run(arguments + ["--json", "--user-locale", "de-DE"]).stdout)
+            #expect(((german["body"] as? [String: Any])?["alternateProduct"] as? [String: Any])?["messageIdentifier"] as? String == "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e51", "de-DE: the de message")
             #expect(try sqlite(fixture.store, "SELECT COUNT(*) FROM issued_signatures").trimmingCharacters(in: .whitespacesAndNewlines) == "0")
 
             expectCleanFailure(try run(arguments + ["--environment", "Xcode"]), mentions: ["Production or Sandbox"])

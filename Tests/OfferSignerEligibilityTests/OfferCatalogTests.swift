@@ -54,7 +54,11 @@ struct OfferCatalogTests {
         let plan = try #require(app.retention?.products["com.example.app.premium.monthly"])
         #expect(app.retention?.signatureVersion == .v2)
         #expect(plan.offers == [RetentionOfferChoice(offerID: "retention_1m_free", messageIdentifier: "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e4f")])
-        #expect(plan.fallback == .alternateProduct(messageIdentifier: "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e50", productID: "com.example.app.premium.yearly"))
+        #expect(
+            plan.fallback
+                == .alternateProduct(
+                    LocalizedMessageIdentifier(default: "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e50", byLocale: ["de": "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e51"]),
+                    productID: "com.example.app.premium.yearly", billingPlanType: nil))
     }
 
     @Test func minimalOfferHasNoRules() throws {
@@ -244,4 +248,80 @@ struct RetentionPlanCatalogTests {
             }
         }
     }
+
+    @Test("Message identifiers per locale: the locale, else its language, else the default; a default is required and locales are checked")
+    func localizedMessages() throws {
+        let plan = #"{"products": {"p.monthly": {"offers": [{"offerID": "keep", "messageIdentifier": {"default": "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e40", "en-US": "8C1B9D2E-5F4A-4C3B-9E2D-1A0B7C6D5E41", "de": "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e42", "pt_BR": "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e43"}}]}}}"#
+        let catalog = try OfferCatalog(jsonData: Self.catalog(plan))
+        let message = try #require(catalog.app(appAppleID: 1)?.retention?.products["p.monthly"]?.offers.first?.message)
+        #expect(message.identifier(for: "en-US") == "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e41", "exact, lowercased")
+        #expect(message.identifier(for: "en_us") == "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e41", "case and _ do not matter")
+        #expect(message.identifier(for: "de-CH") == "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e42", "the language alone")
+        #expect(message.identifier(for: "pt-BR") == "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e43")
+        #expect(message.identifier(for: "pt-PT") == "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e40", "pt_BR is not pt")
+        #expect(message.identifier(for: "en-GB") == "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e40", "en-US is not en")
+        #expect(message.identifier(for: nil) == "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e40")
+        #expect(message.identifier(for: "") == "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e40")
+        let uuid = "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e4f"
+        let bad: [(String, String)] = [
+            (#"{"products": {"p.monthly": {"offers": [{"offerID": "keep", "messageIdentifier": {"en-US": "\#(uuid)"}}]}}}"#, "default"),
+            (#"{"products": {"p.monthly": {"offers": [{"offerID": "keep", "messageIdentifier": {"default": "\#(uuid)", "english": "\#(uuid)"}}]}}}"#, "not a locale"),
+            (#"{"products": {"p.monthly": {"offers": [{"offerID": "keep", "messageIdentifier": {"default": "\#(uuid)", "en-US": "\#(uuid)", "en_us": "\#(uuid)"}}]}}}"#, "twice"),
+            (#"{"products": {"p.monthly": {"offers": [{"offerID": "keep", "messageIdentifier": {"default": "\#(uuid)", "de": "hello"}}]}}}"#, "UUID"),
+            (#"{"products": {"p.monthly": {"fallback": {"message": {"messageIdentifier": {"default": 7}}}}}}"#, "UUID"),
+        ]
+        for (retention, message) in bad {
+            #expect {
+                _ = try OfferCatalog(jsonData: Self.catalog(retention))
+            } throws: { error in
+                "\(error)".contains(message) && "\(error)".contains("retention")
+            }
+        }
+    }
+
+    static func groupsCatalog(_ fallback: String, groups: String? = nil) -> Data {
+        let declared = groups.map { #", "subscriptionGroups": \#($0)"# } ?? ""
+        return Data(#"""
+            {"apps": {"com.example.app": {"appAppleID": 1\#(declared), "retention": {"products": {"p.monthly": {
+                "offers": [{"offerID": "keep", "messageIdentifier": "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e4f"}], "fallback": \#(fallback)}}}}},
+             "offers": [
+              {"offerID": "keep", "bundleID": "com.example.app", "productIDs": ["p.monthly"], "subscriptionGroupID": "G", "kind": "retention"},
+              {"offerID": "yearly", "bundleID": "com.example.app", "productIDs": ["p.yearly"], "subscriptionGroupID": "G", "kind": "any"},
+              {"offerID": "other", "bundleID": "com.example.app", "productIDs": ["q.monthly"], "subscriptionGroupID": "H", "kind": "any"}]}
+            """#.utf8)
+    }
+
+    static func alternate(_ productID: String, billing: String? = nil) -> String {
+        let billingPlanType = billing.map { #", "billingPlanType": "\#($0)""# } ?? ""
+        return #"{"alternateProduct": {"messageIdentifier": "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e50", "productID": "\#(productID)"\#(billingPlanType)}}"#
+    }
+
+    @Test("A switch-plan suggestion stays in the offer's subscription group (known from offers or apps.<bundle>.subscriptionGroups) and takes Apple's billingPlanType values")
+    func alternateProductGroupAndBillingPlanType() throws {
+        let fromOffers = try OfferCatalog(jsonData: Self.groupsCatalog(Self.alternate("p.yearly", billing: "MONTHLY")))
+        #expect(
+            fromOffers.app(appAppleID: 1)?.retention?.products["p.monthly"]?.fallback
+                == .alternateProduct(LocalizedMessageIdentifier(default: "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e50"), productID: "p.yearly", billingPlanType: .monthly))
+        let declared = try OfferCatalog(jsonData: Self.groupsCatalog(Self.alternate("p.weekly", billing: "BILLED_UPFRONT"), groups: #"{"G": ["p.weekly"]}"#))
+        #expect(declared.app(appAppleID: 1)?.retention?.products["p.monthly"]?.fallback
+            == .alternateProduct(LocalizedMessageIdentifier(default: "8c1b9d2e-5f4a-4c3b-9e2d-1a0b7c6d5e50"), productID: "p.weekly", billingPlanType: .billedUpfront))
+        let bad: [(Data, String)] = [
+            (Self.groupsCatalog(Self.alternate("q.monthly")), "subscription group H, not G"),
+            (Self.groupsCatalog(Self.alternate("p.weekly")), "group of 'p.weekly' is unknown"),
+            (Self.groupsCatalog(Self.alternate("p.monthly")), "the product itself"),
+            (Self.groupsCatalog(Self.alternate("p.weekly"), groups: #"{"H": ["p.weekly"]}"#), "not G"),
+            (Self.groupsCatalog(Self.alternate("p.yearly"), groups: #"{"H": ["p.yearly"]}"#), "several subscription groups"),
+            (Self.groupsCatalog(Self.alternate("p.yearly"), groups: #"{"G": ["p.x"], "H": ["p.x"]}"#), "exactly one"),
+            (Self.groupsCatalog(Self.alternate("p.yearly", billing: "WEEKLY")), "BILLED_UPFRONT, MONTHLY"),
+            (Self.groupsCatalog(Self.alternate("p.yearly"), groups: #"["p.yearly"]"#), "subscriptionGroups"),
+        ]
+        for (data, message) in bad {
+            #expect {
+                _ = try OfferCatalog(jsonData: data)
+            } throws: { error in
+                "\(error)".contains(message)
+            }
+        }
+    }
 }
+

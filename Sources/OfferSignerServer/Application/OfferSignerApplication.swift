@@ -53,6 +53,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     if let eligibility = configuration.eligibility, let problem = eligibility.appStoreServerAPI.problem {
         throw ServerConfigurationError("the App Store Server API settings cannot be used: \(problem)")
     }
+    let configuration = withDevelopmentEnvironments(configuration)
     if let catalog = configuration.eligibility?.catalog {
         // The app's evidence counts only from its accepted environments (Production unless the
         // catalog says otherwise): say so where Sandbox evidence would now be refused unannounced.
@@ -261,4 +262,23 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
             return APIProblem(.internalServerError, code: "internal_error", detail: "an unexpected error occurred")
         }
     }
+}
+
+/// Under `serve --dev`, catalog apps that name no `environments` accept Sandbox too: a development
+/// server receives sandbox traffic (TestFlight, sandbox testers). Xcode's StoreKit testing data
+/// stays refused: it is not signed by the App Store (Apple's own verifier skips verification for
+/// it, `_decode_signed_object` in `appstoreserverlibrary/signed_data_verifier.py`: "Data is not
+/// signed by the App Store, and verification should be skipped"), and Apple's servers never send
+/// notifications or Retention Messaging requests for it.
+func withDevelopmentEnvironments(_ configuration: ServerConfiguration) -> ServerConfiguration {
+    guard configuration.developmentMode, var eligibility = configuration.eligibility else { return configuration }
+    for (bundleID, app) in eligibility.catalog.apps where !app.environmentsGiven && !app.environments.contains(.sandbox) {
+        eligibility.catalog.apps[bundleID]?.environments.append(.sandbox)
+    }
+    for bundleID in Set(eligibility.catalog.offers.map(\.bundleID)) where eligibility.catalog.apps[bundleID] == nil {
+        eligibility.catalog.apps[bundleID] = AppStoreAppSettings(bundleID: bundleID, environments: [.production, .sandbox])
+    }
+    var adjusted = configuration
+    adjusted.eligibility = eligibility
+    return adjusted
 }

@@ -27,6 +27,8 @@ final class AuditCommitter: Service, Sendable {
         var id: UInt64
         var appends: [AuditAppend]
         var waiter: CommitWaiter
+        /// Past this instant the entries are not written (see `queue(_:until:)`).
+        var deadline: ContinuousClock.Instant?
     }
 
     private struct State: Sendable {
@@ -44,7 +46,8 @@ final class AuditCommitter: Service, Sendable {
     }
 
     private enum NextStep {
-        case write([Pending], entries: Int)
+        /// Write the batch (possibly empty); answer the expired ones `Withdrawn` unwritten.
+        case write([Pending], entries: Int, expired: [Pending])
         /// Park until woken; with a deadline, at most until then.
         case park(until: ContinuousClock.Instant?)
         /// Nothing queued while commits are failing: run the store's write test.
@@ -126,6 +129,36 @@ final class AuditCommitter: Service, Sendable {
         }
     }
 
+    /// Entries queued with a deadline (see `queue(_:until:)`): wait for them with `value()`, or
+    /// take them back with `withdraw(_:)`.
+    struct QueuedCommit: Sendable {
+        fileprivate let id: UInt64
+        fileprivate let waiter: CommitWaiter
+
+        /// The commit's outcome: the records, or the write's error, or `Withdrawn`.
+        func value() async throws -> [AuditRecord] { try await waiter.value() }
+    }
+
+    /// Queues entries that must land together and must not be written after `deadline`.
+    ///
+    /// Rule: the writer never starts writing entries whose deadline has passed: it answers their
+    /// waiter `Withdrawn` instead. Entries the writer took before the deadline keep the outcome of
+    /// that write, which may complete after it: the caller learns it from `value()` (used by
+    /// Retention Messaging, whose answer is worthless to Apple after its time limit).
+    func queue(_ appends: [AuditAppend], until deadline: ContinuousClock.Instant) -> QueuedCommit {
+        let waiter = CommitWaiter()
+        let id = enqueue(appends, waiter: waiter, deadline: deadline)
+        return QueuedCommit(id: id, waiter: waiter)
+    }
+
+    /// Takes queued entries back if the writer has not taken them yet: true when they were (they
+    /// will never be written, and their waiter gets `Withdrawn`); false when they are being
+    /// written or done (their outcome comes from `value()`).
+    @discardableResult
+    func withdraw(_ commit: QueuedCommit) -> Bool {
+        withdraw(commit.id)
+    }
+
     /// One entry, committed as `commit(_:within:)` commits several.
     func commit(_ append: AuditAppend, within timeout: Duration) async throws -> AuditRecord {
         try await commit([append], within: timeout)[0]
@@ -133,7 +166,8 @@ final class AuditCommitter: Service, Sendable {
 
     /// Takes a request's entries back out of the queue if the writer has not taken them yet; its
     /// waiter gets `Withdrawn`. Does nothing once they are being written or done.
-    private func withdraw(_ id: UInt64) {
+    @discardableResult
+    private func withdraw(_ id: UInt64) -> Bool {
         let withdrawn = state.withLock { state -> Pending? in
             guard let index = state.pending.firstIndex(where: { $0.id == id }) else { return nil }
             let pending = state.pending.remove(at: index)
@@ -141,6 +175,7 @@ final class AuditCommitter: Service, Sendable {
             return pending
         }
         withdrawn?.waiter.finish(.failure(Withdrawn()))
+        return withdrawn != nil
     }
 
     /// The entries were taken back before the writer reached them: nothing was written.
@@ -148,12 +183,12 @@ final class AuditCommitter: Service, Sendable {
 
     /// Queues entries at once (the caller waits on `waiter`); returns their id for `withdraw`.
     @discardableResult
-    private func enqueue(_ appends: [AuditAppend], waiter: CommitWaiter) -> UInt64 {
+    private func enqueue(_ appends: [AuditAppend], waiter: CommitWaiter, deadline: ContinuousClock.Instant? = nil) -> UInt64 {
         precondition(!appends.isEmpty, "nothing to commit")
         let (id, wake, stopped) = state.withLock { state -> (UInt64, Bool, Bool) in
             state.lastID += 1
             if state.stopped { return (state.lastID, false, true) }
-            state.pending.append(Pending(id: state.lastID, appends: appends, waiter: waiter))
+            state.pending.append(Pending(id: state.lastID, appends: appends, waiter: waiter, deadline: deadline))
             state.pendingEntries += appends.count
             let wake = state.writerParked && state.pendingEntries >= state.wakeAtEntries
             if wake { state.writerParked = false }
@@ -251,18 +286,30 @@ final class AuditCommitter: Service, Sendable {
                     state.wakeAtEntries = fullGroup
                     return .park(until: holdUntil)
                 }
-                // Whole requests only; at least one even if it alone is over the limit.
+                // Whole requests only; at least one even if it alone is over the limit. Entries
+                // past their deadline are dropped, never written.
                 var count = 0
                 var entries = 0
+                var expired: [Pending] = []
+                let now = ContinuousClock.now
                 for pending in state.pending {
-                    if count > 0 && entries + pending.appends.count > batchLimit { break }
+                    if let deadline = pending.deadline, deadline <= now {
+                        expired.append(pending)
+                        count += 1
+                        continue
+                    }
+                    if entries > 0 && entries + pending.appends.count > batchLimit { break }
                     count += 1
                     entries += pending.appends.count
                 }
-                let batch = Array(state.pending.prefix(count))
+                var batch = Array(state.pending.prefix(count))
                 state.pending.removeFirst(count)
-                state.pendingEntries -= entries
-                return .write(batch, entries: entries)
+                state.pendingEntries -= entries + expired.reduce(0) { $0 + $1.appends.count }
+                if !expired.isEmpty {
+                    let expiredIDs = Set(expired.map(\.id))
+                    batch.removeAll { expiredIDs.contains($0.id) }
+                }
+                return .write(batch, entries: entries, expired: expired)
             }
             switch step {
             case .finish:
@@ -280,7 +327,9 @@ final class AuditCommitter: Service, Sendable {
             case .probe:
                 probe()
                 nextProbe = ContinuousClock.now + probeInterval
-            case .write(let batch, let entries):
+            case .write(let batch, let entries, let expired):
+                for pending in expired { pending.waiter.finish(.failure(Withdrawn())) }
+                guard !batch.isEmpty else { continue }
                 lastStart = ContinuousClock.now
                 lastGroupEntries = entries
                 write(batch)

@@ -99,7 +99,9 @@ public enum OpenAPIDocument {
             Apple's marker OIDs and ES256 signature make it authentic, and every JWS inside is verified too. The app
             must be one of this service's, its environment accepted, and, in Production, its App Apple ID the
             catalog's. Stored once per notificationUUID (a repeat answers 200 `duplicate`); redemptions of
-            promotional offers are matched to their signatures and audited (`offer.redeemed`).
+            promotional offers are matched to their signatures and audited (`offer.redeemed`). Any Content-Type is
+            accepted (Apple does not document the header); the signature is verified before the app it names is
+            looked up.
           security:
             - {}
           requestBody:
@@ -128,7 +130,6 @@ public enum OpenAPIDocument {
             '400': {$ref: '#/components/responses/Problem'}
             '403': {$ref: '#/components/responses/Problem'}
             '413': {$ref: '#/components/responses/Problem'}
-            '415': {$ref: '#/components/responses/Problem'}
             '503': {$ref: '#/components/responses/Problem'}
       /v1/apple/retention:
         post:
@@ -136,10 +137,13 @@ public enum OpenAPIDocument {
           summary: Apple's Retention Messaging "Get Retention Message" (Apple calls this)
           description: |
             Apple's body, `{"signedPayload": "<JWS of DecodedRealtimeRequestBody>"}`, verified like all Apple-signed
-            data; the app is the catalog app with that `appAppleID` and a `retention` plan. Answers Apple's
+            data before anything else; the app is the catalog app with that `appAppleID` (in Sandbox, where Apple
+            does not check it, else the one app with a plan) and a `retention` plan. Answers Apple's
             RealtimeResponseBody with exactly one member: a promotional offer the subscriber is eligible for (signed,
-            audited), else the product's fallback; 204 when there is none. Stale (over 5 minutes) and replayed
-            requests are refused. Needs an offers catalog (404 `eligibility_not_configured` otherwise).
+            audited), else the product's fallback, in the request's `userLocale`; 204 when there is none. One
+            deadline (500 ms by default) covers the whole answer: past it, the fallback. Stale (over 5 minutes) and
+            replayed requests are refused. Any Content-Type is accepted. Needs an offers catalog (404
+            `eligibility_not_configured` otherwise).
           security:
             - {}
           requestBody:
@@ -172,6 +176,7 @@ public enum OpenAPIDocument {
                         properties:
                           messageIdentifier: {type: string}
                           productId: {type: string}
+                          billingPlanType: {type: string, enum: [BILLED_UPFRONT, MONTHLY]}
                       promotionalOffer:
                         type: object
                         required: [messageIdentifier]
@@ -196,7 +201,6 @@ public enum OpenAPIDocument {
             '404': {$ref: '#/components/responses/Problem'}
             '409': {$ref: '#/components/responses/Problem'}
             '413': {$ref: '#/components/responses/Problem'}
-            '415': {$ref: '#/components/responses/Problem'}
       /healthz:
         get:
           operationId: health

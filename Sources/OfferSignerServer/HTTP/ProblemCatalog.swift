@@ -120,11 +120,11 @@ public enum ProblemCatalog {
         // 401, 403: who is asking.
         ProblemType(
             code: "notification_unverified", status: .badRequest, title: "Notification not signed by Apple",
-            meaning: "an App Store Server Notification's `signedPayload`, or a JWS inside it, did not verify (chain to Apple's root, Apple's marker OIDs, ES256 signature, readable payload); nothing was stored",
+            meaning: "an App Store Server Notification's `signedPayload`, or a JWS inside it, did not verify (chain to Apple's root, Apple's marker OIDs, ES256 signature, readable payload); nothing was stored. The same answer whatever app the payload names: nothing is compared with the configuration before the signature verified",
             action: "nothing, if it was not Apple; otherwise check the trusted roots (`--apple-root` is for tests only)"),
         ProblemType(
             code: "retention_request_unverified", status: .badRequest, title: "Retention request not signed by Apple",
-            meaning: "a Retention Messaging request's `signedPayload` did not verify (chain to Apple's root, marker OIDs, ES256, readable `DecodedRealtimeRequestBody`); nothing was signed",
+            meaning: "a Retention Messaging request's `signedPayload` did not verify (chain to Apple's root, marker OIDs, ES256, readable `DecodedRealtimeRequestBody`); nothing was signed. The same answer whatever app the payload names: nothing is compared with the configuration before the signature verified",
             action: "nothing, if it was not Apple; otherwise check the trusted roots"),
         ProblemType(
             code: "retention_request_stale", status: .badRequest, title: "Retention request too old",
@@ -144,7 +144,7 @@ public enum ProblemCatalog {
             action: "use a client made for this app"),
         ProblemType(
             code: "retention_request_foreign", status: .forbidden, title: "Retention request for another app",
-            meaning: "the request's `appAppleId` is not the `appAppleID` of a catalog app with a `retention` plan, or its environment is not one the app accepts; nothing was signed",
+            meaning: "a verified request's `appAppleId` is not the `appAppleID` of a catalog app with a `retention` plan (in Sandbox, where Apple does not check it, a request naming no catalog app goes to the one app with a plan), or its environment is not one the app accepts; nothing was signed",
             action: "set the app's `appAppleID`, `environments` and `retention` in the offers catalog, or point Apple's realtime URL at the right service"),
         ProblemType(
             code: "token_binding_mismatch", status: .forbidden, title: "Someone else's appAccountToken",
@@ -182,7 +182,7 @@ public enum ProblemCatalog {
             action: "send less (with eligibility evidence: only the subscription group's transactions)"),
         ProblemType(
             code: "unsupported_media_type", status: .unsupportedMediaType, title: "Body must be JSON",
-            meaning: "`Content-Type` is not `application/json`; `Accept` says what is",
+            meaning: "`Content-Type` is not `application/json`; `Accept` says what is (Apple's endpoints, `/v1/apple/*`, take any)",
             action: "send `Content-Type: application/json`"),
         ProblemType(
             code: "issuer_id_missing", status: .unprocessableContent, title: "Key has no issuer ID",

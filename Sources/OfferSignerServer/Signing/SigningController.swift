@@ -323,6 +323,12 @@ enum RequestBodyReader {
                 detail: contentType.isEmpty ? "send the body as application/json" : "'\(contentType)' is not accepted; send application/json",
                 headers: [.accept: "application/json"])
         }
+        return try await body(request, limit: limit)
+    }
+
+    /// The body, whatever its `Content-Type` (Apple's endpoints: Apple does not document the
+    /// header it sends, so none is required there).
+    static func body(_ request: Request, limit: Int) async throws -> Data {
         if let length = request.headers[.contentLength].flatMap(Int.init), length > limit {
             throw APIProblem(.contentTooLarge, code: "body_too_large", detail: "the body is \(length) bytes; at most \(limit) are accepted")
         }

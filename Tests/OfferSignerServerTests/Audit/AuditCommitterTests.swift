@@ -54,6 +54,20 @@ struct AuditCommitterTests {
         }
     }
 
+    @Test("Entries queued with a deadline that has passed are never written; the rest of the queue is, and cannot be taken back once written", arguments: StoreBackend.testedCases)
+    func expiredEntriesAreNotWritten(backend: StoreBackend) async throws {
+        try await Self.withCommitter(backend, commitDelay: .zero) { committer, fixture in
+            let before = try await fixture.store.auditHead().count
+            let late = committer.queue(Self.entries(2), until: ContinuousClock.now - .milliseconds(1))
+            let timely = committer.queue(Self.entries(3), until: ContinuousClock.now + .seconds(600))
+            await #expect(throws: AuditCommitter.Withdrawn.self) { try await late.value() }
+            #expect(try await timely.value().count == 3)
+            #expect(!committer.withdraw(timely), "written: nothing to take back")
+            #expect(!committer.withdraw(late), "dropped by the writer: nothing to take back")
+            #expect(try await fixture.store.auditHead().count == before + 3, "only the timely entries were written")
+        }
+    }
+
     static let longDelay = Duration.seconds(120)
     static let bound = 60.0
 

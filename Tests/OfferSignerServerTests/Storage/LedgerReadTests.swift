@@ -120,4 +120,23 @@ struct LedgerReadTests {
         cache.fill(customers[3], [], readAfter: cache.ticket())
         #expect(customers.allSatisfy { cache.issuances(of: $0) == nil })
     }
+
+    @Test("A withdrawn signature leaves the ledger (and the SQLite cache) at once; its audit record stays", arguments: StoreBackend.testedCases)
+    func withdrawnSignatureLeavesTheLedger(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            _ = try await store.appendAudit([Self.signature("w-1", at: Self.base), Self.signature("w-2", offer: "winback_1", at: Self.base.addingTimeInterval(1))], at: Self.base)
+            // Read once, so the SQLite store answers the next read from its cache unless the withdrawal clears it.
+            #expect(try await store.ledgerIssuances(appAccountToken: Self.token, bundleID: Self.bundle).count == 2)
+            #expect(try await store.withdrawIssuedSignatures(nonces: ["w-1"]) == 1)
+            #expect(try await store.withdrawIssuedSignatures(nonces: ["w-1", "never-issued"]) == 0, "nothing left to remove")
+            #expect(try await store.ledgerIssuances(appAccountToken: Self.token, bundleID: Self.bundle).map(\.offerID) == ["winback_1"])
+            #expect(try await store.issuedSignatures(appAccountToken: Self.token, bundleID: Self.bundle).map(\.signature.nonce) == ["w-2"])
+            let fresh = try await fixture.openAnother()
+            #expect(try await fresh.ledgerIssuances(appAccountToken: Self.token, bundleID: Self.bundle).map(\.offerID) == ["winback_1"])
+            await fresh.close()
+            #expect(try await store.auditRecords(after: 0, limit: 10).filter { $0.kind == "signature.issued" }.count == 2, "the chain keeps both records")
+            #expect(try await store.verifiedChain().isIntact)
+        }
+    }
 }

@@ -11,12 +11,19 @@ import X509
 /// `POST /v1/apple/notifications`: App Store Server Notifications V2 (`{"signedPayload": "…"}`).
 ///
 /// Rules:
+/// - Any `Content-Type` is accepted: Apple documents the JSON body it posts (`responseBodyV2`,
+///   https://developer.apple.com/documentation/appstoreservernotifications/responsebodyv2) and
+///   not the header; Apple is silent on it, so the service does not require one.
 /// - Apple sends no credentials, so authenticity comes from the payload alone: its x5c chain to
-///   a trusted root, Apple's marker OIDs and its ES256 signature, then every JWS inside it.
+///   a trusted root, Apple's marker OIDs and its ES256 signature, then every JWS inside it. The
+///   signature is checked before the app it names is looked up: an unverified payload gets
+///   `notification_unverified` whatever it names, so the configuration cannot be probed.
 /// - The app it names must be one of this service's (a key's bundle or an `apps` entry of the
 ///   catalog); its environment must be one the app accepts (`apps.<bundle>.environments`); a
-///   Production notification must name the app's `appAppleID`. Anything else is refused (4xx)
-///   and nothing is stored.
+///   Production notification must name the app's `appAppleID`, checked in Production only as
+///   Apple's `SignedDataVerifier` does (`_verify_notification` in
+///   `appstoreserverlibrary/signed_data_verifier.py` of Apple's App Store Server Library for
+///   Python). Anything else is refused (4xx) and nothing is stored.
 /// - Idempotent by `notificationUUID`: Apple retries until it gets a 200, and a repeat is
 ///   answered 200 without a second write.
 /// - A valid notification of any type is answered 200, once its content is durably stored
@@ -89,10 +96,17 @@ struct AppleNotificationController: Sendable {
     }
 
     private func verify(_ request: Request, type: inout String) async throws -> (VerifiedNotification, Date) {
-        let body = try await RequestBodyReader.json(request, limit: maximumBodyBytes)
+        let body = try await RequestBodyReader.body(request, limit: maximumBodyBytes)
         let signedPayload = try Self.signedPayload(body)
-        guard let bundleID = AppleNotificationProbe.claimedBundleID(signedPayload) else {
-            throw APIProblem(.badRequest, code: "notification_unverified", detail: "signedPayload is not a compact JWS of a notification payload naming a bundleId")
+        let now = Date()
+        // The signature first: a payload Apple did not sign gets the same answer whatever app it
+        // names, so nothing about the configured apps can be probed with forged payloads.
+        let probe = AppleSignedDataVerifier(trustedRoots: trustedRoots, bundleID: "", environments: [.production, .sandbox], chainCache: chainCache)
+        let bundleID: String
+        switch await probe.verifiedNotificationBundleID(signedPayload, now: now) {
+        case .success(let value): bundleID = value
+        case .failure(let failure):
+            throw APIProblem(.badRequest, code: "notification_unverified", detail: "signedPayload is not a notification signed by Apple (\(failure.code.rawValue))")
         }
         let ring = keyRing.ring
         guard ring.configuredBundles.contains(bundleID) || catalog?.apps[bundleID] != nil else {
@@ -100,7 +114,6 @@ struct AppleNotificationController: Sendable {
         }
         let app = catalog?.appSettings(bundleID: bundleID) ?? AppStoreAppSettings(bundleID: bundleID)
         let verifier = AppleSignedDataVerifier(trustedRoots: trustedRoots, bundleID: bundleID, environment: nil, chainCache: chainCache)
-        let now = Date()
         let notification: VerifiedNotification
         switch await verifier.verifyNotification(signedPayload, appAppleID: app.appAppleID, now: now) {
         case .success(let verified):

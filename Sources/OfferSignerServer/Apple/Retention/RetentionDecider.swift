@@ -50,19 +50,27 @@ public enum RetentionDecider {
         return RetentionDecision(offer: nil, tried: tried, fallbackReason: "not_eligible")
     }
 
-    /// The `RealtimeResponseBody` of a fallback: exactly one member, or nil for no answer.
-    public static func fallbackJSON(_ fallback: RetentionFallback?) -> String? {
+    /// The `RealtimeResponseBody` of a fallback, in the customer's locale: exactly one member, or
+    /// nil for no answer.
+    ///
+    /// Shapes as Apple's models have them (`appstoreserverlibrary/models/RealtimeResponseBody.py`,
+    /// `Message.py`, `AlternateProduct.py` of Apple's App Store Server Library for Python;
+    /// https://developer.apple.com/documentation/retentionmessaging/realtimeresponsebody):
+    /// `{"message": {"messageIdentifier"}}` or `{"alternateProduct": {"messageIdentifier",
+    /// "productId", "billingPlanType"?}}`.
+    public static func fallbackJSON(_ fallback: RetentionFallback?, userLocale: String?) -> String? {
         switch fallback {
-        case .message(let messageIdentifier)?:
-            var message = JSONObjectWriter()
-            message.field("messageIdentifier", messageIdentifier)
+        case .message(let message)?:
+            var body = JSONObjectWriter()
+            body.field("messageIdentifier", message.identifier(for: userLocale))
             var writer = JSONObjectWriter()
-            writer.field("message", json: message.finish())
+            writer.field("message", json: body.finish())
             return writer.finish()
-        case .alternateProduct(let messageIdentifier, let productID)?:
+        case .alternateProduct(let message, let productID, let billingPlanType)?:
             var alternate = JSONObjectWriter()
-            alternate.field("messageIdentifier", messageIdentifier)
+            alternate.field("messageIdentifier", message.identifier(for: userLocale))
             alternate.field("productId", productID)
+            if let billingPlanType { alternate.field("billingPlanType", billingPlanType.rawValue) }
             var writer = JSONObjectWriter()
             writer.field("alternateProduct", json: alternate.finish())
             return writer.finish()

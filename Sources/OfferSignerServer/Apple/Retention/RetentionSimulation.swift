@@ -23,7 +23,8 @@ public enum RetentionSimulation {
     /// history, else (with `apple`) on Apple's answer, and the customer's ledger.
     public static func simulate(
         store: any OfferSignerStore, catalog: OfferCatalog, app: AppStoreAppSettings, originalTransactionID: String, productID: String,
-        environment: AppleEnvironment, now: Date, apple: (client: AppStoreServerAPIClient, credentials: AppStoreServerAPICredentials?)?
+        environment: AppleEnvironment, now: Date, apple: (client: AppStoreServerAPIClient, credentials: AppStoreServerAPICredentials?)?,
+        userLocale: String? = nil
     ) async throws -> Outcome {
         guard let plan = app.retention else {
             return Outcome(answer: "nothing", json: nil, historySource: "none", decision: nil, fallbackReason: "no_retention_plan")
@@ -49,24 +50,24 @@ public enum RetentionSimulation {
             }
         }
         guard let history else {
-            return fallback(productPlan.fallback, source: source, decision: nil, reason: "history_unavailable")
+            return fallback(productPlan.fallback, userLocale: userLocale, source: source, decision: nil, reason: "history_unavailable")
         }
         let (customer, _) = RetentionDecider.customerKey(history: history, originalTransactionID: originalTransactionID)
         let ledger = try await EligibilityService.ledger(customer: customer, bundleID: app.bundleID, store: store, timeout: .seconds(30))
         let decision = RetentionDecider.decide(plan: productPlan, catalog: catalog, bundleID: app.bundleID, history: history, ledger: ledger, now: now)
         guard let choice = decision.offer else {
-            return fallback(productPlan.fallback, source: source, decision: decision, reason: decision.fallbackReason ?? "not_eligible")
+            return fallback(productPlan.fallback, userLocale: userLocale, source: source, decision: decision, reason: decision.fallbackReason ?? "not_eligible")
         }
         var offer = JSONObjectWriter()
-        offer.field("messageIdentifier", choice.messageIdentifier)
+        offer.field("messageIdentifier", choice.message.identifier(for: userLocale))
         offer.field(plan.signatureVersion == .v2 ? "promotionalOfferSignatureV2" : "promotionalOfferSignatureV1", "(signed by the service; not made here)")
         var writer = JSONObjectWriter()
         writer.field("promotionalOffer", json: offer.finish())
         return Outcome(answer: "promotionalOffer", json: writer.finish(), historySource: source, decision: decision, fallbackReason: nil)
     }
 
-    private static func fallback(_ fallback: RetentionFallback?, source: String, decision: RetentionDecision?, reason: String) -> Outcome {
-        let json = RetentionDecider.fallbackJSON(fallback)
+    private static func fallback(_ fallback: RetentionFallback?, userLocale: String?, source: String, decision: RetentionDecision?, reason: String) -> Outcome {
+        let json = RetentionDecider.fallbackJSON(fallback, userLocale: userLocale)
         let answer = switch fallback {
         case .message?: "message"
         case .alternateProduct?: "alternateProduct"

@@ -268,7 +268,7 @@ struct RetentionTests {
         }
     }
 
-    @Test("History unreachable (no stored history, Apple slower than the budget): the fallback, within the budget")
+    @Test("History unreachable (no stored history, Apple slower than the deadline): the fallback, within the deadline")
     func historyUnreachable() async throws {
         try await withServer(configure: { $0.retention.budget = .milliseconds(300) }) { server, fake, client in
             fake.setAnswerDelay(.seconds(600))
@@ -281,7 +281,7 @@ struct RetentionTests {
             #expect(elapsed < .seconds(5), "answered after \(elapsed)")
             #expect(try await issuedRecords(server).isEmpty)
             let metrics = try await client.execute(uri: "/metrics", method: .get).text
-            #expect(metrics.contains(#"retention_fallbacks_total{reason="budget"} 1"#), "\(metrics.split(separator: "\n").filter { $0.contains("retention") })")
+            #expect(metrics.contains(#"retention_fallbacks_total{reason="deadline"} 1"#), "\(metrics.split(separator: "\n").filter { $0.contains("retention") })")
         }
     }
 

@@ -1,0 +1,210 @@
+import AppleTestChain
+import FakeAppStoreServerAPI
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import NIOCore
+import OfferSignerEligibility
+import OfferSignerServer
+import OfferSignerStorage
+import Testing
+
+/// Retention Messaging and notifications as Apple sends and reads them: messages chosen by
+/// `userLocale`, switch-plan answers with `billingPlanType`, every answer read by Apple's own
+/// `RealtimeResponseBody` model; the endpoints take any `Content-Type`, reveal nothing before the
+/// signature verified, and check `appAppleId` in Production only (real server, SQLite and
+/// PostgreSQL).
+@Suite("Retention Messaging and notifications: Apple's rules", .serialized)
+struct RetentionAppleRulesTests {
+    static let offerDefault = "aaaaaaaa-0000-4000-8000-000000000001"
+    static let offerEnUS = "aaaaaaaa-0000-4000-8000-000000000002"
+    static let offerDe = "aaaaaaaa-0000-4000-8000-000000000003"
+    static let switchDefault = "bbbbbbbb-0000-4000-8000-000000000001"
+    static let switchEnUS = "bbbbbbbb-0000-4000-8000-000000000002"
+    static let messageDefault = "cccccccc-0000-4000-8000-000000000001"
+    static let messageFr = "cccccccc-0000-4000-8000-000000000002"
+
+    static func catalog(port: Int) -> String {
+        #"""
+        {"apps": {"com.example.app": {"appAppleID": 1234567890, "environments": ["Production", "Sandbox"], "notificationHistory": true,
+                  "appStoreServerAPI": {"productionURL": "http://127.0.0.1:\#(port)/production", "sandboxURL": "http://127.0.0.1:\#(port)/sandbox"},
+                  "subscriptionGroups": {"G1": ["pro.yearly", "pro.basic"]},
+                  "retention": {"products": {
+                    "pro.monthly": {
+                      "offers": [{"offerID": "retain_50", "messageIdentifier": {"default": "\#(offerDefault)", "en-US": "\#(offerEnUS)", "de": "\#(offerDe)"}}],
+                      "fallback": {"alternateProduct": {"messageIdentifier": {"default": "\#(switchDefault)", "en_US": "\#(switchEnUS)"},
+                                                        "productID": "pro.yearly", "billingPlanType": "MONTHLY"}}},
+                    "pro.basic": {"fallback": {"message": {"messageIdentifier": {"default": "\#(messageDefault)", "fr": "\#(messageFr)"}}}}}}}},
+         "offers": [
+          {"offerID": "retain_50", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
+           "kind": "retention", "historySource": "apple", "rules": {"minPaidMonths": 3, "waitBetweenOffersMonths": 12}}
+        ]}
+        """#
+    }
+
+    static func messageIdentifier(_ answer: TestResponse) -> String? {
+        answer.json.values.compactMap { ($0 as? [String: Any])?["messageIdentifier"] as? String }.first
+    }
+
+    @Test("Messages follow userLocale: the locale, else its language, else the default; the answers are read whole by Apple's RealtimeResponseBody", arguments: StoreBackend.testedCases)
+    func localesAndApplesModel(_ backend: StoreBackend) async throws {
+        try await RetentionHarness.run(backend, catalog: Self.catalog(port:)) { h in
+            var answers: [[String: Any]] = []
+            // Eligible subscribers: the offer's message in their locale.
+            let offers: [(String, String?, String)] = [
+                ("700000001", "de-AT", Self.offerDe), ("700000002", "en-US", Self.offerEnUS), ("700000003", "ja-JP", Self.offerDefault),
+                ("700000004", nil, Self.offerDefault), ("700000005", "EN_us", Self.offerEnUS),
+            ]
+            for (id, locale, expected) in offers {
+                let customer = h.subscriber(months: 6, id: id, token: "22222222-aaaa-4aaa-8aaa-\(String(repeating: "0", count: 3))\(id)")
+                try await h.notify(customer)
+                let answer = try await h.post(try h.request(id, userLocale: locale))
+                #expect(answer.status == .ok, "\(answer.text)")
+                #expect(RetentionHarness.members(answer) == ["promotionalOffer"], "\(answer.text)")
+                #expect(Self.messageIdentifier(answer) == expected, "\(locale ?? "no locale"): \(answer.text)")
+                answers.append(answer.json)
+            }
+            // An ineligible one (two months paid): the switch-plan suggestion, with Apple's billingPlanType.
+            let short = h.subscriber(months: 2, id: "700000009", token: "22222222-aaaa-4aaa-8aaa-000700000009")
+            try await h.notify(short)
+            for (locale, expected) in [("en-US", Self.switchEnUS), ("en-GB", Self.switchDefault), ("de", Self.switchDefault)] {
+                let answer = try await h.post(try h.request(short.originalTransactionID, userLocale: locale))
+                #expect(RetentionHarness.members(answer) == ["alternateProduct"], "\(answer.text)")
+                let alternate = try #require(answer.json["alternateProduct"] as? [String: Any])
+                #expect(alternate["messageIdentifier"] as? String == expected, "\(locale)")
+                #expect(alternate["productId"] as? String == "pro.yearly")
+                #expect(alternate["billingPlanType"] as? String == "MONTHLY")
+                answers.append(answer.json)
+            }
+            // A product with a message only.
+            for (locale, expected) in [("fr-CA", Self.messageFr), ("it-IT", Self.messageDefault)] {
+                let answer = try await h.post(try h.request(short.originalTransactionID, productID: "pro.basic", userLocale: locale))
+                #expect(RetentionHarness.members(answer) == ["message"], "\(answer.text)")
+                #expect(Self.messageIdentifier(answer) == expected, "\(locale)")
+                answers.append(answer.json)
+            }
+            // A switch-plan suggestion without billingPlanType, as a plan without one answers it.
+            let plain = try #require(RetentionDecider.fallbackJSON(.alternateProduct(messageIdentifier: Self.switchDefault, productID: "pro.yearly"), userLocale: "en-US"))
+            answers.append(try #require(try JSONSerialization.jsonObject(with: Data(plain.utf8)) as? [String: Any]))
+            // Apple's model takes every answer whole: each member one of its fields, with its type.
+            let results = try await RetentionTests.oracle(answers.map { ["op": "realtime-response", "body": $0] })
+            for (ours, result) in zip(answers, results) {
+                let unstructured = try #require(result["unstructured"])
+                #expect(
+                    NSDictionary(dictionary: RetentionTests.withoutNulls(unstructured) as? [String: Any] ?? [:]).isEqual(to: ours),
+                    "Apple's RealtimeResponseBody read \(ours) as \(unstructured)")
+            }
+        }
+    }
+
+    @Test("Any Content-Type is accepted on Apple's endpoints (Apple documents none)", arguments: StoreBackend.testedCases)
+    func anyContentType(_ backend: StoreBackend) async throws {
+        try await RetentionHarness.run(backend, catalog: Self.catalog(port:)) { h in
+            let customer = h.subscriber(months: 6, id: "710000001", token: "33333333-aaaa-4aaa-8aaa-000710000001")
+            for (index, contentType) in ["text/plain; charset=utf-8", "application/x-www-form-urlencoded", nil].enumerated() where index < customer.periodStarts.count {
+                var headers: HTTPFields = [:]
+                if let contentType { headers[.contentType] = contentType }
+                let answer = try await h.client.execute(
+                    uri: "/v1/apple/notifications", method: .post, headers: headers, body: ByteBuffer(string: try h.notification(customer, index: index)))
+                #expect(answer.status == .ok, "\(contentType ?? "no Content-Type"): \(answer.text)")
+            }
+            for index in 3..<customer.periodStarts.count {
+                #expect(try await h.client.postJSON("/v1/apple/notifications", try h.notification(customer, index: index)).status == .ok)
+            }
+            for contentType in ["text/plain", "application/octet-stream", nil] {
+                var headers: HTTPFields = [:]
+                if let contentType { headers[.contentType] = contentType }
+                let answer = try await h.client.execute(
+                    uri: "/v1/apple/retention", method: .post, headers: headers, body: ByteBuffer(string: try h.request(customer.originalTransactionID)))
+                #expect(answer.status == .ok, "\(contentType ?? "no Content-Type"): \(answer.text)")
+                #expect(!RetentionHarness.members(answer).isEmpty)
+            }
+        }
+    }
+
+    @Test("A forged payload gets the same answer whatever app it names: nothing about the configuration before the signature verified", arguments: StoreBackend.testedCases)
+    func nothingRevealedBeforeVerification(_ backend: StoreBackend) async throws {
+        let stranger = try TestAppleChain()
+        try await RetentionHarness.run(backend, catalog: Self.catalog(port:)) { h in
+            let customer = h.subscriber(months: 2, id: "720000001", token: "44444444-aaaa-4aaa-8aaa-000720000001")
+            let forgedRetention = [
+                try h.request(customer.originalTransactionID, signer: stranger),
+                try h.request(customer.originalTransactionID, appAppleID: 42, signer: stranger),
+                try h.request(customer.originalTransactionID, environment: "Sandbox", signer: stranger),
+            ]
+            var seen: Set<String> = []
+            for body in forgedRetention {
+                let answer = try await h.post(body)
+                expectProblem(answer, .badRequest, "retention_request_unverified")
+                seen.insert(answer.json["detail"] as? String ?? "")
+            }
+            #expect(seen.count == 1, "the answers differ: \(seen)")
+            let forgedNotifications = [
+                try h.notification(customer, index: 0, signer: stranger),
+                try h.notification(customer, index: 0, bundleID: "com.other.app", signer: stranger),
+                try h.notification(customer, index: 0, appAppleID: 42, signer: stranger),
+            ]
+            seen = []
+            for body in forgedNotifications {
+                let answer = try await h.client.postJSON("/v1/apple/notifications", body)
+                expectProblem(answer, .badRequest, "notification_unverified")
+                seen.insert(answer.json["detail"] as? String ?? "")
+            }
+            #expect(seen.count == 1, "the answers differ: \(seen)")
+            // Signed by Apple: now the app is compared, and a foreign one is told so.
+            expectProblem(try await h.client.postJSON("/v1/apple/notifications", try h.notification(customer, index: 0, bundleID: "com.other.app")), .forbidden, "notification_foreign")
+            expectProblem(try await h.post(try h.request(customer.originalTransactionID, appAppleID: 42)), .forbidden, "retention_request_foreign")
+            #expect(try await h.audited("signature.issued").isEmpty)
+        }
+    }
+
+    @Test("appAppleId is checked in Production only, as Apple's SignedDataVerifier does", arguments: StoreBackend.testedCases)
+    func appAppleIDInProductionOnly(_ backend: StoreBackend) async throws {
+        try await RetentionHarness.run(backend, catalog: Self.catalog(port:)) { h in
+            let sandbox = h.subscriber(months: 2, id: "730000001", token: "55555555-aaaa-4aaa-8aaa-000730000001", environment: "Sandbox")
+            // Sandbox notifications naming another appAppleId, or none, are stored.
+            let stored = try await h.client.postJSON("/v1/apple/notifications", try h.notification(sandbox, index: 0, appAppleID: 42))
+            #expect(stored.status == .ok, "\(stored.text)")
+            #expect(try await h.client.postJSON("/v1/apple/notifications", try h.notification(sandbox, index: 1, appAppleID: nil)).status == .ok)
+            // Sandbox retention requests too: the one app with a plan answers.
+            for appAppleID in [42, nil] as [Int64?] {
+                let answer = try await h.post(try h.request(sandbox.originalTransactionID, appAppleID: appAppleID, environment: "Sandbox"))
+                #expect(answer.status == .ok, "\(answer.text)")
+                #expect(RetentionHarness.members(answer) == ["alternateProduct"], "\(answer.text)")
+            }
+            // Production: the appAppleId must be the app's.
+            let production = h.subscriber(months: 2, id: "730000002", token: "55555555-aaaa-4aaa-8aaa-000730000002")
+            expectProblem(try await h.client.postJSON("/v1/apple/notifications", try h.notification(production, index: 0, appAppleID: 42)), .forbidden, "notification_foreign")
+            expectProblem(try await h.client.postJSON("/v1/apple/notifications", try h.notification(production, index: 0, appAppleID: nil)), .forbidden, "notification_foreign")
+            expectProblem(try await h.post(try h.request(production.originalTransactionID, appAppleID: 42)), .forbidden, "retention_request_foreign")
+            expectProblem(try await h.post(try h.request(production.originalTransactionID, appAppleID: nil)), .forbidden, "retention_request_foreign")
+        }
+    }
+
+    static func productionOnlyCatalog(port: Int) -> String {
+        #"""
+        {"apps": {"com.example.app": {"appAppleID": 1234567890, "notificationHistory": true,
+                  "appStoreServerAPI": {"productionURL": "http://127.0.0.1:\#(port)/production", "sandboxURL": "http://127.0.0.1:\#(port)/sandbox"},
+                  "retention": {"products": {"pro.monthly": {"fallback": {"message": {"messageIdentifier": "\#(messageDefault)"}}}}}}},
+         "offers": []}
+        """#
+    }
+
+    @Test("serve --dev accepts Sandbox for an app whose catalog entry names no environments; without it, Production only")
+    func developmentModeAcceptsSandbox() async throws {
+        for development in [true, false] {
+            try await RetentionHarness.run(.sqlite, catalog: Self.productionOnlyCatalog(port:), configure: { $0.developmentMode = development }) { h in
+                let sandbox = h.subscriber(months: 1, id: "740000001", token: "66666666-aaaa-4aaa-8aaa-000740000001", environment: "Sandbox")
+                let notification = try await h.client.postJSON("/v1/apple/notifications", try h.notification(sandbox, index: 0))
+                let retention = try await h.post(try h.request(sandbox.originalTransactionID, environment: "Sandbox"))
+                if development {
+                    #expect(notification.status == .ok, "\(notification.text)")
+                    #expect(retention.status == .ok && RetentionHarness.members(retention) == ["message"], "\(retention.text)")
+                } else {
+                    expectProblem(notification, .forbidden, "notification_foreign")
+                    expectProblem(retention, .forbidden, "retention_request_foreign")
+                }
+            }
+        }
+    }
+}
