@@ -122,8 +122,12 @@ public struct EligibilityEvaluator: Sendable {
                 reasons.insert(.currentlySubscribed)
             }
             if history.hasHistory {
-                if history.isInBillingRetryOrGrace(after: reached) { reasons.insert(.billingRetry) }
-                if lapsed && history.willAutoRenew { reasons.insert(.autoRenewOn) }
+                // In billing retry Apple keeps `autoRenewStatus` 1 (the customer meant to renew): one reason.
+                if history.isInBillingRetryOrGrace(after: reached) {
+                    reasons.insert(.billingRetry)
+                } else if lapsed && history.willAutoRenew {
+                    reasons.insert(.autoRenewOn)
+                }
             }
         case .retention:
             if !history.hasHistory {

@@ -70,7 +70,8 @@ struct AppleReadingTests {
     @Test("Billing retry: not churned, whatever excludeBillingRetry says, and no eligibleFrom inside the retry")
     func billingRetryIsNotChurn() {
         let expired = F.paidMonths(6, endingAt: F.daysAgo(10))
-        let decision = Self.evaluate(F.offer(rules: OfferRules(lapsedMonths: .init(min: 1))), expired, renewals: [Self.renewal(billingRetry: true)])
+        // Apple keeps autoRenewStatus 1 during a billing retry: the retry is the reason, not auto-renew.
+        let decision = Self.evaluate(F.offer(rules: OfferRules(lapsedMonths: .init(min: 1))), expired, renewals: [Self.renewal(autoRenew: true, billingRetry: true)])
         #expect(decision.reasons == [.lapsedTooRecently, .billingRetry])
         #expect(decision.eligibleFrom == nil)
         // Retry over (the subscription expired for a billing error): churned.
