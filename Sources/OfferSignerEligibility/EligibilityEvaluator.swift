@@ -54,9 +54,9 @@ public struct EligibilityEvaluator: Sendable {
         case issuedAttempts
     }
 
-    /// How long a promotional offer signature can be redeemed: Apple accepts a signature for
-    /// 24 hours after its timestamp (Generating a signature for promotional offers: "The system
-    /// rejects the signature if it's more than 24 hours old").
+    /// How long a promotional offer signature can be redeemed: 24 hours from its timestamp (Apple's
+    /// App Store Server Library, appstoreserverlibrary/promotional_offer.py, `create_signature`:
+    /// "The timestamp keeps the offer active for 24 hours").
     public static let signatureLifetime: TimeInterval = 86_400
 
     /// An evaluator that knows no other offers: `waitScope: "any-win-back"` then covers this offer and

@@ -34,8 +34,9 @@ public struct RetentionConfiguration: Sendable {
 ///   answers 204 (Apple shows its default message).
 /// - A promotional offer's nonce is the `requestIdentifier`, so the ledger's unique nonces make
 ///   a replay unable to issue a second signature on any instance; the signature is audited
-///   (`signature.issued` with `originalTransactionID` and `retentionRequestIdentifier`), counts
-///   toward the offer's rules and is tracked for redemption like any other.
+///   (`signature.issued` with `originalTransactionID` and `retentionRequestIdentifier`) and
+///   tracked for redemption like any other; a request is a page view, so the signature never
+///   counts toward the rules by itself (`LedgerIssuance.pageViewClient`): Apple's redemption does.
 /// - Within `budget`: when the history or the customer lock cannot be had in time, the fallback
 ///   is answered and counted (`retention_fallbacks_total{reason="budget"}`).
 struct RetentionController: Sendable {
