@@ -25,9 +25,14 @@ public struct RuleTime: Sendable, Hashable {
     public let fixedMonth: TimeInterval?
     private let calendar: Calendar
 
+    /// Calendar months (built once: a `Calendar` is not free to make, and every decision needs one).
+    public static let calendarMonths = RuleTime(fixedMonth: nil)
+    /// Sandbox months.
+    public static let sandboxMonths = RuleTime(fixedMonth: sandboxMonth)
+
     /// The months of decisions on history from `environment`.
     public init(environment: AppleEnvironment?) {
-        self.init(fixedMonth: environment == .sandbox ? Self.sandboxMonth : nil)
+        self = environment == .sandbox ? Self.sandboxMonths : Self.calendarMonths
     }
 
     init(fixedMonth: TimeInterval?) {
