@@ -164,7 +164,9 @@ struct AppleReadingScenarioTests {
     }
 
     /// The real server on a fresh store of `backend`, with the catalog above and a client's secret.
-    func withServer(_ backend: StoreBackend, _ body: @escaping @Sendable (any TestClientProtocol, String, StoreFixture) async throws -> Void) async throws {
+    func withServer(
+        _ backend: StoreBackend, catalog: String = Self.catalog, _ body: @escaping @Sendable (any TestClientProtocol, String, StoreFixture) async throws -> Void
+    ) async throws {
         try await StoreFixture.with(backend) { fixture in
             let store = fixture.store
             let masterKey = MasterKey.generate().key
@@ -180,7 +182,7 @@ struct AppleReadingScenarioTests {
             configuration.appAccountTokenRateLimit = .unlimited
             configuration.storeTimeout = .seconds(60)
             configuration.eligibility = try EligibilityConfiguration(
-                catalogJSON: Data(Self.catalog.utf8), trustedRootPEMs: [try chain.root.serializeAsPEM().pemString])
+                catalogJSON: Data(catalog.utf8), trustedRootPEMs: [try chain.root.serializeAsPEM().pemString])
             let application = try await buildApplication(configuration: configuration, store: store)
             try await application.test(.live) { client in try await body(client, secret, fixture) }
         }
@@ -328,6 +330,31 @@ struct AppleReadingScenarioTests {
             let decision = try await decide(["wb_wait"], for: subscriber, client: client, secret: secret)["wb_wait"]
             #expect(decision?["reasons"] as? [String] == ["redeemed_too_recently"], "\(String(describing: decision))")
             #expect(Self.eligibleFrom(decision) == Self.utc.date(byAdding: .month, value: 2, to: subscriber.periods[4].end), "\(String(describing: decision))")
+        }
+    }
+
+    @Test("Jan 31 plus one month, through the endpoint: a month added to the 31st ends on the last day of a shorter month", arguments: StoreBackend.testedCases)
+    func monthEndClamping(backend: StoreBackend) async throws {
+        // The latest 31st (00:00 UTC) at least a day ago, and the fewest months after it that land,
+        // clamped, in a shorter month after tomorrow (today, 2026-11-27: Oct 31 + 1 month = Nov 30).
+        var lapse = Self.utc.startOfDay(for: now)
+        while Self.utc.component(.day, from: lapse) != 31 || lapse > now.addingTimeInterval(-86_400) { lapse.addTimeInterval(-86_400) }
+        var months = 1
+        while Self.utc.component(.day, from: Self.utc.date(byAdding: .month, value: months, to: lapse)!) == 31
+            || Self.utc.date(byAdding: .month, value: months, to: lapse)! <= now.addingTimeInterval(86_400)
+        {
+            months += 1
+        }
+        let expected = Self.utc.date(byAdding: .month, value: months, to: lapse)!
+        #expect(Self.utc.component(.day, from: expected) < 31, "clamped to the end of the shorter month")
+        let offer = #"{"offerID": "wb_month_end", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1", "kind": "win-back", "historySource": "apple", "rules": {"lapsedMonths": {"min": \#(months)}}},"#
+        let catalog = Self.catalog.replacingOccurrences(of: #""offers": ["#, with: #""offers": ["# + offer)
+        let subscriber = Subscriber(original: "770000001", periods: [(lapse.addingTimeInterval(-30 * 86_400), lapse)])
+        try await withServer(backend, catalog: catalog) { client, secret, _ in
+            try await follow(subscriber, renewalInfo: subscriber.renewalInfo(autoRenew: false, expirationIntent: 1, at: now), last: ("EXPIRED", "VOLUNTARY"), client: client)
+            let decision = try await decide(["wb_month_end"], for: subscriber, client: client, secret: secret)["wb_month_end"]
+            #expect(decision?["reasons"] as? [String] == ["lapsed_too_recently"], "\(String(describing: decision))")
+            #expect(Self.eligibleFrom(decision) == expected, "\(String(describing: decision))")
         }
     }
 
