@@ -77,6 +77,21 @@ public struct AppleTransactionReason: AppleOpenSetValue {
     public static let renewal = AppleTransactionReason(rawValue: "RENEWAL")
 }
 
+/// Apple's `revocationType` of a transaction (an open set): what kind of refund or revocation
+/// applies (appstoreserverlibrary/models/RevocationType.py; App Store Server Notifications
+/// `revocationType`).
+public struct AppleRevocationType: AppleOpenSetValue {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    /// `REFUND_FULL`: the whole transaction was refunded.
+    public static let refundFull = AppleRevocationType(rawValue: "REFUND_FULL")
+    /// `REFUND_PRORATED`: part of it was refunded (`revocationPercentage` says how much).
+    public static let refundProrated = AppleRevocationType(rawValue: "REFUND_PRORATED")
+    /// `FAMILY_REVOKE`: access through Family Sharing was withdrawn; nothing was refunded.
+    public static let familyRevoke = AppleRevocationType(rawValue: "FAMILY_REVOKE")
+}
+
 /// One of Apple's open sets of values (`offerType`, `inAppOwnershipType`, …): any raw value is
 /// kept as it is, so a value Apple adds later still decodes, and it is coded as the bare value
 /// (`2`, `"PURCHASED"`), as in Apple's payloads.

@@ -20,6 +20,9 @@ public enum EligibilityReason: String, Sendable, Codable, Hashable, CaseIterable
     /// Kind `win-back` or rule `lapsedMonths`: the customer has an active subscription in the group
     /// (including a billing grace period).
     case currentlySubscribed = "currently_subscribed"
+    /// Kind `win-back`: the subscription expired but Apple reports that it will renew
+    /// (`autoRenewStatus` 1), so it is not churned ("Supporting win-back offers in your app").
+    case autoRenewOn = "auto_renew_on"
     /// Kind `retention`: the customer has history in the group but no active subscription.
     case notSubscribed = "not_subscribed"
     /// Rule `minPaidMonths`: not enough paid time in the group.
@@ -36,7 +39,8 @@ public enum EligibilityReason: String, Sendable, Codable, Hashable, CaseIterable
     case refunded = "refunded"
     /// Rule `excludeFamilyShared`: the customer's access comes from Family Sharing.
     case familyShared = "family_shared"
-    /// Rule `excludeBillingRetry`: the subscription is in billing retry or a grace period.
+    /// Kind `win-back` (always) or rule `excludeBillingRetry`: the subscription is in billing retry or
+    /// a grace period, so it is not churned (App Store Server API `eligibleWinBackOfferIds`).
     case billingRetry = "billing_retry"
     /// Rule `storefronts`: the customer's storefront is not allowed.
     case storefrontExcluded = "storefront_excluded"

@@ -11,15 +11,53 @@ import Foundation
 ///   (`subscriptionGroupIdentifier`, or one of the offer's `productIDs` when that is absent), deduplicated by
 ///   `transactionId`. Renewal infos count when their `originalTransactionId` belongs to that history or
 ///   their product is one of the offer's products.
-/// - "Active" means a non-revoked group transaction with `purchaseDate <= now < expiresDate`, or a renewal
-///   info whose `gracePeriodExpiresDate` is after `now`. An upgraded transaction (`isUpgraded`) paid for
-///   service only until the next transaction of the group began (Apple: the other transaction says
-///   what the customer is entitled to); for activity, the lapse and paid months it ends there.
-/// - Months are calendar months in UTC on the Gregorian calendar: "N months after D" is D plus N months,
-///   clamped to the end of shorter months (Jan 31 + 1 month = Feb 28/29).
+/// - Win-back offers require a churned subscription, as Apple defines it ("Supporting win-back offers
+///   in your app": "A churned subscription is one that has an `expirationDate` in the past, and a
+///   `willAutoRenew` value of `false`"; `eligibleWinBackOfferIds`, App Store Server API: "Subscriptions
+///   in a Billing Grace Period or billing retry state aren't eligible for win-back offers"): expired
+///   (`currently_subscribed` otherwise), not in billing retry (`isInBillingRetryPeriod`) nor an
+///   unexpired grace period (`gracePeriodExpiresDate`) (`billing_retry`), auto-renew off
+///   (`autoRenewStatus` 0; `auto_renew_on` otherwise). Neither of the last two is a waiting period, so
+///   `eligibleFrom` never points inside a retry or grace period. A history without renewal info (the
+///   app's evidence may leave it out; Apple's API and notifications always carry it) is read as
+///   auto-renew off: the expiry is then all that is known (Apple is silent on such a history).
+/// - "Active" means a group transaction with `purchaseDate <= now < ` the end of its access (its
+///   expiry, or its revocation when earlier), or a renewal info whose `gracePeriodExpiresDate` is after
+///   `now`. An upgraded transaction (`isUpgraded`) paid for service only until the next transaction of
+///   the group began (Apple: the other transaction says what the customer is entitled to).
+/// - A refund (`revocationType` `REFUND_FULL`/`REFUND_PRORATED`) and a revocation from Family Sharing
+///   (`FAMILY_REVOKE`) both end access at `revocationDate` (Apple's lapse criterion is the time "since
+///   the subscriber last had an active subscription"); only a refund is `refunded` or removes paid
+///   time, and a prorated one only its `revocationPercentage` (see `VerifiedTransaction.refundedShare`).
+/// - Months are measured by `RuleTime`: calendar months in UTC (Jan 31 + 1 month = Feb 28/29), in
+///   Sandbox Apple's accelerated renewal rate (a month is 5 minutes).
+/// - Every comparison with "now" allows `rules.clockSkewSeconds` (default 60) in the customer's
+///   favour (see `OfferRules.clockSkewSeconds`).
+/// - Redemptions are counted as `RedemptionCounting` says.
 public struct EligibilityEvaluator: Sendable {
-    private let calendar: Calendar
     private let winBackOfferIDs: Set<String>
+
+    /// How a decision counts the customer's redemptions of an offer.
+    public enum RedemptionCounting: Sendable, Hashable {
+        /// The history is Apple's (its App Store Server API, or a complete stored history kept by
+        /// its notifications): the redemptions Apple recorded, transactions with `offerType` 2 and
+        /// the offer's `offerIdentifier` (JWSTransactionDecodedPayload `offerType`,
+        /// `offerIdentifier`). Signatures issued and not redeemed do not count: a cancelled payment
+        /// sheet or a Retention Messaging page view uses nothing up.
+        case applesRecord
+        /// The history is the app's evidence, which may leave a redemption out: the larger of the
+        /// verified redemptions and our ledger's attempts. Signatures for the same offer within one
+        /// signature lifetime (`signatureLifetime`, 24 h) of an attempt's first are that attempt, so a
+        /// cancelled payment sheet can be retried: the attempt still open at `now` does not count
+        /// toward `maxRedemptions` nor start this offer's wait. The ledger holds no Retention
+        /// Messaging issuance (a page view: it never counts by itself).
+        case issuedAttempts
+    }
+
+    /// How long a promotional offer signature can be redeemed: 24 hours from its timestamp (Apple's
+    /// App Store Server Library, appstoreserverlibrary/promotional_offer.py, `create_signature`:
+    /// "The timestamp keeps the offer active for 24 hours").
+    public static let signatureLifetime: TimeInterval = 86_400
 
     /// An evaluator that knows no other offers: `waitScope: "any-win-back"` then covers this offer and
     /// Apple's own win-back offers only.
@@ -34,40 +72,30 @@ public struct EligibilityEvaluator: Sendable {
 
     /// An evaluator for which these offer IDs are win-back offers for `waitScope: "any-win-back"`.
     public init(winBackOfferIDs: Set<String>) {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(secondsFromGMT: 0)!
-        self.calendar = calendar
         self.winBackOfferIDs = winBackOfferIDs
     }
 
-    /// `date` plus `months` calendar months (UTC).
+    /// `date` plus `months` calendar months (UTC), as in Production.
     public func adding(months: Int, to date: Date) -> Date {
-        calendar.date(byAdding: .month, value: months, to: date) ?? date
+        RuleTime(environment: .production).adding(months: months, to: date)
     }
 
-    /// Calendar months from `start` to `end`: whole months, plus the remainder as a fraction of the
-    /// month that follows them (so Jan 15 → Mar 1 is 1 + 15/28 months in 2025).
+    /// Calendar months from `start` to `end`, as in Production (see `RuleTime.months(from:to:)`).
     func months(from start: Date, to end: Date) -> Double {
-        guard end > start else { return 0 }
-        var whole = calendar.dateComponents([.month], from: start, to: end).month ?? 0
-        while whole > 0 && adding(months: whole, to: start) > end { whole -= 1 }
-        while adding(months: whole + 1, to: start) <= end { whole += 1 }
-        let monthStart = adding(months: whole, to: start)
-        let monthEnd = adding(months: whole + 1, to: start)
-        let length = monthEnd.timeIntervalSince(monthStart)
-        guard length > 0 else { return Double(whole) }
-        return Double(whole) + end.timeIntervalSince(monthStart) / length
+        RuleTime(environment: .production).months(from: start, to: end)
     }
 
     /// Decides whether `offer` may be signed for the customer described by `evidence` and `ledger` at `now`.
     ///
     /// - Parameters:
     ///   - ledger: every signature we issued to this customer (any offer; filtered here by offer ID).
+    ///   - counting: whose record of redemptions counts (`applesRecord` when `evidence` is Apple's history).
     public func evaluate(
         _ offer: OfferDefinition,
         evidence: EligibilityEvidence,
         ledger: [IssuedOfferRecord],
-        now: Date
+        now: Date,
+        counting: RedemptionCounting = .issuedAttempts
     ) -> EligibilityDecision {
         guard let rules = offer.rules else {
             return EligibilityDecision(offerID: offer.offerID, eligible: true, reasons: [])
@@ -77,20 +105,34 @@ public struct EligibilityEvaluator: Sendable {
 
         if !evidence.failures.isEmpty { reasons.insert(.evidenceUnverified) }
 
-        let history = History(offer: offer, evidence: evidence, now: now)
+        let history = CustomerHistory(offer: offer, evidence: evidence)
+        let time = RuleTime(environment: history.environment)
+        let skew = TimeInterval(rules.clockSkewSeconds)
+        // A date at or before `reached` has come; one after `stillBefore` has not gone.
+        let reached = now.addingTimeInterval(skew)
+        let stillBefore = now.addingTimeInterval(-skew)
+        let lapsed = !history.isActive(startedBy: reached, endingAfter: reached)
 
         // Kind precondition.
         switch offer.kind {
         case .winBack:
             if !history.hasHistory {
                 reasons.insert(.noHistory)
-            } else if history.isActive {
+            } else if !lapsed {
                 reasons.insert(.currentlySubscribed)
+            }
+            if history.hasHistory {
+                // In billing retry Apple keeps `autoRenewStatus` 1 (the customer meant to renew): one reason.
+                if history.isInBillingRetryOrGrace(after: reached) {
+                    reasons.insert(.billingRetry)
+                } else if lapsed && history.willAutoRenew {
+                    reasons.insert(.autoRenewOn)
+                }
             }
         case .retention:
             if !history.hasHistory {
                 reasons.insert(.noHistory)
-            } else if !history.isActive {
+            } else if !history.isActive(startedBy: reached, endingAfter: stillBefore) {
                 reasons.insert(.notSubscribed)
             }
         case .any:
@@ -107,7 +149,8 @@ public struct EligibilityEvaluator: Sendable {
 
         // minPaidMonths
         if let minPaid = rules.minPaidMonths, minPaid > 0 {
-            let paid = history.paidPeriods.reduce(0) { $0 + months(from: $1.start, to: $1.end) }
+            let periods = rules.paidTime == .latestRun ? history.paidPeriodsOfLatestRun : history.paidPeriods
+            let paid = periods.reduce(0) { $0 + time.months(from: $1.start, to: $1.end) }
             if paid < Double(minPaid) { reasons.insert(.paidTooShort) }
         }
 
@@ -116,42 +159,46 @@ public struct EligibilityEvaluator: Sendable {
         if let range = rules.lapsedMonths {
             if !history.hasHistory {
                 reasons.insert(.noHistory)
-            } else if history.isActive {
+            } else if !lapsed {
                 reasons.insert(.currentlySubscribed)
-            } else if let lapsedAt = history.lapsedAt {
+            } else if let lapsedAt = history.lapsedAt(asOf: reached) {
                 if let min = range.min {
-                    let end = adding(months: min, to: lapsedAt)
-                    if now < end {
+                    let end = time.adding(months: min, to: lapsedAt)
+                    if reached < end {
                         reasons.insert(.lapsedTooRecently)
                         waitEnds.append(end)
                     }
                 }
                 if let max = range.max {
-                    let limit = adding(months: max, to: lapsedAt)
+                    let limit = time.adding(months: max, to: lapsedAt)
                     lapseLimit = limit
-                    if now > limit { reasons.insert(.lapsedTooLongAgo) }
+                    if stillBefore > limit { reasons.insert(.lapsedTooLongAgo) }
                 }
             }
         }
 
-        // Redemptions of this offer: verified promotional transactions plus our own ledger.
-        let redemptionDates = Self.redemptionStarts(in: history.bundleTransactions) {
+        // Redemptions of this offer: Apple's record, and on the app's evidence our ledger's attempts.
+        let redemptions = Self.redemptions(in: history.bundleTransactions) {
             $0.offerType == .promotional && $0.offerIdentifier == offer.offerID
         }
-        let issuedDates = ledger.filter { $0.offerID == offer.offerID }.map(\.issuedAt)
+        let attempts = counting == .applesRecord ? [] : Self.attempts(ledger.filter { $0.offerID == offer.offerID })
+        // The attempt still open may be a payment sheet being retried: it does not count yet.
+        let closedAttempts = attempts.filter { $0.start.addingTimeInterval(Self.signatureLifetime) <= now }
 
-        // waitBetweenOffersMonths
+        // waitBetweenOffersMonths: from the end of the last redemption (or attempt).
         if let wait = rules.waitBetweenOffersMonths, wait > 0 {
-            var dates = redemptionDates + issuedDates
+            var dates = redemptions.map(\.end) + closedAttempts.map(\.last)
             if rules.waitScope == .anyWinBack {
-                dates += Self.redemptionStarts(in: history.bundleTransactions) {
+                dates += Self.redemptions(in: history.bundleTransactions) {
                     $0.offerType == .winBack || ($0.offerType == .promotional && $0.offerIdentifier.map(winBackOfferIDs.contains) == true)
+                }.map(\.end)
+                if counting == .issuedAttempts {
+                    dates += Self.attempts(ledger.filter { $0.offerID != offer.offerID && winBackOfferIDs.contains($0.offerID) }).map(\.last)
                 }
-                dates += ledger.filter { winBackOfferIDs.contains($0.offerID) }.map(\.issuedAt)
             }
             if let last = dates.max() {
-                let end = adding(months: wait, to: last)
-                if now < end {
+                let end = time.adding(months: wait, to: last)
+                if reached < end {
                     reasons.insert(.redeemedTooRecently)
                     waitEnds.append(end)
                 }
@@ -159,21 +206,18 @@ public struct EligibilityEvaluator: Sendable {
         }
 
         // maxRedemptions
-        if let max = rules.maxRedemptions, Swift.max(redemptionDates.count, issuedDates.count) >= max {
+        if let max = rules.maxRedemptions, Swift.max(redemptions.count, closedAttempts.count) >= max {
             reasons.insert(.maxRedemptions)
         }
 
-        if rules.excludeRefunded && history.group.contains(where: \.isRevoked) {
+        if rules.excludeRefunded && history.group.contains(where: \.isRefunded) {
             reasons.insert(.refunded)
         }
         if rules.excludeFamilyShared && history.latestGroupTransaction?.isFamilyShared == true {
             reasons.insert(.familyShared)
         }
-        if rules.excludeBillingRetry
-            && history.renewalInfos.contains(where: {
-                $0.isInBillingRetryPeriod == true || ($0.gracePeriodExpiresDate.map { $0 > now } ?? false)
-            })
-        {
+        // Win-back offers exclude billing retry and grace periods always (above); other kinds when asked.
+        if rules.excludeBillingRetry && history.isInBillingRetryOrGrace(after: reached) {
             reasons.insert(.billingRetry)
         }
         if let storefronts = rules.storefronts, !storefronts.permits(history.storefront) {
@@ -200,118 +244,67 @@ public struct EligibilityEvaluator: Sendable {
 }
 
 extension EligibilityEvaluator {
-    /// When each redemption of an offer began: the purchase date of each transaction that
-    /// `isOffer` matches unless it renews the subscription's previous transaction under the same
-    /// pay-as-you-go offer (`VerifiedTransaction.continuesPayAsYouGoOffer(of:)`).
-    static func redemptionStarts(in transactions: [VerifiedTransaction], where isOffer: (VerifiedTransaction) -> Bool) -> [Date] {
-        var starts: [Date] = []
+    /// One redemption of an offer: when its first discounted period began and when its last ended.
+    struct Redemption {
+        var start: Date
+        var end: Date
+    }
+
+    /// One attempt of our ledger: signatures for one offer issued within `signatureLifetime` of the first.
+    struct Attempt {
+        var start: Date
+        var last: Date
+    }
+
+    /// The redemptions of an offer: each transaction that `isOffer` matches begins one, unless it
+    /// renews the subscription's previous transaction under the same pay-as-you-go offer
+    /// (`VerifiedTransaction.continuesPayAsYouGoOffer(of:)`), which extends that redemption to its
+    /// own end. A redemption ends with its last discounted period's `expiresDate` (its refund when
+    /// earlier; its purchase when it has no expiry).
+    static func redemptions(in transactions: [VerifiedTransaction], where isOffer: (VerifiedTransaction) -> Bool) -> [Redemption] {
+        func end(_ transaction: VerifiedTransaction) -> Date {
+            let expires = transaction.expiresDate ?? transaction.purchaseDate
+            guard transaction.isRefunded, let revoked = transaction.revocationDate else { return expires }
+            return min(expires, max(revoked, transaction.purchaseDate))
+        }
+        var redemptions: [Redemption] = []
         let chains = Dictionary(grouping: transactions, by: \.originalTransactionID)
         for chain in chains.values {
             var previous: VerifiedTransaction?
+            var current: Int?
             for transaction in chain.sorted(by: { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }) {
                 let continues = previous.map { previous in isOffer(previous) && transaction.continuesPayAsYouGoOffer(of: previous) } ?? false
-                if isOffer(transaction) && !continues { starts.append(transaction.purchaseDate) }
+                if isOffer(transaction) {
+                    if continues, let current {
+                        redemptions[current].end = max(redemptions[current].end, end(transaction))
+                    } else {
+                        redemptions.append(Redemption(start: transaction.purchaseDate, end: end(transaction)))
+                        current = redemptions.count - 1
+                    }
+                } else {
+                    current = nil
+                }
                 previous = transaction
             }
         }
-        return starts
+        return redemptions
     }
-}
 
-/// The facts about one customer's history that the rules look at.
-private struct History {
-    /// Verified transactions of the offer's bundle, deduplicated.
-    let bundleTransactions: [VerifiedTransaction]
-    /// Those in the offer's subscription group.
-    let group: [VerifiedTransaction]
-    /// Renewal infos of that group.
-    let renewalInfos: [VerifiedRenewalInfo]
-    let isActive: Bool
-    /// When access last ended (only meaningful when not active).
-    let lapsedAt: Date?
-    /// Paid periods, merged so that overlaps (upgrades, duplicates) count once.
-    let paidPeriods: [(start: Date, end: Date)]
-    let latestGroupTransaction: VerifiedTransaction?
-    /// Storefront of the latest group transaction (or of the latest transaction at all).
-    let storefront: String?
+    /// When each redemption of an offer began (see `redemptions(in:where:)`).
+    static func redemptionStarts(in transactions: [VerifiedTransaction], where isOffer: (VerifiedTransaction) -> Bool) -> [Date] {
+        redemptions(in: transactions, where: isOffer).map(\.start)
+    }
 
-    var hasHistory: Bool { !group.isEmpty }
-
-    init(offer: OfferDefinition, evidence: EligibilityEvidence, now: Date) {
-        var seen = Set<String>()
-        var unique: [VerifiedTransaction] = []
-        for transaction in evidence.transactions where transaction.bundleID == offer.bundleID {
-            if seen.insert(transaction.transactionID).inserted { unique.append(transaction) }
-        }
-        bundleTransactions = unique
-        let products = Set(offer.productIDs)
-        group = unique.filter {
-            if let groupID = $0.subscriptionGroupID { return groupID == offer.subscriptionGroupID }
-            return products.contains($0.productID)
-        }
-        let originals = Set(group.map(\.originalTransactionID))
-        renewalInfos = evidence.renewalInfos.filter { info in
-            if let original = info.originalTransactionID, originals.contains(original) { return true }
-            if let product = info.productID, products.contains(product) { return true }
-            if let product = info.autoRenewProductID, products.contains(product) { return true }
-            return false
-        }
-
-        // The end of the service a transaction paid for: its expiry, except for an upgraded one
-        // (Apple: look for another transaction for what the customer is entitled to), whose
-        // service ended when the next transaction of the group began (at its expiry when none is
-        // known: the history may lack the upgrade's transaction).
-        let groupStarts = group.map(\.purchaseDate).sorted()
-        func serviceEnd(_ transaction: VerifiedTransaction) -> Date? {
-            guard let expires = transaction.expiresDate else { return nil }
-            guard transaction.isUpgraded == true else { return expires }
-            guard let next = groupStarts.first(where: { $0 > transaction.purchaseDate }) else { return expires }
-            return min(next, expires)
-        }
-
-        let inGrace = renewalInfos.contains { ($0.gracePeriodExpiresDate.map { $0 > now }) ?? false }
-        isActive =
-            inGrace
-            || group.contains { transaction in
-                guard !transaction.isRevoked, let expires = serviceEnd(transaction) else { return false }
-                return transaction.purchaseDate <= now && now < expires
-            }
-
-        // Access ended at expiry, or at revocation when earlier; a past grace period extends it.
-        var ends: [Date] = group.compactMap { transaction in
-            switch (serviceEnd(transaction), transaction.revocationDate) {
-            case let (expires?, revoked?): return min(expires, revoked)
-            case let (expires?, nil): return expires
-            case let (nil, revoked?): return revoked
-            case (nil, nil): return nil
-            }
-        }
-        ends += renewalInfos.compactMap(\.gracePeriodExpiresDate).filter { $0 <= now }
-        lapsedAt = ends.filter { $0 <= now }.max()
-
-        // Paid periods, merged so that overlaps (upgrades, duplicates) count once.
-        let periods = group
-            .filter { !$0.isFreeTrial && !$0.isRevoked && !$0.isFamilyShared }
-            .compactMap { transaction -> (start: Date, end: Date)? in
-                guard let expires = serviceEnd(transaction), expires > transaction.purchaseDate else { return nil }
-                return (transaction.purchaseDate, expires)
-            }
-            .sorted { $0.start < $1.start }
-        var merged: [(start: Date, end: Date)] = []
-        for period in periods {
-            if let last = merged.last, period.start <= last.end {
-                merged[merged.count - 1].end = max(last.end, period.end)
+    /// Our ledger's issuances grouped into attempts, oldest first.
+    static func attempts(_ issuances: [IssuedOfferRecord]) -> [Attempt] {
+        var attempts: [Attempt] = []
+        for issuance in issuances.sorted(by: { $0.issuedAt < $1.issuedAt }) {
+            if let last = attempts.last, issuance.issuedAt < last.start.addingTimeInterval(signatureLifetime) {
+                attempts[attempts.count - 1].last = issuance.issuedAt
             } else {
-                merged.append(period)
+                attempts.append(Attempt(start: issuance.issuedAt, last: issuance.issuedAt))
             }
         }
-        paidPeriods = merged
-
-        func isLater(_ a: VerifiedTransaction, _ b: VerifiedTransaction) -> Bool {
-            a.purchaseDate != b.purchaseDate ? a.purchaseDate > b.purchaseDate : a.transactionID > b.transactionID
-        }
-        latestGroupTransaction = group.max { isLater($1, $0) }
-        let latestAny = unique.max { isLater($1, $0) }
-        storefront = latestGroupTransaction?.storefront ?? latestAny?.storefront
+        return attempts
     }
 }

@@ -36,7 +36,9 @@ import Foundation
 ///         "maxRedemptions": 1,                      // integer >= 1
 ///         "excludeFamilyShared": true,              // booleans, default false
 ///         "excludeRefunded": true,
-///         "excludeBillingRetry": true,
+///         "excludeBillingRetry": true,             // no longer needed: win-back offers always exclude it
+///         "paidTime": "lifetime",                   // "lifetime" (default) | "latest-run"; needs minPaidMonths
+///         "clockSkewSeconds": 60,                   // 0...3600, default 60
 ///         "storefronts": { "allow": ["USA", "CAN"] },  // or { "deny": [...] }: exactly one, 3-letter codes
 ///         "environment": "Production",              // "Production" | "Sandbox"
 ///         "deferToAppleWinBack": true
@@ -235,7 +237,7 @@ struct CatalogParser {
     static let ruleKeys = [
         "minPaidMonths", "lapsedMonths", "waitBetweenOffersMonths", "waitScope", "maxRedemptions",
         "excludeFamilyShared", "excludeRefunded", "excludeBillingRetry", "storefronts", "environment",
-        "deferToAppleWinBack",
+        "deferToAppleWinBack", "paidTime", "clockSkewSeconds",
     ]
 
     // Location of the offer being parsed, for errors.
@@ -404,6 +406,17 @@ struct CatalogParser {
         rules.excludeRefunded = try bool(object["excludeRefunded"], path: "rules.excludeRefunded")
         rules.excludeBillingRetry = try bool(object["excludeBillingRetry"], path: "rules.excludeBillingRetry")
         rules.deferToAppleWinBack = try bool(object["deferToAppleWinBack"], path: "rules.deferToAppleWinBack")
+        if let value = object["paidTime"] {
+            guard case .string(let raw) = value, let paidTime = OfferRules.PaidTime(rawValue: raw) else {
+                throw error("rules.paidTime", .invalidValue("expected one of: lifetime, latest-run"))
+            }
+            guard rules.minPaidMonths != nil else { throw error("rules.paidTime", .invalidValue("has no effect without \"minPaidMonths\"")) }
+            rules.paidTime = paidTime
+        }
+        if let skew = try integer(object["clockSkewSeconds"], path: "rules.clockSkewSeconds", minimum: 0) {
+            guard skew <= 3600 else { throw error("rules.clockSkewSeconds", .invalidValue("\(skew) is more than 3600 seconds")) }
+            rules.clockSkewSeconds = skew
+        }
         if let value = object["storefronts"] {
             guard case .object(let lists) = value else {
                 throw error("rules.storefronts", .wrongType(expected: "an object like {\"allow\": [\"USA\"]}"))

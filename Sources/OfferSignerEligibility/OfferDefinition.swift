@@ -59,36 +59,63 @@ public struct OfferDefinition: Sendable, Encodable, Hashable {
 /// field does not constrain. All month counts are calendar months in UTC (Gregorian calendar).
 public struct OfferRules: Sendable, Encodable, Hashable {
     /// `minPaidMonths`: the customer's paid time in the subscription group must be at least this many
-    /// months (`paid_too_short`). Paid periods are the `purchaseDate`..`expiresDate` of group transactions
-    /// that are not free trials (introductory `FREE_TRIAL`, or price 0), not refunded/revoked and not
-    /// family-shared; overlapping periods are merged. Each merged period counts its calendar months (whole
-    /// months plus the remainder as a fraction of the next month), and the counts are summed. A current
-    /// period counts in full (it is paid for).
-    public var minPaidMonths: Int?
-    /// `lapsedMonths`: `{ "min", "max" }` months since the last subscription in the group ended
-    /// (expiry, revocation or the end of a grace period). `lapsed_too_recently` (with `eligibleFrom`)
-    /// before `min`, `lapsed_too_long_ago` after `max`. Requires a lapsed customer (`currently_subscribed`,
-    /// or `no_history` without history).
-    public var lapsedMonths: MonthRange?
-    /// `waitBetweenOffersMonths`: months that must pass since the customer last redeemed this offer
-    /// (or any win-back offer, see `waitScope`) — `redeemed_too_recently` with `eligibleFrom`.
+    /// months (`paid_too_short`). Apple's win-back criterion `customerEligibilityPaidSubscriptionDurationInMonths`
+    /// ("How long a customer was a subscriber", App Store Connect API `WinBackOffer.Attributes`).
     ///
-    /// A redemption is a verified transaction with `offerType` 2 and this `offerIdentifier`. Because a
-    /// client can leave transactions out of its evidence, every signature in our ledger for the offer also
-    /// counts as a redemption at its issue time.
+    /// Paid periods are the `purchaseDate`..`expiresDate` of group transactions that are not free
+    /// (`VerifiedTransaction.isFreePeriod`: any offer with `offerDiscountType` `FREE_TRIAL`, or a
+    /// price of 0), not family-shared, less their refunded share (`VerifiedTransaction.refundedShare`:
+    /// all of a full refund, `revocationPercentage` of a prorated one); overlapping periods are
+    /// merged. Each merged period counts its calendar months (whole months plus the remainder as a
+    /// fraction of the next month). Which periods count is `paidTime`.
+    public var minPaidMonths: Int?
+    /// `paidTime`: which paid time `minPaidMonths` counts. `lifetime` (the default): the sum over
+    /// the customer's whole history in the group, as Apple's "How long a customer was a subscriber"
+    /// reads most plainly; `latest-run`: only the latest continuous run of the subscription (periods
+    /// that follow each other within a day, free periods bridging but not counting). Apple's text
+    /// does not say which, so both are offered.
+    public var paidTime: PaidTime
+    /// `lapsedMonths`: `{ "min", "max" }` months since the last subscription in the group ended
+    /// (expiry, refund or the end of a grace period); Apple's `customerEligibilityTimeSinceLastSubscribedInMonths`
+    /// ("How long since the subscriber last had an active subscription"). `lapsed_too_recently` (with
+    /// `eligibleFrom`) before `min`, `lapsed_too_long_ago` after `max`. Requires a lapsed customer
+    /// (`currently_subscribed`, or `no_history` without history).
+    public var lapsedMonths: MonthRange?
+    /// `waitBetweenOffersMonths`: months that must pass since the customer's last redemption of this
+    /// offer (or of any win-back offer, see `waitScope`) ended — `redeemed_too_recently` with
+    /// `eligibleFrom`. Apple's `customerEligibilityWaitBetweenOffersInMonths` ("The minimum time
+    /// between the end of the customer's subscription and the customer redeeming the same offer
+    /// again", App Store Connect API `WinBackOfferCreateRequest`): the wait runs from the end of the
+    /// redemption's discounted period(s), the last one of a pay-as-you-go offer over several periods.
+    ///
+    /// On Apple's history a redemption is a transaction with `offerType` 2 and this
+    /// `offerIdentifier`; signatures issued and not redeemed do not count. On the app's evidence
+    /// only (which may leave a redemption out), each signature attempt in our ledger also counts,
+    /// from its issue time (see `EligibilityEvaluator.RedemptionCounting`).
     public var waitBetweenOffersMonths: Int?
     /// `waitScope`: which redemptions `waitBetweenOffersMonths` looks at. Default `offer`.
     public var waitScope: WaitScope
     /// `maxRedemptions`: at most this many redemptions of this offer per customer (`max_redemptions`).
-    /// The count is the larger of verified redemptions and ledger signatures for the offer.
+    /// On Apple's history: the redemptions Apple recorded. On the app's evidence only: the larger of
+    /// the verified redemptions and our ledger's attempts (signatures for the offer within one
+    /// signature lifetime, 24 h, are one attempt; the attempt still open does not count).
     public var maxRedemptions: Int?
     /// `excludeFamilyShared`: ineligible when the latest group transaction is `FAMILY_SHARED` (`family_shared`).
     public var excludeFamilyShared: Bool
-    /// `excludeRefunded`: ineligible when any group transaction was refunded/revoked (`refunded`).
+    /// `excludeRefunded`: ineligible when any group transaction was refunded (`refunded`). A
+    /// revocation from Family Sharing (`revocationType` `FAMILY_REVOKE`) is not a refund.
     public var excludeRefunded: Bool
     /// `excludeBillingRetry`: ineligible while a renewal info of the group reports the billing retry period
-    /// or an unexpired grace period (`billing_retry`).
+    /// or an unexpired grace period (`billing_retry`). No longer needed: win-back offers always
+    /// require a churned subscription, which excludes both (see `EligibilityEvaluator`); kept for
+    /// catalogs that set it, and still applied to offers of other kinds.
     public var excludeBillingRetry: Bool
+    /// `clockSkewSeconds`: the tolerance around "now" in every comparison with a date of the history
+    /// (default 60 s, at most 3600): a date within it of now counts as reached in the customer's
+    /// favour (an expiry or the end of a wait or grace period is taken as past, a lapse window's end
+    /// as not yet past, an active period of a retention offer's subscriber as still running). Apple
+    /// is silent on clock skew.
+    public var clockSkewSeconds: Int
     /// `storefronts`: allow or deny list of ISO 3166-1 alpha-3 storefronts, matched against the latest
     /// verified transaction's `storefront` (`storefront_excluded`; an unknown storefront fails an allow list).
     public var storefronts: StorefrontRule?
@@ -110,8 +137,12 @@ public struct OfferRules: Sendable, Encodable, Hashable {
         excludeBillingRetry: Bool = false,
         storefronts: StorefrontRule? = nil,
         environment: AppleEnvironment? = nil,
-        deferToAppleWinBack: Bool = false
+        deferToAppleWinBack: Bool = false,
+        paidTime: PaidTime = .lifetime,
+        clockSkewSeconds: Int = OfferRules.defaultClockSkewSeconds
     ) {
+        self.paidTime = paidTime
+        self.clockSkewSeconds = clockSkewSeconds
         self.minPaidMonths = minPaidMonths
         self.lapsedMonths = lapsedMonths
         self.waitBetweenOffersMonths = waitBetweenOffersMonths
@@ -123,6 +154,17 @@ public struct OfferRules: Sendable, Encodable, Hashable {
         self.storefronts = storefronts
         self.environment = environment
         self.deferToAppleWinBack = deferToAppleWinBack
+    }
+
+    /// The default `clockSkewSeconds`.
+    public static let defaultClockSkewSeconds = 60
+
+    /// `paidTime` values.
+    public enum PaidTime: String, Sendable, Codable, Hashable, CaseIterable {
+        /// All paid time in the group, summed.
+        case lifetime = "lifetime"
+        /// The paid time of the latest continuous run of the subscription.
+        case latestRun = "latest-run"
     }
 
     /// Inclusive bounds in calendar months (`lapsedMonths`).

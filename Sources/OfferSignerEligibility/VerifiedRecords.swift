@@ -49,6 +49,17 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
     public var isUpgraded: Bool?
     /// `transactionReason`: a purchase, or a renewal by the App Store.
     public var transactionReason: AppleTransactionReason?
+    /// `revocationReason`: `1` refunded for an issue with the app, `0` for another reason (Apple's
+    /// `RevocationReason`: "The reason that the App Store refunded the transaction or revoked it
+    /// from Family Sharing", appstoreserverlibrary/models/RevocationReason.py).
+    public var revocationReason: Int?
+    /// `revocationType`: `REFUND_FULL`, `REFUND_PRORATED` or `FAMILY_REVOKE` (Apple's
+    /// `RevocationType`, appstoreserverlibrary/models/RevocationType.py).
+    public var revocationType: AppleRevocationType?
+    /// `revocationPercentage`: the share of the transaction refunded or revoked, in milli-percent
+    /// (`0`–`100000`; Apple: "The percentage, in milliunits, of the transaction that the App Store
+    /// has refunded or revoked", JWSTransactionDecodedPayload.py).
+    public var revocationPercentage: Int?
 
     public init(
         transactionID: String,
@@ -71,8 +82,14 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
         appAccountToken: String? = nil,
         signedDate: Date? = nil,
         isUpgraded: Bool? = nil,
-        transactionReason: AppleTransactionReason? = nil
+        transactionReason: AppleTransactionReason? = nil,
+        revocationReason: Int? = nil,
+        revocationType: AppleRevocationType? = nil,
+        revocationPercentage: Int? = nil
     ) {
+        self.revocationReason = revocationReason
+        self.revocationType = revocationType
+        self.revocationPercentage = revocationPercentage
         self.transactionID = transactionID
         self.originalTransactionID = originalTransactionID
         self.productID = productID
@@ -132,15 +149,41 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
         return gap >= 0 && gap <= Self.billingRetryLimit
     }
 
-    /// A free trial: an introductory offer with `offerDiscountType` `FREE_TRIAL`, or any price of 0.
-    public var isFreeTrial: Bool {
-        if offerType == .introductory && offerDiscountType == .freeTrial { return true }
+    /// A free period, which is no paid time: any offer (introductory, promotional, offer code,
+    /// win-back) whose `offerDiscountType` is `FREE_TRIAL`, or any period with a `price` of 0.
+    /// (Apple: `offerDiscountType` "The payment mode you configure for the offer", FREE_TRIAL among
+    /// its values, appstoreserverlibrary/models/OfferDiscountType.py; `price` "The price, in
+    /// milliunits, of the In-App Purchase", JWSTransactionDecodedPayload.py.)
+    public var isFreePeriod: Bool {
+        if offerDiscountType == .freeTrial { return true }
         if let price, price == 0 { return true }
         return false
     }
 
     /// Apple refunded or revoked this transaction (`revocationDate` is set).
     public var isRevoked: Bool { revocationDate != nil }
+
+    /// A revocation from Family Sharing, not a refund: `revocationType` `FAMILY_REVOKE`; or, in a
+    /// payload from before Apple added `revocationType`, the revocation of a `FAMILY_SHARED`
+    /// transaction (a family member paid nothing, so nothing could be refunded to them; Apple is
+    /// silent on such older payloads).
+    public var isFamilyRevocation: Bool {
+        guard isRevoked else { return false }
+        if let revocationType { return revocationType == .familyRevoke }
+        return isFamilyShared
+    }
+
+    /// Apple refunded this transaction (a revocation that is not from Family Sharing).
+    public var isRefunded: Bool { isRevoked && !isFamilyRevocation }
+
+    /// The share of the transaction's paid time that was refunded, 0…1: all of it for
+    /// `REFUND_FULL` (or a refund without `revocationType`, from before Apple added it), the
+    /// `revocationPercentage` (milli-percent) for `REFUND_PRORATED`, none when not refunded.
+    public var refundedShare: Double {
+        guard isRefunded else { return 0 }
+        guard revocationType == .refundProrated, let revocationPercentage else { return 1 }
+        return min(1, max(0, Double(revocationPercentage) / 100_000))
+    }
 
     /// The customer has this through Family Sharing rather than their own purchase.
     public var isFamilyShared: Bool { ownershipType == .familyShared }
@@ -158,6 +201,10 @@ public struct VerifiedRenewalInfo: Sendable, Codable, Hashable {
     public var autoRenewProductID: String?
     /// `autoRenewStatus`: `true` when it is `1` (will renew).
     public var autoRenewEnabled: Bool?
+    /// `expirationIntent`: why the subscription expired (`1` the customer cancelled, `2` billing
+    /// error, `3` no consent to a price increase, `4` product not available, `5` other; Apple's
+    /// `ExpirationIntent`, appstoreserverlibrary/models/ExpirationIntent.py).
+    public var expirationIntent: Int?
     /// `isInBillingRetryPeriod`.
     public var isInBillingRetryPeriod: Bool?
     /// `gracePeriodExpiresDate`: the end of a billing grace period (access continues until then).
@@ -178,8 +225,10 @@ public struct VerifiedRenewalInfo: Sendable, Codable, Hashable {
         gracePeriodExpiresDate: Date? = nil,
         eligibleWinBackOfferIDs: [String] = [],
         environment: AppleEnvironment,
-        signedDate: Date? = nil
+        signedDate: Date? = nil,
+        expirationIntent: Int? = nil
     ) {
+        self.expirationIntent = expirationIntent
         self.originalTransactionID = originalTransactionID
         self.productID = productID
         self.autoRenewProductID = autoRenewProductID

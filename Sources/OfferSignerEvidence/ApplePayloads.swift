@@ -24,6 +24,9 @@ struct TransactionPayload: Decodable {
     var signedDate: Double?
     var isUpgraded: Bool?
     var transactionReason: String?
+    var revocationReason: Int?
+    var revocationType: String?
+    var revocationPercentage: Int?
 
     func verified(environment: AppleEnvironment) -> VerifiedTransaction {
         VerifiedTransaction(
@@ -47,7 +50,10 @@ struct TransactionPayload: Decodable {
             appAccountToken: appAccountToken,
             signedDate: signedDate.map(date),
             isUpgraded: isUpgraded,
-            transactionReason: transactionReason.map(AppleTransactionReason.init(rawValue:))
+            transactionReason: transactionReason.map(AppleTransactionReason.init(rawValue:)),
+            revocationReason: revocationReason,
+            revocationType: revocationType.map(AppleRevocationType.init(rawValue:)),
+            revocationPercentage: revocationPercentage
         )
     }
 }
@@ -63,6 +69,7 @@ struct RenewalInfoPayload: Decodable {
     var eligibleWinBackOfferIds: [String]?
     var environment: String
     var signedDate: Double?
+    var expirationIntent: Int?
 
     func verified(environment: AppleEnvironment) -> VerifiedRenewalInfo {
         VerifiedRenewalInfo(
@@ -74,7 +81,8 @@ struct RenewalInfoPayload: Decodable {
             gracePeriodExpiresDate: gracePeriodExpiresDate.map(date),
             eligibleWinBackOfferIDs: eligibleWinBackOfferIds ?? [],
             environment: environment,
-            signedDate: signedDate.map(date)
+            signedDate: signedDate.map(date),
+            expirationIntent: expirationIntent
         )
     }
 }

@@ -97,7 +97,8 @@ final class LedgerCache: Sendable {
                     let customer = Customer(bundleID: signature.bundleID, appAccountToken: token)
                     state.appends &+= 1
                     state.lastAppend[customer] = state.appends
-                    guard var issuances = state.entries[customer] else { continue }
+                    // Not a ledger issuance (see `LedgerIssuance.pageViewClient`): nothing to add.
+                    guard signature.client != LedgerIssuance.pageViewClient, var issuances = state.entries[customer] else { continue }
                     // The database keeps milliseconds.
                     let issuance = LedgerIssuance(
                         offerID: signature.offerID,

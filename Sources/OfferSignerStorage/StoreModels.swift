@@ -202,9 +202,17 @@ public struct IssuedSignatureRecord: Sendable, Equatable {
 
 /// One signing request of a customer as eligibility rules count it: the offer and the instant,
 /// once whatever the number of formats signed (they share both).
+///
+/// Rule: signatures answered to Apple's Retention Messaging requests (client `pageViewClient`)
+/// are not issuances the rules count: Apple sends such a request each time the subscriber views the
+/// subscription page, whether or not the offer is ever shown or redeemed ("Retention Messaging API";
+/// the redemption, if any, is in Apple's history). `ledgerIssuances` leaves them out.
 public struct LedgerIssuance: Sendable, Hashable {
     public var offerID: String
     public var issuedAt: Date
+
+    /// The ledger's `client` of Retention Messaging answers (the server's `RetentionController.client`).
+    public static let pageViewClient = "apple-retention"
 
     public init(offerID: String, issuedAt: Date) {
         self.offerID = offerID

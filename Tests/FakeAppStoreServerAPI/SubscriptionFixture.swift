@@ -61,10 +61,13 @@ public struct SubscriptionFixture: Sendable {
         try periodStarts.indices.map { try chain.signJWS(transactionPayload($0)) }
     }
 
-    /// The renewal info of the subscription (auto-renew on), signed.
+    /// The renewal info of the subscription, signed: auto-renew on while the last period runs at
+    /// `signedAt`, off once it has expired (a subscription that expired and is not in billing retry
+    /// does not renew: Apple's `autoRenewStatus` 0).
     public func signedRenewalInfo(_ chain: TestAppleChain, signedAt: Date) throws -> String {
-        try chain.signJWS([
-            "originalTransactionId": originalTransactionID, "productId": productID, "autoRenewProductId": productID, "autoRenewStatus": 1,
+        let renews = periodStarts.isEmpty || expiry(periodStarts.count - 1) > signedAt
+        return try chain.signJWS([
+            "originalTransactionId": originalTransactionID, "productId": productID, "autoRenewProductId": productID, "autoRenewStatus": renews ? 1 : 0,
             "environment": environment, "signedDate": TestAppleChain.milliseconds(signedAt),
         ])
     }

@@ -9,7 +9,7 @@ import Testing
 /// chain shaped like Apple's and trusted by the server.
 @Suite("OfferSignerClient asks a real server about eligibility")
 struct ClientEligibilityTests {
-    @Test("Decisions with reasons: eligible, no history, subscribed, then redeemed too recently with eligibleFrom")
+    @Test("Decisions with reasons: eligible, no history, subscribed, then, once redeemed, redeemed too recently with eligibleFrom")
     func decisions() async throws {
         let chain = try TestAppleChain()
         let server = try await WinBack.server(chain)
@@ -41,14 +41,18 @@ struct ClientEligibilityTests {
             #expect(active.decision(for: "wb1")?.eligible == false)
             #expect(active.decision(for: "wb1")?.reasons.contains("currently_subscribed") == true, "\(active)")
 
-            // Redeem it, then ask again: not eligible until a date the server computed.
+            // Signed, the payment sheet cancelled: still eligible (the same attempt may be retried).
             _ = try await signer.signPromotionalOffer(productID: "pro.monthly", offerID: "wb1", appAccountToken: WinBack.token, evidence: lapsed)
-            let after = try await signer.eligibility(offerIDs: ["wb1"], evidence: lapsed, appAccountToken: WinBack.token)
+            let retry = try await signer.eligibility(offerIDs: ["wb1"], evidence: lapsed, appAccountToken: WinBack.token)
+            #expect(retry.decision(for: "wb1")?.eligible == true, "\(retry)")
+            // Redeemed (the app's evidence shows it): not eligible until a date the server computed.
+            let redeemed = try WinBack.evidence(chain, redeemedLast: true)
+            let after = try await signer.eligibility(offerIDs: ["wb1"], evidence: redeemed, appAccountToken: WinBack.token)
             let decision = try #require(after.decision(for: "wb1"))
             #expect(!decision.eligible)
             #expect(decision.reasons == ["redeemed_too_recently"])
             let eligibleFrom = try #require(decision.eligibleFrom, "eligibleFrom parsed from the server's RFC 3339 text")
-            #expect(eligibleFrom > Date().addingTimeInterval(300 * 86_400), "\(eligibleFrom)")  // ~12 months' wait
+            #expect(eligibleFrom > Date().addingTimeInterval(280 * 86_400), "\(eligibleFrom)")  // 12 months from the redemption's end, 2 months ago
             #expect(eligibleFrom < Date().addingTimeInterval(400 * 86_400), "\(eligibleFrom)")
 
             // An unknown offer is a bad request.
@@ -56,7 +60,7 @@ struct ClientEligibilityTests {
             guard case .invalidRequest(let problem) = unknown else { Issue.record("\(String(describing: unknown))"); return }
             #expect(problem.code == "unknown_offer")
         }
-        #expect(await counter.count == 6)
+        #expect(await counter.count == 7)
     }
 
     @Test("Without a catalog the service answers 404 eligibility_not_configured: .invalidRequest")

@@ -99,10 +99,11 @@ struct ClientErrorMappingTests {
             #expect(problem.status == 400)
             #expect(problem.code == "evidence_required")
 
-            // Eligible: signed and verifiable. The same customer again: redeemed too recently.
+            // Eligible: signed and verifiable. The same customer once redeemed: redeemed too recently.
             let offer = try await sign(goodEvidence)
             try ClientSigningTests.expectLegacyVerifies(offer, key: key)
-            let again = await clientError { try await sign(goodEvidence) }
+            let redeemedEvidence = try WinBack.evidence(chain, redeemedLast: true)
+            let again = await clientError { try await sign(redeemedEvidence) }
             guard case .notEligible(let againAnswer) = again else { Issue.record("second: \(String(describing: again))"); return }
             #expect(againAnswer.reasons == ["redeemed_too_recently"])
             let eligibleFrom = try #require(againAnswer.eligibleFrom, "eligibleFrom reached the app")

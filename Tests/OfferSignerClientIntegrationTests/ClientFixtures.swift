@@ -136,11 +136,12 @@ enum WinBack {
     }
 
     /// Six paid monthly periods that ended `lapsedMonths` ago, each an App Store-style JWS.
-    static func evidence(_ chain: TestAppleChain, lapsedMonths: Int = 2, token: UUID = token) throws -> PurchaseEvidence {
+    /// With `redeemedLast`, the last period is a redemption of `wb1` (as the app shows once it redeemed it).
+    static func evidence(_ chain: TestAppleChain, lapsedMonths: Int = 2, token: UUID = token, redeemedLast: Bool = false) throws -> PurchaseEvidence {
         let transactions = try (0..<6).map { index in
             let start = monthsAgo(lapsedMonths + 6 - index)
             let end = monthsAgo(lapsedMonths + 5 - index)
-            let payload: [String: Any] = [
+            var payload: [String: Any] = [
                 "transactionId": "20000001\(index)", "originalTransactionId": "200000010", "bundleId": "com.example.app",
                 "productId": "pro.monthly", "subscriptionGroupIdentifier": "G1",
                 "purchaseDate": TestAppleChain.milliseconds(start), "expiresDate": TestAppleChain.milliseconds(end),
@@ -148,6 +149,9 @@ enum WinBack {
                 "storefront": "USA", "environment": "Production", "appAccountToken": token.uuidString.lowercased(),
                 "signedDate": TestAppleChain.milliseconds(end),
             ]
+            if redeemedLast && index == 5 {
+                payload.merge(["offerType": 2, "offerIdentifier": "wb1", "offerDiscountType": "PAY_UP_FRONT"]) { $1 }
+            }
             return try chain.signJWS(payload)
         }
         return PurchaseEvidence(signedTransactions: transactions)

@@ -328,6 +328,31 @@ struct AppleSignedDataVerifierTests {
         let decision = EligibilityEvaluator().evaluate(offer, evidence: evidence, ledger: [], now: Self.now)
         #expect(decision.reasons == [.maxRedemptions, .appleWinBackAvailable])
     }
+
+    @Test("Apple's revocationReason, revocationType, revocationPercentage and expirationIntent decode as Apple spells them")
+    func revocationFieldsDecode() async throws {
+        let chain = try chain()
+        var transaction = Self.transactionPayload()
+        transaction["revocationDate"] = TestAppleChain.milliseconds(Self.now)
+        transaction["revocationReason"] = 0
+        transaction["revocationType"] = "REFUND_PRORATED"
+        transaction["revocationPercentage"] = 25_000
+        var renewal = Self.renewalPayload()
+        renewal["expirationIntent"] = 2
+        let evidence = await verifier(chain).verify(
+            signedTransactions: [try chain.signJWS(transaction)], signedRenewalInfos: [try chain.signJWS(renewal)], now: Self.now)
+        let verified = try #require(evidence.transactions.first)
+        #expect(verified.revocationReason == 0 && verified.revocationType == .refundProrated && verified.revocationPercentage == 25_000)
+        #expect(verified.isRefunded && !verified.isFamilyRevocation && abs(verified.refundedShare - 0.25) < 1e-9)
+        #expect(evidence.renewalInfos.first?.expirationIntent == 2)
+        // An older payload without revocationType: a refund, unless the transaction was family-shared.
+        var older = verified
+        older.revocationType = nil
+        older.revocationPercentage = nil
+        #expect(older.isRefunded && older.refundedShare == 1)
+        older.ownershipType = .familyShared
+        #expect(older.isFamilyRevocation && !older.isRefunded && older.refundedShare == 0)
+    }
 }
 
 /// The chain validation cache must save work without weakening any check.

@@ -54,9 +54,11 @@ public struct EligibilityConfiguration: Sendable {
 ///
 /// Rules: every JWS is verified (x5c chain to a trusted root, Apple's marker OIDs, ES256,
 /// bundle); a transaction that names another appAccountToken than the customer's is another
-/// account's history and counts as unverified evidence; our ledger (signatures issued to the
-/// customer for the bundle, one record per issuance whatever the number of formats) counts
-/// as redemptions for waiting periods and redemption limits.
+/// account's history and counts as unverified evidence. Redemptions count as
+/// `EligibilityEvaluator.RedemptionCounting` says: on Apple's history the ones Apple recorded; on
+/// the app's evidence also our ledger's attempts (signatures issued to the customer for the
+/// bundle, one record per issuance whatever the number of formats, Retention Messaging answers
+/// left out: `LedgerIssuance.pageViewClient`).
 struct EligibilityService: Sendable {
     let configuration: EligibilityConfiguration
     let store: any OfferSignerStore
@@ -182,7 +184,7 @@ struct EligibilityService: Sendable {
     }
 
     /// The issuances recorded for a customer (the ledger's `app_account_token` key), one per
-    /// issuance whatever its formats.
+    /// issuance whatever its formats; Retention Messaging answers (page views) are not among them.
     func ledger(customer: String, bundleID: String, timeout: Duration) async throws -> [IssuedOfferRecord] {
         try await Self.ledger(customer: customer, bundleID: bundleID, store: store, timeout: timeout)
     }

@@ -32,6 +32,8 @@ struct EligibilityOutcome: Sendable {
 ///   that ID), or when the request has no `transactionID`.
 /// - Apple's history that carries an `appAccountToken` other than the request's belongs to another
 ///   account: not eligible (`app_account_token_mismatch`).
+/// - Apple's history counts the redemptions Apple recorded; the app's evidence counts our ledger's
+///   attempts too (`EligibilityEvaluator.RedemptionCounting`).
 struct HistorySourceResolver: Sendable {
     let service: EligibilityService
 
@@ -125,6 +127,6 @@ struct HistorySourceResolver: Sendable {
                 return EligibilityDecision(offerID: offer.offerID, eligible: false, reasons: [.appAccountTokenMismatch])
             }
         }
-        return service.evaluator.evaluate(offer, evidence: history.evidence, ledger: ledger, now: now)
+        return service.evaluator.evaluate(offer, evidence: history.evidence, ledger: ledger, now: now, counting: .applesRecord)
     }
 }

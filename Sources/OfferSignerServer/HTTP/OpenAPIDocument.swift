@@ -404,7 +404,7 @@ public enum OpenAPIDocument {
               type: array
               items:
                 type: string
-                enum: [evidence_unverified, history_unavailable, app_account_token_mismatch, environment_mismatch, no_history, currently_subscribed, not_subscribed, paid_too_short, lapsed_too_recently, lapsed_too_long_ago, redeemed_too_recently, max_redemptions, refunded, family_shared, billing_retry, storefront_excluded, apple_win_back_available]
+                enum: [evidence_unverified, history_unavailable, app_account_token_mismatch, environment_mismatch, no_history, currently_subscribed, auto_renew_on, not_subscribed, paid_too_short, lapsed_too_recently, lapsed_too_long_ago, redeemed_too_recently, max_redemptions, refunded, family_shared, billing_retry, storefront_excluded, apple_win_back_available]
             eligibleFrom:
               type: string
               format: date-time

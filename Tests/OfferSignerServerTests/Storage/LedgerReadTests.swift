@@ -74,6 +74,25 @@ struct LedgerReadTests {
         }
     }
 
+    @Test("A Retention Messaging answer (a page view) is no ledger issuance, read from the database or the cache", arguments: StoreBackend.testedCases)
+    func retentionAnswersAreNotIssuances(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            // Read first, so the SQLite store answers the rest from its cache.
+            #expect(try await store.ledgerIssuances(appAccountToken: Self.token, bundleID: Self.bundle).isEmpty)
+            let viewed = AppleHistoryStoreTests.signature("n-view", at: Self.base, client: LedgerIssuance.pageViewClient)
+            let signed = AppleHistoryStoreTests.signature("n-app", offer: "winback_1", at: Self.base.addingTimeInterval(1))
+            _ = try await store.appendAudit([viewed, signed], at: Self.base)
+            let expected = [LedgerIssuance(offerID: "winback_1", issuedAt: Self.base.addingTimeInterval(1))]
+            #expect(try await store.ledgerIssuances(appAccountToken: Self.token, bundleID: Self.bundle) == expected)
+            let fresh = try await fixture.openAnother()
+            #expect(try await fresh.ledgerIssuances(appAccountToken: Self.token, bundleID: Self.bundle) == expected)
+            await fresh.close()
+            // Still in the ledger of signatures (audit, redemption tracking, the offers report).
+            #expect(try await store.issuedSignatures(appAccountToken: Self.token, bundleID: Self.bundle).count == 2)
+        }
+    }
+
     @Test("A read that a commit for the same customer overtook is not kept")
     func overtakenReadIsNotKept() {
         let cache = LedgerCache()

@@ -49,7 +49,9 @@ public struct RetentionConfiguration: Sendable {
 /// - A promotional offer's nonce is the `requestIdentifier`, so the ledger's unique nonces make
 ///   a replay unable to issue a second signature on any instance; the signature is audited
 ///   (`signature.issued` with `originalTransactionID` and `retentionRequestIdentifier`) before the
-///   answer leaves and is tracked for redemption like any other.
+///   answer leaves and is tracked for redemption like any other; a request is a page view, so the
+///   signature never counts toward the rules by itself (`LedgerIssuance.pageViewClient`): Apple's
+///   redemption does.
 /// - One deadline (`budget`) from arrival: whatever is not done by then, the fallback is answered
 ///   at the deadline (`retention_fallbacks_total{reason="deadline"}`). Audit entries still queued
 ///   then are withdrawn, never written; entries whose commit was under way and lands late are

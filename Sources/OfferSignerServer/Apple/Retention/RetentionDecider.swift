@@ -43,7 +43,8 @@ public enum RetentionDecider {
         var tried: [EligibilityDecision] = []
         for choice in plan.offers {
             guard let offer = catalog.offer(id: choice.offerID, bundleID: bundleID) else { continue }
-            let decision = evaluator.evaluate(offer, evidence: history.evidence, ledger: ledger, now: now)
+            // Apple's history of the subscription: the redemptions Apple recorded count, not our signatures.
+            let decision = evaluator.evaluate(offer, evidence: history.evidence, ledger: ledger, now: now, counting: .applesRecord)
             tried.append(decision)
             if decision.eligible { return RetentionDecision(offer: choice, tried: tried, fallbackReason: nil) }
         }
