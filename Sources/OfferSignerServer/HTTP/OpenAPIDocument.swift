@@ -100,6 +100,7 @@ public enum OpenAPIDocument {
             must be one of this service's, its environment accepted, and, in Production, its App Apple ID the
             catalog's. Stored once per notificationUUID (a repeat answers 200 `duplicate`); redemptions of
             promotional offers are matched to their signatures and audited (`offer.redeemed`).
+            At most 32 requests are inside the two Apple endpoints at once; beyond, 503 `overloaded` with `Retry-After`.
           security:
             - {}
           requestBody:
@@ -140,6 +141,7 @@ public enum OpenAPIDocument {
             RealtimeResponseBody with exactly one member: a promotional offer the subscriber is eligible for (signed,
             audited), else the product's fallback; 204 when there is none. Stale (over 5 minutes) and replayed
             requests are refused. Needs an offers catalog (404 `eligibility_not_configured` otherwise).
+            At most 32 requests are inside the two Apple endpoints at once; beyond, 503 `overloaded` with `Retry-After`.
           security:
             - {}
           requestBody:
@@ -197,6 +199,7 @@ public enum OpenAPIDocument {
             '409': {$ref: '#/components/responses/Problem'}
             '413': {$ref: '#/components/responses/Problem'}
             '415': {$ref: '#/components/responses/Problem'}
+            '503': {$ref: '#/components/responses/Problem'}
       /healthz:
         get:
           operationId: health
@@ -216,7 +219,20 @@ public enum OpenAPIDocument {
         get:
           operationId: readiness
           summary: Readiness (store reachable, a usable key for each app, audit commits getting through)
-          security: []
+          description: |
+            Answered from the state a background check keeps (the store is checked every second, never per request).
+            Without credentials: the status alone. With `?detail` and `Authorization: Bearer <operator token>`
+            (`--operator-token-file`): the problems, registry version, number of apps and last store check (401
+            without the token).
+          security:
+            - {}
+            - operator: []
+          parameters:
+            - name: detail
+              in: query
+              required: false
+              allowEmptyValue: true
+              schema: {type: string}
           responses:
             '200':
               description: Ready to sign.
@@ -224,23 +240,31 @@ public enum OpenAPIDocument {
                 application/json:
                   schema:
                     type: object
-                    required: [status, registryVersion, apps]
+                    required: [status]
                     properties:
                       status: {type: string, const: ready}
+                      problems: {type: array, items: {type: string}}
                       registryVersion: {type: integer}
                       apps: {type: integer}
+                      storeCheckedAt: {type: string}
+            '401': {$ref: '#/components/responses/Problem'}
             '503': {$ref: '#/components/responses/Problem'}
       /metrics:
         get:
           operationId: metrics
-          summary: Prometheus metrics
-          security: []
+          summary: Prometheus metrics (operator token required)
+          description: |
+            Its labels name apps, offers and keys, so it needs `Authorization: Bearer <operator token>`
+            (`--operator-token-file`); 401 otherwise.
+          security:
+            - operator: []
           responses:
             '200':
               description: Prometheus text exposition format.
               content:
                 text/plain:
                   schema: {type: string}
+            '401': {$ref: '#/components/responses/Problem'}
       /openapi.yaml:
         get:
           operationId: openapi
@@ -280,6 +304,10 @@ public enum OpenAPIDocument {
           type: http
           scheme: bearer
           description: An API key (`os_…`, from `offer-signer clients create`) or an end-user JWT from the app's auth server.
+        operator:
+          type: http
+          scheme: bearer
+          description: The operator token (`--operator-token-file`), for `GET /readyz?detail` and `GET /metrics`.
       headers:
         RequestID:
           description: The request's ID, also in the server log.

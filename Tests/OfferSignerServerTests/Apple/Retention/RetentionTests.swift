@@ -161,7 +161,7 @@ struct RetentionTests {
             #expect(members(again) == ["message"])
             #expect((again.json["message"] as? [String: Any])?["messageIdentifier"] as? String == Self.fallbackMessage)
             #expect(try await issuedRecords(server).count == 1)
-            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
             #expect(metrics.contains(#"retention_requests_total{outcome="promotionalOffer"} 1"#))
             #expect(metrics.contains(#"retention_fallbacks_total{reason="not_eligible"} 1"#))
         }
@@ -280,7 +280,7 @@ struct RetentionTests {
             // Generous against a loaded machine; without the budget it would wait for Apple's 600 s.
             #expect(elapsed < .seconds(5), "answered after \(elapsed)")
             #expect(try await issuedRecords(server).isEmpty)
-            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
             #expect(metrics.contains(#"retention_fallbacks_total{reason="budget"} 1"#), "\(metrics.split(separator: "\n").filter { $0.contains("retention") })")
         }
     }
