@@ -97,13 +97,19 @@ extension Principal {
 enum AppAccountTokenField {
     static func parse(_ text: String?) throws(APIProblem) -> UUID? {
         guard let text else { return nil }
-        guard text.contains(where: { !$0.isWhitespace }) else {
-            throw APIProblem.badRequest("app_account_token_empty", "appAccountToken is empty; send the customer's UUID or leave the member out")
-        }
+        // A UUID costs one parse, as before; only a refusal looks further.
+        let parsed: UUID?
         do {
-            return try OfferFieldValidator.parseAppAccountToken(text)
+            parsed = try OfferFieldValidator.parseAppAccountToken(text)
         } catch {
+            if text.allSatisfy(\.isWhitespace) { throw Self.empty }
             throw APIProblem.field(error)
         }
+        guard let parsed else { throw Self.empty }
+        return parsed
+    }
+
+    private static var empty: APIProblem {
+        APIProblem.badRequest("app_account_token_empty", "appAccountToken is empty; send the customer's UUID or leave the member out")
     }
 }

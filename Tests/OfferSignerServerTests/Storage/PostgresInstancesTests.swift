@@ -356,6 +356,7 @@ extension PostgresInstancesTests {
         configuration.clientRateLimit = .unlimited
         configuration.appAccountTokenRateLimit = .unlimited
         configuration.storeTimeout = .seconds(1)
+        configuration.operatorToken = TestServer.operatorToken
         _ = try await KeyRegistry.importKey(
             try InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY000"), bundleID: "com.example.app", issuerID: TestServer.issuerID,
             development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
