@@ -134,7 +134,9 @@ final class ReadinessMonitor: Service, Sendable {
             throw APIProblem.unauthorized("GET /readyz?detail needs Authorization: Bearer <operator token> (--operator-token-file)")
         }
         // The operator's view: the same status, with every detail (as members of the problem
-        // document when not ready).
+        // document when not ready). Further operator details go into `details` here (for
+        // example a count of registry rows refused because their MAC does not verify), their
+        // reasons into `problems(ring:)`.
         var details: [String: String] = [
             "problems": "[" + problems.map(JSONObjectWriter.quoted).joined(separator: ",") + "]",
             "registryVersion": String(ring.version),
