@@ -104,7 +104,10 @@ cat > "$WORK/offers.json" <<JSON
              "rules": {"minPaidMonths": 3, "lapsedMonths": {"min": 1, "max": 24}}}]}
 JSON
 
-"$BIN" serve --store "$STORE" --master-key-file "$MASTER" --port "$PORT" --offers "$WORK/offers.json" --apple-root "$WORK/root.pem" \
+OPERATOR_TOKEN_FILE="$WORK/operator-token"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$OPERATOR_TOKEN_FILE"
+chmod 600 "$OPERATOR_TOKEN_FILE"
+"$BIN" serve --store "$STORE" --master-key-file "$MASTER" --operator-token-file "$OPERATOR_TOKEN_FILE" --port "$PORT" --offers "$WORK/offers.json" --apple-root "$WORK/root.pem" \
     --log-level warning --client-rate 0 --token-rate 0 > "$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 URL="http://127.0.0.1:$PORT"
@@ -165,7 +168,7 @@ service once "$BURST_CONNECTIONS" $((BURST_CONNECTIONS / THREADS))
 service burst "$BURST_CONNECTIONS"
 # Before the floor runs, which connect to the fake directly.
 PEAK=$(curl -fsS "http://127.0.0.1:$FAKE_PORT/stats" | python3 -c 'import json, sys; print(json.load(sys.stdin)["peakConnections"])')
-curl -fsS "$URL/metrics" > "$WORK/metrics.txt"
+curl -fsS -H "Authorization: Bearer $(cat "$OPERATOR_TOKEN_FILE")" "$URL/metrics" > "$WORK/metrics.txt"
 floor paced "$PACED_CONNECTIONS" "$RATE"
 floor latency "$CONNECTIONS"
 floor burst "$BURST_CONNECTIONS"

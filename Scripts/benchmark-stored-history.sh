@@ -99,7 +99,10 @@ cat > "$WORK/offers.json" <<JSON
    "kind": "retention", "historySource": "apple", "rules": {"minPaidMonths": 3}}]}
 JSON
 
-"$BIN" serve --store "$STORE" --master-key-file "$MASTER" --port "$PORT" --offers "$WORK/offers.json" --apple-root "$WORK/root.pem" \
+OPERATOR_TOKEN_FILE="$WORK/operator-token"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$OPERATOR_TOKEN_FILE"
+chmod 600 "$OPERATOR_TOKEN_FILE"
+"$BIN" serve --store "$STORE" --master-key-file "$MASTER" --operator-token-file "$OPERATOR_TOKEN_FILE" --port "$PORT" --offers "$WORK/offers.json" --apple-root "$WORK/root.pem" \
     --log-level warning --client-rate 0 --token-rate 0 > "$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 URL="http://127.0.0.1:$PORT"
@@ -151,7 +154,7 @@ run sign "$CONNECTIONS" 0
 python3 Scripts/stored-history-fixtures.py retention "$WORK/chain.json" "$WORK/retention.jsonl" \
     "$(( RETENTION_RATE * DURATION * 12 / 10 + 1000 ))" "$CUSTOMERS" "$APP_APPLE_ID"
 run retention "$RETENTION_CONNECTIONS" "$RETENTION_RATE"
-curl -fsS "$URL/metrics" > "$WORK/metrics.txt"
+curl -fsS -H "Authorization: Bearer $(cat "$OPERATOR_TOKEN_FILE")" "$URL/metrics" > "$WORK/metrics.txt"
 
 echo
 echo "== offer-signer deciding on stored history ($(nproc) cores, shared machine, store $STORE_KIND; $CUSTOMERS subscribers seeded in $SEED_SECONDS s)"

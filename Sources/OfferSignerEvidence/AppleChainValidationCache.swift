@@ -10,9 +10,14 @@ import X509
 /// intermediate, root) and of the trusted roots, and holds the leaf's public key; only the time
 /// check depends on when the item was signed, so a hit still requires the signing time to be
 /// inside every certificate's validity period (the latest `notBefore` to the earliest `notAfter`
-/// of the validated chain); a chain that failed is never remembered; at most `capacity` chains
-/// are kept (the oldest is dropped first). A hit skips parsing and validation, never the
-/// signature check.
+/// of the validated chain); at most `capacity` chains are kept (the oldest is dropped first). A
+/// hit skips parsing and validation, never the signature check.
+///
+/// A chain that failed validation is remembered apart, with its failure, under the same key (at
+/// most `failureCapacity`, the oldest dropped first), so a forged chain sent again costs a hash,
+/// not a certificate-signature verification; failures that depend on the signing time (expired,
+/// not yet valid) are not remembered. Only failures are remembered there: a key in it is never
+/// trusted.
 public final class AppleChainValidationCache: Sendable {
     struct Validity {
         var notBefore: Date
@@ -27,15 +32,37 @@ public final class AppleChainValidationCache: Sendable {
     }
 
     private let capacity: Int
+    private let failureCapacity: Int
+    private let failures = Mutex<(entries: [SHA256Digest: AppleSignedDataVerifier.VerificationFailure], order: [SHA256Digest])>(([:], []))
     private let state = Mutex<(entries: [SHA256Digest: Validity], order: [SHA256Digest])>(([:], []))
     /// Headers decoded before, by their exact base64url text: Apple signs every item with the same
     /// header (algorithm and x5c chain), several kilobytes that would be decoded for each one.
     /// Holds only what decoding that text gives, so a hit changes no check.
     private let headers = Mutex<[String: DecodedHeader]>([:])
 
-    public init(capacity: Int = 64) {
+    public init(capacity: Int = 64, failureCapacity: Int = 4096) {
         self.capacity = max(1, capacity)
+        self.failureCapacity = max(1, failureCapacity)
     }
+
+    /// The failure of a chain that failed before.
+    func failure(_ key: SHA256Digest) -> AppleSignedDataVerifier.VerificationFailure? {
+        failures.withLock { $0.entries[key] }
+    }
+
+    func rememberFailure(_ key: SHA256Digest, _ failure: AppleSignedDataVerifier.VerificationFailure) {
+        failures.withLock { failures in
+            if failures.entries.updateValue(failure, forKey: key) == nil { failures.order.append(key) }
+            if failures.order.count > failureCapacity {
+                let excess = failures.order.count - failureCapacity
+                for dropped in failures.order.prefix(excess) { failures.entries.removeValue(forKey: dropped) }
+                failures.order.removeFirst(excess)
+            }
+        }
+    }
+
+    /// Failed chains remembered (for tests and metrics).
+    public var failureCount: Int { failures.withLock { $0.entries.count } }
 
     static func key(x5c: [String], rootsDigest: [UInt8]) -> SHA256Digest {
         var hasher = SHA256()

@@ -12,14 +12,16 @@ import SwiftASN1
 /// 1. compact serialization of at most 64 KiB, three base64url parts;
 /// 2. protected header `alg` is `ES256` and `x5c` holds exactly three base64 DER certificates
 ///    (leaf, intermediate, root);
-/// 3. the leaf chains through the intermediate to one of `trustedRoots` (swift-certificates `Verifier`
+/// 3. the signature is 64 bytes (raw r‖s), and the chain has not failed before (see
+///    ``AppleChainValidationCache``): cheap checks before any chain validation;
+/// 4. the leaf chains through the intermediate to one of `trustedRoots` (swift-certificates `Verifier`
 ///    with `RFC5280Policy`), the leaf carries OID 1.2.840.113635.100.6.11.1 and the intermediate
 ///    1.2.840.113635.100.6.2.1. Certificate validity is evaluated at the payload's `signedDate`
 ///    (or `receiptCreationDate`) when present, else at `now` — as Apple's library does when online
 ///    checks are off. No OCSP (offline). The `x5c` root entry is not trusted, only parsed: trust comes
 ///    from `trustedRoots` alone;
-/// 4. the ES256 signature (raw r‖s) over `header.payload` verifies with the leaf's P-256 key;
-/// 5. transactions: `bundleId` equals `bundleID`; all items: `environment` is one of
+/// 5. the ES256 signature (raw r‖s) over `header.payload` verifies with the leaf's P-256 key;
+/// 6. transactions: `bundleId` equals `bundleID`; all items: `environment` is one of
 ///    `acceptedEnvironments` (Production, Sandbox or both; never Xcode or LocalTesting data).
 ///
 /// There is deliberately no way to skip any step. Failures never throw: each rejected JWS becomes an
@@ -75,28 +77,67 @@ public struct AppleSignedDataVerifier: Sendable {
         self.rootsDigest = Array(hasher.finalize())
     }
 
+    /// Most distinct certificate chains (distinct protected headers: `alg` and `x5c`) one call to
+    /// ``verify(signedTransactions:signedRenewalInfos:now:)`` validates. Apple signs every item
+    /// of a customer with the same chain (two around a certificate renewal); items of further
+    /// chains are refused (`too_many_items`) before any work.
+    public static let maximumDistinctChains = 4
+
     /// Verifies all submitted items (`{"signedTransactions": [...], "signedRenewalInfos": [...]}`).
     /// Never throws: rejected items are reported in `EligibilityEvidence.failures`.
+    ///
+    /// Work is bounded before any validation: a JWS sent twice in one list is verified once and
+    /// counted once (the repeat is dropped: no record, no failure); items whose protected header
+    /// is not among the first ``maximumDistinctChains`` distinct ones are refused unverified; an
+    /// item whose header (its algorithm and chain) failed for an earlier item fails the same way,
+    /// without being looked at again.
     public func verify(signedTransactions: [String], signedRenewalInfos: [String], now: Date) async -> EligibilityEvidence {
         var evidence = EligibilityEvidence()
-        for (index, jws) in signedTransactions.enumerated() {
-            switch await verifyTransaction(jws, now: now) {
+        var headers: [Substring: VerificationFailure?] = [:]
+        func admitted(_ jws: String) -> VerificationFailure? {
+            guard let header = Base64URL.headerPart(jws) else { return nil }  // malformed: refused by the cheap checks
+            if let known = headers[header] { return known }
+            guard headers.count < Self.maximumDistinctChains else {
+                return VerificationFailure(.tooManyItems, "more than \(Self.maximumDistinctChains) distinct certificate chains in one request; not verified")
+            }
+            headers[header] = .some(nil)
+            return nil
+        }
+        func remember(_ failure: VerificationFailure, of jws: String) {
+            guard Self.headerFailureCodes.contains(failure.code), let header = Base64URL.headerPart(jws) else { return }
+            headers[header] = .some(failure)
+        }
+        var seen = Set<String>()
+        for (index, jws) in signedTransactions.enumerated() where seen.insert(jws).inserted {
+            let result = if let refused = admitted(jws) { Result<VerifiedTransaction, VerificationFailure>.failure(refused) } else { await verifyTransaction(jws, now: now) }
+            switch result {
             case .success(let transaction): evidence.transactions.append(transaction)
             case .failure(let failure):
+                remember(failure, of: jws)
                 evidence.failures.append(
                     EvidenceFailure(source: .signedTransaction, index: index, code: failure.code, message: failure.message))
             }
         }
-        for (index, jws) in signedRenewalInfos.enumerated() {
-            switch await verifyRenewalInfo(jws, now: now) {
+        seen.removeAll()
+        for (index, jws) in signedRenewalInfos.enumerated() where seen.insert(jws).inserted {
+            let result = if let refused = admitted(jws) { Result<VerifiedRenewalInfo, VerificationFailure>.failure(refused) } else { await verifyRenewalInfo(jws, now: now) }
+            switch result {
             case .success(let info): evidence.renewalInfos.append(info)
             case .failure(let failure):
+                remember(failure, of: jws)
                 evidence.failures.append(
                     EvidenceFailure(source: .signedRenewalInfo, index: index, code: failure.code, message: failure.message))
             }
         }
         return evidence
     }
+
+    /// Failures decided by the protected header alone (its algorithm and certificate chain), whatever
+    /// the payload and signing time.
+    static let headerFailureCodes: Set<EvidenceFailure.Code> = [
+        .malformedHeader, .unsupportedAlgorithm, .missingCertificateChain, .invalidChainLength, .malformedCertificate, .untrustedChain,
+        .missingAppleMarkerOID, .unsupportedKey,
+    ]
 
     /// Verifies one signed transaction.
     public func verifyTransaction(_ jws: String, now: Date) async -> Result<VerifiedTransaction, VerificationFailure> {
@@ -218,7 +259,20 @@ public struct AppleSignedDataVerifier: Sendable {
             return .failure(.init(.invalidChainLength, "x5c has \(x5c.count) certificates, expected 3"))
         }
 
-        // Payload and signature encodings.
+        // Signature shape: an ES256 signature is 64 bytes (r‖s), checked before any chain work.
+        guard let signatureBytes = Base64URL.decode(parts[2]) else {
+            return .failure(.init(.badBase64, "signature is not base64url"))
+        }
+        guard signatureBytes.count == 64, let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes) else {
+            return .failure(.init(.invalidSignature, "signature is not a 64-byte ES256 (r||s) value"))
+        }
+        // A chain that failed before fails again, at no cost (forged chains cost P-384 work once).
+        let cacheKey = chainCache.map { _ in AppleChainValidationCache.key(x5c: x5c, rootsDigest: rootsDigest) }
+        if let chainCache, let cacheKey, let failure = chainCache.failure(cacheKey) {
+            return .failure(failure)
+        }
+
+        // Payload.
         guard let payload = Base64URL.decode(parts[1]) else {
             return .failure(.init(.badBase64, "payload is not base64url"))
         }
@@ -232,20 +286,21 @@ public struct AppleSignedDataVerifier: Sendable {
             }
             signedMilliseconds = probe.signedDate ?? probe.receiptCreationDate
         }
-        guard let signatureBytes = Base64URL.decode(parts[2]) else {
-            return .failure(.init(.badBase64, "signature is not base64url"))
-        }
 
         // A chain validated before (the same x5c text, the same trusted roots) is neither parsed
         // nor validated again; the signing time must still be inside its certificates' validity.
         let validationTime = signedMilliseconds.map(date) ?? now
-        let cacheKey = chainCache.map { _ in AppleChainValidationCache.key(x5c: x5c, rootsDigest: rootsDigest) }
         let key: P256.Signing.PublicKey
         if let chainCache, let cacheKey, let cachedKey = chainCache.leafKey(cacheKey, at: validationTime) {
             key = cachedKey
         } else {
             switch await validatedLeafKey(x5c, at: validationTime) {
-            case .failure(let failure): return .failure(failure)
+            case .failure(let failure):
+                // Remembered unless it depends on the signing time (which the payload chooses).
+                if let chainCache, let cacheKey, failure.code != .certificateExpired, failure.code != .certificateNotYetValid {
+                    chainCache.rememberFailure(cacheKey, failure)
+                }
+                return .failure(failure)
             case .success(let (leafKey, chain)):
                 key = leafKey
                 if let chainCache, let cacheKey { chainCache.remember(cacheKey, chain: chain, leafKey: leafKey) }
@@ -253,11 +308,6 @@ public struct AppleSignedDataVerifier: Sendable {
         }
 
         // Signature.
-        guard signatureBytes.count == 64,
-            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
-        else {
-            return .failure(.init(.invalidSignature, "signature is not a 64-byte ES256 (r||s) value"))
-        }
         var signingInput = Data(parts[0].utf8)
         signingInput.append(UInt8(ascii: "."))
         signingInput.append(contentsOf: parts[1].utf8)
@@ -286,6 +336,10 @@ public struct AppleSignedDataVerifier: Sendable {
         }
         let leaf = certificates[0]
         let intermediate = certificates[1]
+        // Validity dates first (no cryptography): a certificate outside its validity at the
+        // signing time fails the chain whatever else it holds, so the chain's signatures are only
+        // checked for a time inside every validity, and a chain that fails then fails at any time.
+        if let failure = Self.validityFailure(leaf: leaf, intermediate: intermediate, at: validationTime) { return .failure(failure) }
         // Chain, at the signing time when the payload states it (as Apple's library does offline).
         let chain: [Certificate]
         switch await verifyChain(leaf: leaf, intermediate: intermediate, at: validationTime) {
@@ -299,6 +353,18 @@ public struct AppleSignedDataVerifier: Sendable {
     }
 
     private static let certificateNames = ["leaf", "intermediate", "root"]
+
+    private static func validityFailure(leaf: Certificate, intermediate: Certificate, at time: Date) -> VerificationFailure? {
+        for (certificate, name) in [(leaf, "leaf"), (intermediate, "intermediate")] {
+            if time > certificate.notValidAfter {
+                return .init(.certificateExpired, "\(name) certificate expired at \(ISO8601DateFormatter().string(from: certificate.notValidAfter)), checked at \(ISO8601DateFormatter().string(from: time))")
+            }
+            if time < certificate.notValidBefore {
+                return .init(.certificateNotYetValid, "\(name) certificate is not valid before \(ISO8601DateFormatter().string(from: certificate.notValidBefore)), checked at \(ISO8601DateFormatter().string(from: time))")
+            }
+        }
+        return nil
+    }
 
     /// The validated chain when it is trusted and carries Apple's marker OIDs.
     private func verifyChain(leaf: Certificate, intermediate: Certificate, at time: Date) async -> Result<[Certificate], VerificationFailure> {
@@ -321,14 +387,7 @@ public struct AppleSignedDataVerifier: Sendable {
 
         // Explain the failure as specifically as possible.
         let timestamp = ISO8601DateFormatter().string(from: time)
-        for (certificate, name) in [(leaf, "leaf"), (intermediate, "intermediate")] {
-            if time > certificate.notValidAfter {
-                return .failure(.init(.certificateExpired, "\(name) certificate expired at \(ISO8601DateFormatter().string(from: certificate.notValidAfter)), checked at \(timestamp)"))
-            }
-            if time < certificate.notValidBefore {
-                return .failure(.init(.certificateNotYetValid, "\(name) certificate is not valid before \(ISO8601DateFormatter().string(from: certificate.notValidBefore)), checked at \(timestamp)"))
-            }
-        }
+        if let failure = Self.validityFailure(leaf: leaf, intermediate: intermediate, at: time) { return .failure(failure) }
         let reasons = failures.map(\.policyFailureReason.description)
         if let marker = reasons.first(where: { $0.hasPrefix(AppleMarkerOIDPolicy.failurePrefix) }) {
             return .failure(.init(.missingAppleMarkerOID, String(marker.dropFirst(AppleMarkerOIDPolicy.failurePrefix.count))))

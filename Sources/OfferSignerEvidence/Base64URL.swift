@@ -20,6 +20,18 @@ enum Base64URL {
         return Data(base64Encoded: Data(standard))
     }
 
+    /// The text before a JWS's first `.` (its protected header), found with `memchr`; nil when
+    /// there is no `.` or the string is not contiguous UTF-8.
+    static func headerPart(_ jws: String) -> Substring? {
+        let utf8 = jws.utf8
+        let offset = utf8.withContiguousStorageIfAvailable { bytes -> Int? in
+            guard let base = bytes.baseAddress, let found = memchr(base, Int32(UInt8(ascii: ".")), bytes.count) else { return nil }
+            return base.distance(to: found.assumingMemoryBound(to: UInt8.self))
+        }
+        guard let offset, let offset else { return nil }
+        return Substring(utf8[utf8.startIndex..<utf8.index(utf8.startIndex, offsetBy: offset)])
+    }
+
     /// The three parts of a compact JWS, split on `.` over its bytes (nil unless exactly three).
     static func compactParts(_ jws: String) -> [Substring]? {
         let utf8 = jws.utf8

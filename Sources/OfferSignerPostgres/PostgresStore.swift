@@ -60,6 +60,9 @@ public final class PostgresStore: OfferSignerStore {
     /// returns the open store. Throws `StoreError.unavailable` when the database cannot be
     /// reached or its schema is newer than this build knows.
     public static func open(configuration: PostgresStoreConfiguration, logger: Logger = Logger(label: "offer-signer.postgres")) async throws -> PostgresStore {
+        if let warning = configuration.weakTLSWarning {
+            logger.warning("WARNING: the PostgreSQL connection is not protected: \(warning)", metadata: ["store": "\(configuration.redactedDescription)"])
+        }
         let store = try PostgresStore(configuration: configuration, logger: logger)
         do {
             try await store.migrate()

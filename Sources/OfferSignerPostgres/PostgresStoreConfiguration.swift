@@ -10,10 +10,14 @@ import OfferSignerStorage
 ///   password file's contents handed in by the caller; never from anywhere global.
 /// - The password never appears in ``redactedDescription``, in ``description`` or in any error
 ///   this type throws (a malformed URL is described by what is wrong with it, never echoed).
-/// - `sslmode`: `disable` (plain TCP), `prefer` (the default, as libpq: TLS when the server offers
-///   it, unverified), `require` (TLS, certificate not verified), `verify-full` (TLS, certificate
-///   chain and host name verified, against `sslrootcert` when given, else the system's roots).
-///   Anything else is refused.
+/// - `sslmode`: `disable` (plain TCP), `prefer` (TLS when the server offers it, unverified),
+///   `require` (TLS, certificate not verified), `verify-full` (TLS, certificate chain and host
+///   name verified, against `sslrootcert` when given, else the system's roots). Anything else is
+///   refused. Without `sslmode` the mode is `verify-full`, except for a loopback host
+///   (`localhost`, 127.0.0.0/8, `::1`) or a Unix socket directory (a host starting with `/`),
+///   where it is `prefer`: libpq's default `prefer` lets an active attacker on the network
+///   downgrade the connection to plain TCP and read the password. `require` stays possible, and
+///   is warned about when the store opens (see ``weakTLSWarning``).
 public struct PostgresStoreConfiguration: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     public enum TLSMode: String, Sendable, Equatable, CaseIterable {
         case disable
@@ -122,7 +126,7 @@ public struct PostgresStoreConfiguration: Sendable, Equatable, CustomStringConve
             throw InvalidConfiguration("\(malformed): it names no database (…/database)")
         }
 
-        var tlsMode = TLSMode.prefer
+        var tlsMode = Self.isLocal(host: host) ? TLSMode.prefer : .verifyFull
         var rootCertificatePath: String?
         if let query, !query.isEmpty {
             for parameter in query.split(separator: "&", omittingEmptySubsequences: true) {
@@ -194,6 +198,27 @@ public struct PostgresStoreConfiguration: Sendable, Equatable, CustomStringConve
             "tlsMode": tlsMode.rawValue, "rootCertificatePath": rootCertificatePath as Any, "poolSize": poolSize,
             "operationTimeout": operationTimeout, "connectTimeout": connectTimeout,
         ])
+    }
+
+    /// Whether `host` is reached without crossing a network: a loopback name or address, or a
+    /// Unix socket directory.
+    public static func isLocal(host: String) -> Bool {
+        let lower = host.lowercased()
+        return lower == "localhost" || lower.hasSuffix(".localhost") || lower == "::1" || lower.hasPrefix("127.") || host.hasPrefix("/")
+    }
+
+    /// What to warn about at start, when the connection to a database across the network can be
+    /// read or altered by someone on the path (nil for `verify-full`, or a local host).
+    public var weakTLSWarning: String? {
+        guard tlsMode != .verifyFull, !Self.isLocal(host: host) else { return nil }
+        switch tlsMode {
+        case .require:
+            return "sslmode=require encrypts the connection to \(host) but does not verify the server's certificate: an active attacker on the path can impersonate the database and read the password and every record; use sslmode=verify-full (with sslrootcert for a private CA)"
+        case .prefer, .disable:
+            return "sslmode=\(tlsMode.rawValue) lets an attacker on the path to \(host) read the password and every record; use sslmode=verify-full (with sslrootcert for a private CA)"
+        case .verifyFull:
+            return nil
+        }
     }
 
     /// Splits at the first (or last) `separator`; the second part is nil when there is none.

@@ -53,6 +53,8 @@ struct ServeCommand: AsyncParsableCommand {
     var jwtTokenClaim: String?
     @Option(help: "Namespace UUID: the appAccountToken is UUIDv5(namespace, sub). Env: OFFER_SIGNER_JWT_SUB_NAMESPACE.")
     var jwtSubNamespace: String?
+    @Option(help: "File with the operator token (at least 32 characters, chmod 600): GET /readyz?detail with 'Authorization: Bearer <token>' shows why the instance is not ready. Without it, the details are in the log only. Env: OFFER_SIGNER_OPERATOR_TOKEN_FILE.")
+    var operatorTokenFile: String?
     @Option(help: "Offers catalog (JSON) with win-back eligibility rules; see offers.example.json. Env: OFFER_SIGNER_OFFERS.")
     var offers: String?
     @Option(name: .customLong("apple-root"), help: "A PEM root certificate Apple-signed evidence must chain to (repeatable; default: the bundled Apple Root CA - G3). For tests. Env: OFFER_SIGNER_APPLE_ROOTS (paths separated by ':').")
@@ -131,6 +133,13 @@ struct ServeCommand: AsyncParsableCommand {
             perSecond: try tokenRate ?? Self.number("OFFER_SIGNER_TOKEN_RATE", Double.self) ?? configuration.appAccountTokenRateLimit.perSecond,
             burst: try tokenBurst ?? Self.number("OFFER_SIGNER_TOKEN_BURST", Double.self) ?? configuration.appAccountTokenRateLimit.burst)
         configuration.userJWT = try userJWTConfiguration()
+        if let path = operatorTokenFile ?? Environment.value("OFFER_SIGNER_OPERATOR_TOKEN_FILE") {
+            do {
+                configuration.operatorToken = try OperatorToken(try SecretFile.read(path, what: "operator token file").trimmingCharacters(in: .whitespacesAndNewlines))
+            } catch let error as ServerConfigurationError {
+                throw ValidationError("--operator-token-file: \(error.message)")
+            }
+        }
         if let value = try checkpointEveryRecords ?? Self.number("OFFER_SIGNER_CHECKPOINT_EVERY_RECORDS", Int.self) {
             guard value > 0 else { throw ValidationError("--checkpoint-every-records must be at least 1") }
             configuration.checkpointEveryRecords = value

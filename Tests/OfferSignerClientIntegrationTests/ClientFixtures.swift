@@ -92,6 +92,14 @@ enum UserJWT {
         UserJWTConfiguration(jwksJSON: nil, hs256Secret: secret, issuer: issuer, audience: audience, binding: .claim(tokenClaim))
     }
 
+    /// End users get catalogued offers only: the one these tests sign, without rules.
+    static var catalog: EligibilityConfiguration {
+        try! EligibilityConfiguration(
+            catalogJSON: Data(
+                #"{"offers": [{"offerID": "WINBACK50", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1", "kind": "any"}]}"#
+                    .utf8), trustedRootPEMs: [])
+    }
+
     /// A compact HS256 JWT for `sub` bound to `appAccountToken`, valid for ten minutes.
     static func token(appAccountToken: UUID, subject: String = "user-42") throws -> String {
         let header = try JSONSerialization.data(withJSONObject: ["alg": "HS256", "typ": "JWT"], options: [.sortedKeys])

@@ -126,7 +126,10 @@ struct ClientSigningTests {
 
     @Test("A user JWT: the server's bound token comes back, including when the app sent none")
     func userJWTBinding() async throws {
-        let server = try await TestServer { $0.userJWT = UserJWT.configuration }
+        let server = try await TestServer {
+            $0.userJWT = UserJWT.configuration
+            $0.eligibility = UserJWT.catalog
+        }
         defer { server.cleanUp() }
         let key = try #require(server.keys["com.example.app"])
         let jwt = try UserJWT.token(appAccountToken: Self.token)

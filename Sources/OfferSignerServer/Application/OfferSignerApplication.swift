@@ -98,15 +98,17 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit))
 
     let router = Router()
-    router.add(middleware: ProblemMiddleware(metrics: metrics))
+    router.add(middleware: ProblemMiddleware(metrics: metrics, refusalLog: RefusalLogLimiter(linesPerSecond: 20)))
+    if configuration.developmentMode { router.add(middleware: DevelopmentHostMiddleware(port: configuration.port)) }
     router.post("/v1/offers/signatures") { request, context in
         try await signing.sign(request, context: context)
     }
     router.post("/v1/offers/eligibility") { request, context in
         try await eligibilityController.decide(request, context: context)
     }
+    let appleEndpoints = ConcurrencyGate(limit: configuration.appleEndpointConcurrency)
     router.post("/v1/apple/notifications") { request, context in
-        try await notifications.receive(request, context: context)
+        try await appleEndpoints.run { try await notifications.receive(request, context: context) }
     }
     let retention = eligibility.map {
         RetentionController(
@@ -117,16 +119,24 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         guard let retention else {
             throw APIProblem(.notFound, code: "eligibility_not_configured", detail: "Retention Messaging needs an offers catalog with apps.<bundle>.retention (serve --offers FILE)")
         }
-        return try await retention.answer(request, context: context)
+        return try await appleEndpoints.run { try await retention.answer(request, context: context) }
     }
     router.get("/healthz") { _, _ in
         Response.json(#"{"status":"ok"}"#)
     }
-    router.get("/readyz") { _, _ in
-        try await readiness(store: store, ring: keyRing.ring, auditHealth: committer.health, timeout: configuration.storeTimeout)
+    let readiness = ReadinessMonitor(
+        store: store, keyRing: keyRing, auditHealth: committer.health, timeout: configuration.storeTimeout,
+        interval: configuration.readinessInterval, operatorToken: configuration.operatorToken, logger: logger)
+    await readiness.refresh()
+    router.get("/readyz") { request, _ in
+        try readiness.response(request)
     }
-    router.get("/metrics") { _, _ in
-        Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.exposition())))
+    router.get("/metrics") { request, _ in
+        // Its labels name bundles, offers and keys: for operators only (see `OperatorToken`).
+        guard let token = configuration.operatorToken, token.matches(authorization: request.headers[.authorization]) else {
+            throw APIProblem.unauthorized("GET /metrics needs Authorization: Bearer <operator token> (--operator-token-file)")
+        }
+        return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.exposition())))
     }
     router.get("/openapi.yaml") { _, _ in
         Response(status: .ok, headers: [.contentType: "application/yaml"], body: .init(byteBuffer: ByteBuffer(string: OpenAPIDocument.yaml)))
@@ -148,7 +158,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
             idleTimeout: idleTimeout))
     var services: [any Service] = [
         AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, lockTimeout: configuration.storeTimeout, logger: logger),
-        keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger),
+        keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger), readiness,
     ]
     if let appleHistory { services.append(contentsOf: [appleHistory, historyRecorder] as [any Service]) }
     return Application(
@@ -157,34 +167,6 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
             logger.notice("offer-signer listening", metadata: ["address": "\(channel.localAddress?.description ?? "?")", "dev": "\(configuration.developmentMode)"])
         },
         logger: logger)
-}
-
-/// Ready means: the store answers (within `timeout`) and accepts writes, every configured app has
-/// a usable active key, and audit commits are getting through (after a failed one, until a commit
-/// or the committer's write test succeeds again), so a load balancer takes an instance that cannot
-/// sign out of rotation.
-private func readiness(store: any OfferSignerStore, ring: KeyRing, auditHealth: AuditCommitHealth, timeout: Duration) async throws -> Response {
-    var problems: [String] = []
-    do {
-        try await StoreDeadline.run("readiness check", timeout: timeout) { try await store.checkWritable() }
-    } catch {
-        problems.append("store unreachable or read-only: \(error)")
-    }
-    if let failure = auditHealth.failure {
-        problems.append("audit commits are failing: \(failure.summary)")
-    }
-    if ring.configuredBundles.isEmpty { problems.append("no signing key configured") }
-    for bundle in ring.configuredBundles.sorted() where ring.activeKeys[bundle] == nil {
-        problems.append("\(bundle) has no usable active key")
-    }
-    guard problems.isEmpty else {
-        throw APIProblem(.serviceUnavailable, code: "not_ready", detail: problems.joined(separator: "; "))
-    }
-    var writer = JSONObjectWriter()
-    writer.field("status", "ready")
-    writer.field("registryVersion", ring.version)
-    writer.field("apps", Int64(ring.configuredBundles.count))
-    return Response.json(writer.finish())
 }
 
 extension Response {
@@ -199,6 +181,8 @@ extension Response {
 /// `internal_error` whose detail names no internals, while the log keeps the error.
 struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
     let metrics: ServerMetrics
+    /// Refused requests (4xx) are logged at most this often; 5xx always.
+    let refusalLog: RefusalLogLimiter
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let start = ContinuousClock.now
@@ -234,8 +218,19 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         metrics.request(route: route == "NotFound" ? "unmatched" : route, method: request.method.rawValue, status: response.status.code, duration: ContinuousClock.now - start)
         if let problemCode {
             metrics.rejection(problemCode)
-            let level: Logger.Level = response.status.code >= 500 ? .error : .notice
-            context.logger.log(level: level, "request refused", metadata: ["code": "\(problemCode)", "status": "\(response.status.code)", "path": "\(request.uri.path)"])
+            let metadata: Logger.Metadata = ["code": "\(problemCode)", "status": "\(response.status.code)", "path": "\(request.uri.path)"]
+            if response.status.code >= 500 {
+                context.logger.error("request refused", metadata: metadata)
+            } else {
+                switch refusalLog.admit() {
+                case .log(let suppressedBefore):
+                    var metadata = metadata
+                    if suppressedBefore > 0 { metadata["suppressed_before"] = "\(suppressedBefore)" }
+                    context.logger.notice("request refused", metadata: metadata)
+                case .suppress:
+                    break
+                }
+            }
         }
         return response
     }

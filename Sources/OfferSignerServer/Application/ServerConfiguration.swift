@@ -21,6 +21,15 @@ public struct ServerConfiguration: Sendable {
     /// Largest App Store Server Notification body accepted (Apple's are a few KiB per JWS, and one
     /// holds three JWS at most).
     public static let maximumNotificationBytes = 256 * 1024
+    /// Most requests the unauthenticated Apple endpoints (`/v1/apple/notifications` and
+    /// `/v1/apple/retention`, together) handle at once; beyond it they answer 503 `overloaded`
+    /// with `Retry-After` (see `ConcurrencyGate`).
+    public var appleEndpointConcurrency: Int = 32
+    /// How often the store is checked for `/readyz` (in the background; see `ReadinessMonitor`).
+    public var readinessInterval: Duration = .seconds(1)
+    /// The operator token (`--operator-token-file`): opens `GET /readyz?detail`. Without one, the
+    /// details are in the log only.
+    public var operatorToken: OperatorToken?
     /// Win-back eligibility rules; nil signs every offer as before.
     public var eligibility: EligibilityConfiguration?
     /// Token bucket per API client / user: sustained requests per second and burst.

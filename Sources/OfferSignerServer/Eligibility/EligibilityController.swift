@@ -60,14 +60,7 @@ struct EligibilityController: Sendable {
                 throw APIProblem.field(error)
             }
         }
-        var token: UUID?
-        if let text = eligibilityRequest.appAccountToken {
-            do {
-                token = try OfferFieldValidator.parseAppAccountToken(text)
-            } catch {
-                throw APIProblem.field(error)
-            }
-        }
+        var token = try AppAccountTokenField.parse(eligibilityRequest.appAccountToken)
         let bundleID = try SigningController.bundle(eligibilityRequest.bundleID, ring: ring)
         if case .client(let client) = principal, !client.bundleIDs.isEmpty, !client.bundleIDs.contains(bundleID) {
             throw APIProblem(.forbidden, code: "bundle_not_allowed", detail: "this API client may not ask about '\(bundleID)'")
@@ -87,7 +80,7 @@ struct EligibilityController: Sendable {
         let offers = try eligibility.offers(bundleID: bundleID, named: eligibilityRequest.offerIDs)
         let decisions = try await eligibility.decide(
             offers, bundleID: bundleID, appAccountToken: token, evidence: eligibilityRequest.evidence, transactionID: eligibilityRequest.transactionID,
-            ring: ring, now: Date())
+            ring: ring, now: Date(), strictAccountToken: principal.isUser)
         var writer = JSONObjectWriter()
         writer.field("bundleID", bundleID)
         writer.field("appAccountToken", token?.lowercasedString)

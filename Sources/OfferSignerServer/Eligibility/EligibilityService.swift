@@ -126,9 +126,11 @@ struct EligibilityService: Sendable {
     }
 
     /// Each offer decided on the history its `historySource` names (see `HistorySourceResolver`).
+    /// `prefetched`: Apple's answer asked before (see `askApple`). `strictAccountToken`: the
+    /// principal is an end user (see `HistorySourceResolver.decide`).
     func decide(
         _ offers: [OfferDefinition], bundleID: String, appAccountToken: UUID?, evidence: PurchaseEvidence?, transactionID: String?,
-        ring: KeyRing, now: Date
+        ring: KeyRing, now: Date, prefetched: PrefetchedAppleAnswer? = nil, strictAccountToken: Bool = false
     ) async throws -> [EligibilityOutcome] {
         try HistorySourceResolver.checkHandles(offers, evidence: evidence, transactionID: transactionID)
         // Refused whatever source decides: the app's evidence is only verified when it is used.
@@ -139,12 +141,25 @@ struct EligibilityService: Sendable {
             }
         }
         let ledger = try await self.ledger(appAccountToken: appAccountToken, bundleID: bundleID)
-        let credentials = ring.activeKeys[bundleID].flatMap { active in
-            active.issuerID.map { AppStoreServerAPICredentials(key: active.signer.key, issuerID: $0, bundleID: bundleID) }
-        }
         return try await HistorySourceResolver(service: self).decide(
             offers, bundleID: bundleID, appAccountToken: appAccountToken, evidence: evidence, transactionID: transactionID,
-            credentials: credentials, ledger: ledger, now: now)
+            credentials: Self.credentials(bundleID: bundleID, ring: ring), ledger: ledger, now: now, prefetched: prefetched,
+            strictAccountToken: strictAccountToken)
+    }
+
+    /// Apple's word for the offers that ask Apple (see `HistorySourceResolver.askApple`), asked
+    /// before any customer lock is taken: no lock, no pooled store connection held meanwhile.
+    func askApple(_ offers: [OfferDefinition], bundleID: String, transactionID: String?, ring: KeyRing, now: Date) async throws -> PrefetchedAppleAnswer {
+        let answer = try await HistorySourceResolver(service: self).askApple(
+            offers, bundleID: bundleID, transactionID: transactionID, credentials: Self.credentials(bundleID: bundleID, ring: ring), now: now)
+        return PrefetchedAppleAnswer(answer: answer)
+    }
+
+    /// The App Store Server API credentials of a bundle: its active key, when it has an issuer ID.
+    static func credentials(bundleID: String, ring: KeyRing) -> AppStoreServerAPICredentials? {
+        ring.activeKeys[bundleID].flatMap { active in
+            active.issuerID.map { AppStoreServerAPICredentials(key: active.signer.key, issuerID: $0, bundleID: bundleID) }
+        }
     }
 
     func verifiedEvidence(_ evidence: PurchaseEvidence?, bundleID: String, appAccountToken: UUID?, now: Date) async throws -> EligibilityEvidence {
@@ -165,8 +180,10 @@ struct EligibilityService: Sendable {
         if let appAccountToken {
             let customer = appAccountToken.lowercasedString
             // A failure names the item's place in `signedTransactions`, items that failed before included.
+            // Duplicates were dropped (see `AppleSignedDataVerifier.verify`): the first of each counts.
             let failed = Set(verified.failures.filter { $0.source == .signedTransaction }.map(\.index))
-            let submittedIndices = evidence.signedTransactions.indices.filter { !failed.contains($0) }
+            var seen = Set<String>()
+            let submittedIndices = evidence.signedTransactions.indices.filter { seen.insert(evidence.signedTransactions[$0]).inserted && !failed.contains($0) }
             for (verifiedIndex, transaction) in verified.transactions.enumerated() {
                 if let token = transaction.appAccountToken, !token.isEmpty, token.lowercased() != customer {
                     verified.failures.append(EvidenceFailure(

@@ -16,6 +16,18 @@ struct EligibilityOutcome: Sendable {
     var appleVia: String?
 }
 
+/// Apple's answer about a customer and where it came from: `api` (the App Store Server API) or
+/// `store` (the stored history that notifications keep current).
+struct AppleAnswer: Sendable {
+    var lookup: HistoryLookup
+    var via: String
+}
+
+/// Apple's answer asked before a decision (nil: no offer needed Apple).
+struct PrefetchedAppleAnswer: Sendable {
+    var answer: AppleAnswer?
+}
+
 /// Applies each offer's `historySource` (see `HistorySource`).
 ///
 /// Rules:
@@ -31,7 +43,8 @@ struct EligibilityOutcome: Sendable {
 ///   answer (never when Apple answered that the transaction ID is unknown or invalid: the app chose
 ///   that ID), or when the request has no `transactionID`.
 /// - Apple's history that carries an `appAccountToken` other than the request's belongs to another
-///   account: not eligible (`app_account_token_mismatch`).
+///   account: not eligible (`app_account_token_mismatch`). For an end user (user JWT), so does a
+///   history that carries none: a stranger's `originalTransactionId` decides nothing for them.
 /// - Apple's history counts the redemptions Apple recorded; the app's evidence counts our ledger's
 ///   attempts too (`EligibilityEvaluator.RedemptionCounting`).
 struct HistorySourceResolver: Sendable {
@@ -57,31 +70,49 @@ struct HistorySourceResolver: Sendable {
         }
     }
 
-    func decide(
-        _ offers: [OfferDefinition], bundleID: String, appAccountToken: UUID?, evidence: PurchaseEvidence?, transactionID: String?,
-        credentials: AppStoreServerAPICredentials?, ledger: [IssuedOfferRecord], now: Date
-    ) async throws -> [EligibilityOutcome] {
+    /// Apple's word on the customer of `transactionID`, when an offer with rules asks Apple (nil
+    /// otherwise): the stored history when it decides (see the type's rules), else the App Store
+    /// Server API's answer. Asked before any customer lock is taken (see `SigningController`), so
+    /// no lock and no pooled store connection is held while Apple answers.
+    func askApple(
+        _ offers: [OfferDefinition], bundleID: String, transactionID: String?, credentials: AppStoreServerAPICredentials?, now: Date
+    ) async throws -> AppleAnswer? {
         let needsApple = transactionID != nil && offers.contains { $0.rules != nil && $0.historySource.asksApple }
-        var apple: HistoryLookup?
-        var appleVia = "api"
+        guard needsApple, let transactionID else { return nil }
         let app = service.configuration.catalog.appSettings(bundleID: bundleID)
         // The stored history covers the one subscription `transactionID` belongs to (Apple's API
         // answers with all of the customer's): it decides only when it holds the subscription
         // group of every offer asked about, else a transaction ID of another group would show
         // an empty history for the offer's group.
         let groups = Set(offers.filter { $0.rules != nil && $0.historySource.asksApple }.map(\.subscriptionGroupID))
-        if needsApple, let transactionID, app.notificationHistory, let stored = try await service.storedHistory(transactionID: transactionID, app: app, now: now),
+        if app.notificationHistory, let stored = try await service.storedHistory(transactionID: transactionID, app: app, now: now),
             groups.allSatisfy({ group in stored.transactions.contains { $0.subscriptionGroupID == group } })
         {
-            apple = .history(stored)
-            appleVia = "store"
-        } else if needsApple, let transactionID {
-            if let client = service.appleHistory {
-                apple = await client.history(transactionID: transactionID, app: app, credentials: credentials, now: now)
-            } else {
-                apple = .unavailable(HistoryUnavailable(.noCredentials, "this service has no App Store Server API client"))
-            }
+            return AppleAnswer(lookup: .history(stored), via: "store")
         }
+        guard let client = service.appleHistory else {
+            return AppleAnswer(lookup: .unavailable(HistoryUnavailable(.noCredentials, "this service has no App Store Server API client")), via: "api")
+        }
+        return AppleAnswer(lookup: await client.history(transactionID: transactionID, app: app, credentials: credentials, now: now), via: "api")
+    }
+
+    /// Decides each offer. `prefetched` is Apple's answer asked before (see `askApple`); without
+    /// it, Apple is asked here. `strictAccountToken` (end-user principals): a history of Apple's
+    /// that carries no appAccountToken at all counts as another account's, since nothing shows it
+    /// is the user's (`app_account_token_mismatch`, and nothing of it is disclosed).
+    func decide(
+        _ offers: [OfferDefinition], bundleID: String, appAccountToken: UUID?, evidence: PurchaseEvidence?, transactionID: String?,
+        credentials: AppStoreServerAPICredentials?, ledger: [IssuedOfferRecord], now: Date, prefetched: PrefetchedAppleAnswer? = nil,
+        strictAccountToken: Bool = false
+    ) async throws -> [EligibilityOutcome] {
+        let answer: AppleAnswer?
+        if let prefetched {
+            answer = prefetched.answer
+        } else {
+            answer = try await askApple(offers, bundleID: bundleID, transactionID: transactionID, credentials: credentials, now: now)
+        }
+        let apple = answer?.lookup
+        let appleVia = answer?.via ?? "api"
         var clientEvidence: EligibilityEvidence?
         func appEvidence() async throws -> EligibilityEvidence {
             if let clientEvidence { return clientEvidence }
@@ -102,7 +133,9 @@ struct HistorySourceResolver: Sendable {
                 outcomes.append(EligibilityOutcome(decision: decision, source: .client))
             case (_, .history(let history)?):
                 outcomes.append(EligibilityOutcome(
-                    decision: decideOnApple(offer, history: history, appAccountToken: appAccountToken, ledger: ledger, now: now), source: .apple, appleVia: appleVia))
+                    decision: decideOnApple(
+                        offer, history: history, appAccountToken: appAccountToken, strictAccountToken: strictAccountToken, ledger: ledger, now: now),
+                    source: .apple, appleVia: appleVia))
             case (.appleThenClient, .unavailable(let unavailable)?) where unavailable.allowsFallback && evidence != nil:
                 let decision = service.evaluator.evaluate(offer, evidence: try await appEvidence(), ledger: ledger, now: now)
                 outcomes.append(EligibilityOutcome(decision: decision, source: .client, appleUnavailable: unavailable))
@@ -119,11 +152,11 @@ struct HistorySourceResolver: Sendable {
     }
 
     private func decideOnApple(
-        _ offer: OfferDefinition, history: VerifiedHistory, appAccountToken: UUID?, ledger: [IssuedOfferRecord], now: Date
+        _ offer: OfferDefinition, history: VerifiedHistory, appAccountToken: UUID?, strictAccountToken: Bool, ledger: [IssuedOfferRecord], now: Date
     ) -> EligibilityDecision {
         if let appAccountToken {
             let customer = appAccountToken.lowercasedString
-            if history.appAccountTokens.contains(where: { $0 != customer }) {
+            if history.appAccountTokens.contains(where: { $0 != customer }) || (strictAccountToken && history.appAccountTokens.isEmpty) {
                 return EligibilityDecision(offerID: offer.offerID, eligible: false, reasons: [.appAccountTokenMismatch])
             }
         }

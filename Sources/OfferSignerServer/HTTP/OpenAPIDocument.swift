@@ -102,6 +102,7 @@ public enum OpenAPIDocument {
             promotional offers are matched to their signatures and audited (`offer.redeemed`). Any Content-Type is
             accepted (Apple does not document the header); the signature is verified before the app it names is
             looked up.
+            At most 32 requests are inside the two Apple endpoints at once; beyond, 503 `overloaded` with `Retry-After`.
           security:
             - {}
           requestBody:
@@ -144,6 +145,7 @@ public enum OpenAPIDocument {
             deadline (500 ms by default) covers the whole answer: past it, the fallback. Stale (over 5 minutes) and
             replayed requests are refused. Any Content-Type is accepted. Needs an offers catalog (404
             `eligibility_not_configured` otherwise).
+            At most 32 requests are inside the two Apple endpoints at once; beyond, 503 `overloaded` with `Retry-After`.
           security:
             - {}
           requestBody:
@@ -201,6 +203,7 @@ public enum OpenAPIDocument {
             '404': {$ref: '#/components/responses/Problem'}
             '409': {$ref: '#/components/responses/Problem'}
             '413': {$ref: '#/components/responses/Problem'}
+            '503': {$ref: '#/components/responses/Problem'}
       /healthz:
         get:
           operationId: health
@@ -220,7 +223,20 @@ public enum OpenAPIDocument {
         get:
           operationId: readiness
           summary: Readiness (store reachable, a usable key for each app, audit commits getting through)
-          security: []
+          description: |
+            Answered from the state a background check keeps (the store is checked every second, never per request).
+            Without credentials: the status alone. With `?detail` and `Authorization: Bearer <operator token>`
+            (`--operator-token-file`): the problems, registry version, number of apps and last store check (401
+            without the token).
+          security:
+            - {}
+            - operator: []
+          parameters:
+            - name: detail
+              in: query
+              required: false
+              allowEmptyValue: true
+              schema: {type: string}
           responses:
             '200':
               description: Ready to sign.
@@ -228,23 +244,31 @@ public enum OpenAPIDocument {
                 application/json:
                   schema:
                     type: object
-                    required: [status, registryVersion, apps]
+                    required: [status]
                     properties:
                       status: {type: string, const: ready}
+                      problems: {type: array, items: {type: string}}
                       registryVersion: {type: integer}
                       apps: {type: integer}
+                      storeCheckedAt: {type: string}
+            '401': {$ref: '#/components/responses/Problem'}
             '503': {$ref: '#/components/responses/Problem'}
       /metrics:
         get:
           operationId: metrics
-          summary: Prometheus metrics
-          security: []
+          summary: Prometheus metrics (operator token required)
+          description: |
+            Its labels name apps, offers and keys, so it needs `Authorization: Bearer <operator token>`
+            (`--operator-token-file`); 401 otherwise.
+          security:
+            - operator: []
           responses:
             '200':
               description: Prometheus text exposition format.
               content:
                 text/plain:
                   schema: {type: string}
+            '401': {$ref: '#/components/responses/Problem'}
       /openapi.yaml:
         get:
           operationId: openapi
@@ -284,6 +308,10 @@ public enum OpenAPIDocument {
           type: http
           scheme: bearer
           description: An API key (`os_…`, from `offer-signer clients create`) or an end-user JWT from the app's auth server.
+        operator:
+          type: http
+          scheme: bearer
+          description: The operator token (`--operator-token-file`), for `GET /readyz?detail` and `GET /metrics`.
       headers:
         RequestID:
           description: The request's ID, also in the server log.

@@ -98,12 +98,16 @@ public enum ProblemCatalog {
             meaning: "a member holds a control or invisible format character (U+2063 among them) or leading or trailing whitespace; `field` names it (or its path, such as `evidence.signedTransactions`)",
             action: "send the identifier exactly as App Store Connect shows it"),
         ProblemType(
+            code: "app_account_token_empty", status: .badRequest, title: "Empty appAccountToken",
+            meaning: "`appAccountToken` is an empty or whitespace-only string; refused so a client that meant a token never gets a signature bound to no one",
+            action: "send the customer's UUID, or leave the member out"),
+        ProblemType(
             code: "evidence_required", status: .badRequest, title: "Eligibility evidence required",
             meaning: "the catalog offer has eligibility rules, and the request carries no evidence",
             action: "send `evidence.signedTransactions` and `evidence.signedRenewalInfos` from StoreKit"),
         ProblemType(
             code: "transaction_id_required", status: .badRequest, title: "Transaction ID required",
-            meaning: "the catalog offer is decided on Apple's history (`historySource` `apple`, or `apple-then-client` without evidence), and the request names no transaction of the customer",
+            meaning: "the catalog offer is decided on Apple's history (`historySource` `apple`, or `apple-then-client` without evidence), or a user JWT asked for a JWS, and the request names no transaction of the customer",
             action: "send `transactionID` (any of the customer's, for example `Transaction.originalID`)"),
         ProblemType(
             code: "product_not_in_offer", status: .badRequest, title: "Offer does not apply to this product",
@@ -154,6 +158,17 @@ public enum ProblemCatalog {
             code: "intro_eligibility_not_allowed", status: .forbidden, title: "Introductory-offer eligibility for API clients only",
             meaning: "a user JWT asked for an `intro-eligibility` signature, which overrides Apple's own decision and is signed for the app's backend only",
             action: "ask for it from your backend, with an API key"),
+            code: "host_not_loopback", status: .forbidden, title: "Not addressed to loopback",
+            meaning: "under `--dev`, the request's `Host` is not `localhost`, `127.0.0.1` or `[::1]` (with the server's port): refused so a web page re-pointed at 127.0.0.1 (DNS rebinding) cannot use the unauthenticated dev server",
+            action: "call the dev server as http://localhost:PORT or http://127.0.0.1:PORT"),
+        ProblemType(
+            code: "offer_not_in_catalog", status: .forbidden, title: "Offer not available to end users",
+            meaning: "a user JWT asked for an offer the offers catalog does not name for the app (end users get catalogued offers only; without `--offers`, none)",
+            action: "ask for a catalogued offer; operators: add the offer to the catalog, or sign it from a backend with an API key"),
+        ProblemType(
+            code: "transaction_not_owned", status: .forbidden, title: "Transaction not shown to be the user's",
+            meaning: "a user JWT asked for a JWS naming a `transactionID` that no Apple-signed data carrying the user's appAccountToken ties to the user (the request's evidence, or Apple's history of that transaction)",
+            action: "send the user's own transaction ID with its signed transaction as `evidence`; purchases must carry the user's appAccountToken"),
         ProblemType(
             code: "not_eligible", status: .forbidden, title: "Customer not eligible",
             meaning: "the customer's verified history does not meet the offer's eligibility rules; `reasons` (and `eligibleFrom`, when a wait ends) say why. No signature was made",
@@ -210,6 +225,10 @@ public enum ProblemCatalog {
             code: "store_unavailable", status: .serviceUnavailable, title: "Store unavailable",
             meaning: "the store failed, or did not answer within `--store-timeout-ms`; nothing was issued",
             action: "retry after `Retry-After`; operators: check the database (reachable, primary, not read-only)"),
+        ProblemType(
+            code: "overloaded", status: .serviceUnavailable, title: "Too many requests at once",
+            meaning: "an unauthenticated Apple endpoint (`/v1/apple/notifications`, `/v1/apple/retention`) already handles as many requests as it takes at once; nothing was read or stored",
+            action: "retry after `Retry-After` (Apple retries notifications itself)"),
         ProblemType(
             code: "customer_busy", status: .serviceUnavailable, title: "Customer busy",
             meaning: "another request for the same customer was still being decided (eligibility rules are decided one request at a time per customer, across instances); nothing was issued",

@@ -11,11 +11,13 @@ import OfferSignerStorage
 ///
 /// Rules, in order: the caller is authenticated (except `--dev`) and within its rate limit;
 /// the body is a valid request; the bundle is a configured app the caller may sign for; with
-/// a user JWT the appAccountToken is the user's own (403 `token_binding_mismatch` otherwise);
-/// the appAccountToken is within its rate limit; an introductory-offer eligibility
-/// (`intro-eligibility`, asked alone) is signed for API clients only, never for a user JWT (it
-/// overrides Apple's own eligibility decision), and names the customer's transaction and the
-/// decision (`allowIntroductoryOffer`); an offer with eligibility rules is decided
+/// a user JWT the appAccountToken is the user's own (403 `token_binding_mismatch` otherwise),
+/// the offer is in the catalog and a JWS names a transaction proven to be the user's (see
+/// `UserSigningPolicy`); the appAccountToken is within its rate limit; an introductory-offer
+/// eligibility (`intro-eligibility`, asked alone) is signed for API clients only, never for a
+/// user JWT (it overrides Apple's own eligibility decision), and names the customer's transaction
+/// and the decision (`allowIntroductoryOffer`); Apple's word, when an offer's rules ask for it, is
+/// asked before any lock is taken; an offer with eligibility rules is decided
 /// (and the decision audited) one request at a time per customer, through its commit, so
 /// concurrent requests cannot all pass a rule that counts issued signatures (in this process, and
 /// through the store's customer lock in every process on the same database); then each format is
@@ -51,14 +53,7 @@ struct SigningController: Sendable {
         } catch {
             throw APIProblem.field(error)
         }
-        var token: UUID?
-        if let text = signatureRequest.appAccountToken {
-            do {
-                token = try OfferFieldValidator.parseAppAccountToken(text)
-            } catch {
-                throw APIProblem.field(error)
-            }
-        }
+        var token = try AppAccountTokenField.parse(signatureRequest.appAccountToken)
         let formats = try Self.formats(signatureRequest.formats)
         try Self.checkIntroductoryOfferEligibility(signatureRequest, formats: formats, principal: principal)
 
@@ -79,14 +74,32 @@ struct SigningController: Sendable {
             throw APIProblem.rateLimited("too many signatures for this appAccountToken", retryAfter: retryAfter)
         }
 
+        // End users: catalogued offers only (see `UserSigningPolicy`).
+        if case .user = principal {
+            try UserSigningPolicy.checkCatalogued(offerID: signatureRequest.offerID, bundleID: bundleID, eligibility: eligibility)
+        }
+        let offer = eligibility?.rules(offerID: signatureRequest.offerID, bundleID: bundleID)
+
+        // Apple's word, asked before any customer lock: no lock and no store connection is held
+        // while Apple answers (up to the API's time budget).
+        var prefetched: PrefetchedAppleAnswer?
+        if let eligibility, let offer, offer.productIDs.isEmpty || offer.productIDs.contains(signatureRequest.productID) {
+            prefetched = try await eligibility.askApple([offer], bundleID: bundleID, transactionID: signatureRequest.transactionID, ring: ring, now: Date())
+        }
+        if case .user(_, let bound) = principal, formats.contains(.jws) {
+            try await UserSigningPolicy.checkTransactionOwned(
+                transactionID: signatureRequest.transactionID, evidence: signatureRequest.evidence, appAccountToken: bound, bundleID: bundleID,
+                eligibility: eligibility, prefetched: prefetched, ring: ring, now: Date())
+        }
+
         // Eligibility, for offers whose catalog entry has rules: decided and committed one request
         // at a time per customer, since the rules count the signatures already in the customer's
         // ledger (a request without an appAccountToken has no ledger, so nothing to wait for).
-        if let eligibility, let offer = eligibility.rules(offerID: signatureRequest.offerID, bundleID: bundleID) {
+        if let eligibility, let offer {
             let decideAndIssue = {
                 let decision = try await checkEligibility(
                     offer, request: signatureRequest, bundleID: bundleID, token: token, principal: principal,
-                    eligibility: eligibility, ring: ring, context: context)
+                    eligibility: eligibility, prefetched: prefetched, ring: ring, context: context)
                 return try await issue(
                     signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context,
                     decision: decision)
@@ -219,7 +232,7 @@ struct SigningController: Sendable {
     /// record is returned, to be committed with the signatures (one group commit, not two).
     private func checkEligibility(
         _ offer: OfferDefinition, request: SignatureRequest, bundleID: String, token: UUID?, principal: Principal,
-        eligibility: EligibilityService, ring: KeyRing, context: some RequestContext
+        eligibility: EligibilityService, prefetched: PrefetchedAppleAnswer?, ring: KeyRing, context: some RequestContext
     ) async throws -> AuditAppend {
         guard offer.productIDs.isEmpty || offer.productIDs.contains(request.productID) else {
             throw APIProblem.badRequest("product_not_in_offer", "offer '\(offer.offerID)' does not apply to product '\(request.productID)'")
@@ -228,7 +241,7 @@ struct SigningController: Sendable {
         guard
             let outcome = try await eligibility.decide(
                 [offer], bundleID: bundleID, appAccountToken: token, evidence: request.evidence, transactionID: request.transactionID, ring: ring,
-                now: now
+                now: now, prefetched: prefetched, strictAccountToken: principal.isUser
             ).first
         else {
             throw APIProblem(.internalServerError, code: "internal_error", detail: "no eligibility decision")

@@ -36,9 +36,21 @@ struct AppUserClaims: JWTPayload {
 struct AuthenticationTests {
     static let hsSecret = "a-shared-secret-of-at-least-32-bytes!!"
     static let body = #"{"productID":"pro.monthly","offerID":"WINBACK50"}"#
+    /// End users get catalogued offers only: the offers these tests sign, without rules.
+    static var catalog: EligibilityConfiguration {
+        try! EligibilityConfiguration(
+            catalogJSON: Data(
+                #"""
+                {"offers": [
+                  {"offerID": "WINBACK50", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1", "kind": "any"},
+                  {"offerID": "o", "bundleID": "com.example.app", "productIDs": ["p"], "subscriptionGroupID": "G1", "kind": "any"}
+                ]}
+                """#.utf8), trustedRootPEMs: [])
+    }
 
     func hsServer(binding: AppAccountTokenBinding = .claim("https://example.com/app_account_token")) async throws -> TestServer {
         try await TestServer { configuration in
+            configuration.eligibility = Self.catalog
             configuration.userJWT = UserJWTConfiguration(
                 jwksJSON: nil, hs256Secret: Self.hsSecret, issuer: "https://auth.example.com", audience: "offer-signer", binding: binding)
         }
@@ -152,6 +164,7 @@ struct AuthenticationTests {
         // Keys without "alg" (as some identity providers publish them), next to a shared secret.
         let jwks = #"{"keys":[\#(Self.ecJWK(first, kid: "auth-1")),\#(Self.ecJWK(second, kid: "auth-2"))]}"#
         let server = try await TestServer { configuration in
+            configuration.eligibility = Self.catalog
             configuration.userJWT = UserJWTConfiguration(
                 jwksJSON: jwks, hs256Secret: Self.hsSecret, issuer: "https://auth.example.com", audience: "offer-signer",
                 binding: .claim("https://example.com/app_account_token"))
@@ -206,7 +219,8 @@ struct AuthenticationTests {
         ]
         for (jwks, secret, mentions) in configurations {
             let server = try await TestServer { configuration in
-                configuration.userJWT = UserJWTConfiguration(
+                configuration.eligibility = Self.catalog
+            configuration.userJWT = UserJWTConfiguration(
                     jwksJSON: jwks, hs256Secret: secret, issuer: "https://auth.example.com", audience: "offer-signer",
                     binding: .claim("https://example.com/app_account_token"))
             }
@@ -230,6 +244,7 @@ struct AuthenticationTests {
         let jwks = #"{"keys":[{"kty":"EC","crv":"P-256","x":"\#(x)","y":"\#(y)","kid":"auth-1","alg":"ES256","use":"sig"}]}"#
         let namespace = UUID(uuidString: "6ba7b811-9dad-11d1-80b4-00c04fd430c8")!
         let server = try await TestServer { configuration in
+            configuration.eligibility = Self.catalog
             configuration.userJWT = UserJWTConfiguration(
                 jwksJSON: jwks, hs256Secret: nil, issuer: "https://auth.example.com", audience: "offer-signer",
                 binding: .subjectUUIDv5(namespace: namespace))

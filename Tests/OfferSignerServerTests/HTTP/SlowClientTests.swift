@@ -153,7 +153,7 @@ struct SlowClientTests {
             #expect(signed.duringHold >= 1, "no signing request finished while the slow connections were held")
             #expect(verified == statuses.count, "\(problems)")
 
-            let metrics = try await onOwnThread { try RawSocket.request(port: port, method: "GET", path: "/metrics") }
+            let metrics = try await onOwnThread { try RawSocket.request(port: port, method: "GET", path: "/metrics", headers: ["Authorization": "Bearer \(TestServer.operatorSecret)"]) }
             let timedOut = metrics.body.split(separator: "\n").first { $0.hasPrefix("offer_signer_connections_timed_out_total") }
             let count = timedOut.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
             #expect(count >= Double(watched.count), "metrics: \(timedOut ?? "no offer_signer_connections_timed_out_total")")

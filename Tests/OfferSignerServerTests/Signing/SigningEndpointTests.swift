@@ -257,7 +257,7 @@ struct SigningEndpointTests {
             expectProblem(response, .serviceUnavailable, "audit_unavailable")
             #expect(!response.text.contains("signature\":"))
             #expect(!response.text.contains("compactJWS"))
-            let metrics = try await client.execute(uri: "/metrics", method: .get)
+            let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"])
             #expect(metrics.text.contains("audit_commit_failures_total"))
         }
         #expect(try server.issuedCount() == 1)
@@ -295,7 +295,7 @@ struct OperationalEndpointTests {
             let ready = try await client.execute(uri: "/readyz", method: .get)
             #expect(ready.status == .ok, "\(ready.text)")
             _ = try await client.execute(uri: "/nowhere", method: .get)
-            let metrics = try await client.execute(uri: "/metrics", method: .get)
+            let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"])
             #expect(metrics.status == .ok)
             #expect(metrics.text.contains("http_requests_total"))
             #expect(metrics.text.contains("http_request_duration_seconds"))

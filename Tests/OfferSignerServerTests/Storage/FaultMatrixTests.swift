@@ -37,6 +37,8 @@ struct FaultFixture {
         configuration.registryPollInterval = .milliseconds(50)
         configuration.clientRateLimit = .unlimited
         configuration.appAccountTokenRateLimit = .unlimited
+        configuration.operatorToken = TestServer.operatorToken
+        configuration.readinessInterval = .milliseconds(100)
         self.configuration = configuration
         key = try InAppPurchaseKey.generateForDevelopment(keyID: "FAULTKEY01")
         _ = try await KeyRegistry.importKey(key, bundleID: "com.example.app", issuerID: TestServer.issuerID, development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
@@ -89,7 +91,8 @@ struct FaultFixture {
     }
 }
 
-/// `/readyz` as a load balancer sees it.
+/// `/readyz` in the operator's view (`?detail`, with the operator token; a load balancer sees the
+/// same status without the detail).
 struct Readiness: Sendable {
     var status: HTTPResponse.Status
     var code: String?
@@ -98,7 +101,7 @@ struct Readiness: Sendable {
     var isReady: Bool { status == .ok }
 
     static func check(_ client: any TestClientProtocol) async throws -> Readiness {
-        let response = try await client.execute(uri: "/readyz", method: .get)
+        let response = try await client.execute(uri: "/readyz?detail", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"])
         let json = response.json
         return Readiness(status: response.status, code: json["code"] as? String, detail: json["detail"] as? String ?? response.text)
     }

@@ -220,6 +220,7 @@ extension PostgresInstancesTests {
         configuration.clientRateLimit = .unlimited
         configuration.appAccountTokenRateLimit = .unlimited
         configuration.storeTimeout = .seconds(1)
+        configuration.operatorToken = TestServer.operatorToken
         _ = try await KeyRegistry.importKey(
             try InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY000"), bundleID: "com.example.app", issuerID: TestServer.issuerID,
             development: true, into: stores[0], masterKey: masterKey, actor: "test", reason: nil)
@@ -355,6 +356,7 @@ extension PostgresInstancesTests {
         configuration.clientRateLimit = .unlimited
         configuration.appAccountTokenRateLimit = .unlimited
         configuration.storeTimeout = .seconds(1)
+        configuration.operatorToken = TestServer.operatorToken
         _ = try await KeyRegistry.importKey(
             try InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY000"), bundleID: "com.example.app", issuerID: TestServer.issuerID,
             development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
@@ -378,9 +380,18 @@ extension PostgresInstancesTests {
                 let (status, text) = try await Self.sign(port, secret: secret, body: body)
                 #expect(status == .serviceUnavailable && nonce(text) == nil, "\(text)")
             }
-            let notReady = try await client.execute(uri: "/readyz", method: .get)
+            // The store is checked in the background (every second): within a few.
+            var notReady = try await client.execute(uri: "/readyz?detail", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"])
+            for _ in 0..<50 where notReady.status == .ok {
+                try await Task.sleep(for: .milliseconds(100))
+                notReady = try await client.execute(uri: "/readyz?detail", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"])
+            }
             expectProblem(notReady, .serviceUnavailable, "not_ready")
             #expect(notReady.text.contains("read-only"), "\(notReady.text)")
+            // Without the operator token: the status alone.
+            let anonymous = try await client.execute(uri: "/readyz", method: .get)
+            expectProblem(anonymous, .serviceUnavailable, "not_ready")
+            #expect(!anonymous.text.contains("read-only") && !anonymous.text.contains("127.0.0.1"), "\(anonymous.text)")
             try await cluster.sql("ALTER SYSTEM RESET default_transaction_read_only")
             try await cluster.sql("SELECT pg_reload_conf()")
             let writable = ContinuousClock.now
@@ -391,7 +402,12 @@ extension PostgresInstancesTests {
                 if status == .created { issued += [nonce(text)].compactMap { $0 } } else { try await Task.sleep(for: .milliseconds(50)) }
             }
             #expect(status == .created && ContinuousClock.now - writable < .seconds(5))
-            #expect(try await client.execute(uri: "/readyz", method: .get).status == .ok)
+            var ready = try await client.execute(uri: "/readyz", method: .get).status
+            for _ in 0..<50 where ready != .ok {
+                try await Task.sleep(for: .milliseconds(100))
+                ready = try await client.execute(uri: "/readyz", method: .get).status
+            }
+            #expect(ready == .ok)
             return issued
         }
         #expect(issued.count == 2)

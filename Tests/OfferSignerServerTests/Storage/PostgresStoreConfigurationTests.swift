@@ -20,6 +20,25 @@ struct PostgresStoreConfigurationTests {
         let ipv6 = try PostgresStoreConfiguration(url: "postgres://offer@[::1]:5433/offers?sslmode=disable")
         #expect(ipv6.host == "::1" && ipv6.port == 5433 && ipv6.tlsMode == .disable)
         #expect(try PostgresStoreConfiguration(url: "POSTGRES://u@h/d?sslmode=require").tlsMode == .require)
+    }
+
+    @Test("Attack: a network attacker downgrades the connection. Without sslmode, a remote host gets verify-full; loopback and sockets keep prefer; require and weaker are warned about")
+    func defaultTLSModeIsVerifyFull() throws {
+        for remote in ["db.example.com", "10.0.0.5", "[2001:db8::1]", "localhost.example.com"] {
+            let configuration = try PostgresStoreConfiguration(url: "postgres://offer@\(remote)/offers")
+            #expect(configuration.tlsMode == .verifyFull, "\(remote)")
+            #expect(configuration.weakTLSWarning == nil)
+        }
+        for local in ["localhost", "127.0.0.1", "127.0.1.1", "[::1]"] {
+            let configuration = try PostgresStoreConfiguration(url: "postgres://offer@\(local)/offers")
+            #expect(configuration.tlsMode == .prefer, "\(local)")
+            #expect(configuration.weakTLSWarning == nil)
+        }
+        #expect(PostgresStoreConfiguration.isLocal(host: "/var/run/postgresql"))
+        let required = try PostgresStoreConfiguration(url: "postgres://offer:pw@db.example.com/offers?sslmode=require")
+        #expect(required.tlsMode == .require)
+        #expect(required.weakTLSWarning?.contains("does not verify") == true && required.weakTLSWarning?.contains("pw") == false)
+        #expect(try PostgresStoreConfiguration(url: "postgres://offer@db.example.com/offers?sslmode=disable").weakTLSWarning != nil)
         #expect(PostgresStoreConfiguration.isPostgresURL("postgresql://x") && !PostgresStoreConfiguration.isPostgresURL("/var/lib/offer-signer/store.sqlite"))
     }
 

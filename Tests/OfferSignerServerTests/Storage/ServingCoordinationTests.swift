@@ -109,7 +109,7 @@ struct ServingCoordinationTests {
         }
         defer { server.cleanUp() }
         try await server.live { client in
-            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
             #expect(metrics.contains(#"offer_signer_rate_limit_per_second{limit="client",scope="instance"} 200"#), "\(metrics)")
             #expect(metrics.contains(#"offer_signer_rate_limit_per_second{limit="app_account_token",scope="instance"} 1"#))
             #expect(metrics.contains(#"offer_signer_rate_limit_burst{limit="client",scope="instance"} 400"#))

@@ -20,6 +20,9 @@ struct TestServer {
     var configuration: ServerConfiguration
     var keys: [String: InAppPurchaseKey] = [:]
     static let issuerID = "57246542-96fe-1a63-e053-0824d011072a"
+    /// The operator token of test servers (`GET /readyz?detail`).
+    static let operatorSecret = "test-operator-token-0123456789abcdef"
+    static var operatorToken: OperatorToken { try! OperatorToken(operatorSecret) }
 
     init(bundles: [String] = ["com.example.app"], configure: (inout ServerConfiguration) -> Void = { _ in }) async throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-tests-\(UUID().uuidString)")
@@ -36,6 +39,7 @@ struct TestServer {
         configuration.appAccountTokenRateLimit = .unlimited
         // Generous: the full suite on a shared machine stalls store calls; tests of the bound set their own.
         configuration.storeTimeout = .seconds(60)
+        configuration.operatorToken = Self.operatorToken
         configure(&configuration)
         for (index, bundle) in bundles.enumerated() {
             let key = try InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY\(String(format: "%03d", index))")
@@ -56,13 +60,13 @@ struct TestServer {
 
     /// Waits until the running server has read the store's registry as it is now, so a key or
     /// client change made through `store` is in force (the server polls the registry every 50 ms
-    /// here, later on a loaded machine). Ready means `/readyz` reports that registry version;
+    /// here, later on a loaded machine). Ready means `/readyz?detail` (the operator's view) reports that registry version;
     /// `orNotReady` also accepts a 503 (a change that leaves no usable key). At most 10 s.
     func waitForRegistry(_ client: any TestClientProtocol, orNotReady: Bool = false, sourceLocation: SourceLocation = #_sourceLocation) async throws {
         let version = try await store.registryVersion()
         let deadline = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < deadline {
-            let ready = try await client.execute(uri: "/readyz", method: .get)
+            let ready = try await client.execute(uri: "/readyz?detail", method: .get, headers: [.authorization: "Bearer \(Self.operatorSecret)"])
             if ready.status == .serviceUnavailable && orNotReady { return }
             if let seen = ready.json["registryVersion"] as? Int, Int64(seen) >= version { return }
             try await Task.sleep(for: .milliseconds(20))

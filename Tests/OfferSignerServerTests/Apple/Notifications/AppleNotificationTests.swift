@@ -277,7 +277,7 @@ struct AppleNotificationTests {
                 #expect(try StoreCount.count(server.storePath, table) == 0, "\(table) stays empty")
             }
             #expect(try await server.store.auditHead().count == 2, "only the key import and the client creation are audited")
-            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
             #expect(metrics.contains(#"outcome="notification_unverified""#), "refusals are counted")
         }
     }
@@ -439,7 +439,7 @@ struct AppleNotificationTests {
             #expect(first["appAccountToken"] as? String == Self.token)
             #expect(first["source"] as? String == "notification")
 
-            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
             #expect(metrics.contains(#"offer_issuances_total{bundle_id="com.example.app",offer_id="promo_50"} 1"#), "\(metrics.split(separator: "\n").filter { $0.contains("offer_") })")
             #expect(metrics.contains(#"offer_redemptions_total{bundle_id="com.example.app",offer_id="promo_50",matched="true"} 1"#))
             #expect(metrics.contains(#"offer_redemptions_total{bundle_id="com.example.app",offer_id="promo_50",matched="false"} 1"#))

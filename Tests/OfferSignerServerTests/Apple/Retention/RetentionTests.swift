@@ -161,7 +161,7 @@ struct RetentionTests {
             #expect(again.status == .ok, "\(again.text)")
             #expect(members(again) == ["promotionalOffer"], "\(again.text)")
             #expect(try await issuedRecords(server).count == 2)
-            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
             #expect(metrics.contains(#"retention_requests_total{outcome="promotionalOffer"} 2"#))
         }
     }
@@ -279,7 +279,7 @@ struct RetentionTests {
             // Generous against a loaded machine; without the budget it would wait for Apple's 600 s.
             #expect(elapsed < .seconds(5), "answered after \(elapsed)")
             #expect(try await issuedRecords(server).isEmpty)
-            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
             #expect(metrics.contains(#"retention_fallbacks_total{reason="deadline"} 1"#), "\(metrics.split(separator: "\n").filter { $0.contains("retention") })")
         }
     }

@@ -1,0 +1,185 @@
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import OfferSignerCore
+import OfferSignerStorage
+import ServiceLifecycle
+import Synchronization
+
+/// Whether this instance can sign, as `GET /readyz` answers it.
+///
+/// Ready means: the store answers within `timeout` and accepts writes, audit commits are getting
+/// through (after a failed one, until a commit or the committer's write test succeeds again), and
+/// every configured app has a usable active key, so a load balancer takes an instance that cannot
+/// sign out of rotation.
+///
+/// Rules:
+/// - The store is checked in the background every `interval` (by the service lifecycle), never
+///   per request: a flood of `/readyz` takes no store connection and delays no audit commit. Audit
+///   health and keys are read from memory at each request.
+/// - An unauthenticated caller gets the status alone: 200 `{"status":"ready"}`, or 503 `not_ready`
+///   whose detail names nothing (no database message, host, path or bundle ID).
+/// - The details go to the log when they change, and to `GET /readyz?detail` with
+///   `Authorization: Bearer <operator token>` (`--operator-token-file`); without a configured
+///   operator token the detailed form is refused (401).
+final class ReadinessMonitor: Service, Sendable {
+    private struct StoreCheck {
+        var problem: String?
+        var checkedAt: Date
+    }
+
+    let store: any OfferSignerStore
+    let keyRing: KeyRingHolder
+    let auditHealth: AuditCommitHealth
+    let timeout: Duration
+    let interval: Duration
+    let operatorToken: OperatorToken?
+    let logger: Logger
+    private let storeCheck = Mutex<StoreCheck?>(nil)
+    private let lastLogged = Mutex<[String]?>(nil)
+
+    init(
+        store: any OfferSignerStore, keyRing: KeyRingHolder, auditHealth: AuditCommitHealth, timeout: Duration, interval: Duration,
+        operatorToken: OperatorToken?, logger: Logger
+    ) {
+        self.store = store
+        self.keyRing = keyRing
+        self.auditHealth = auditHealth
+        self.timeout = timeout
+        self.interval = interval
+        self.operatorToken = operatorToken
+        self.logger = logger
+    }
+
+    func run() async throws {
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            // Ends at once on graceful shutdown, not after the rest of the interval.
+            do {
+                try await cancelWhenGracefulShutdown { [interval] in try await Task.sleep(for: interval) }
+            } catch {
+                break
+            }
+            await refresh()
+        }
+    }
+
+    /// Checks the store now and logs the state when it changed. While audit commits are failing
+    /// the instance is not ready anyway and the committer tests the store itself: the check is
+    /// left out then, so an outage does not get one more connection attempt a second (measured:
+    /// it delayed PostgreSQL's recovery past 5 s in `PostgresInstancesTests`).
+    func refresh() async {
+        if auditHealth.failure != nil, storeCheck.withLock({ $0 != nil }) {
+            logIfChanged()
+            return
+        }
+        var problem: String?
+        do {
+            try await StoreDeadline.run("readiness check", timeout: timeout) { [store] in try await store.checkWritable() }
+        } catch {
+            problem = "store unreachable or read-only: \(error)"
+        }
+        storeCheck.withLock { $0 = StoreCheck(problem: problem, checkedAt: Date()) }
+        logIfChanged()
+    }
+
+    private func logIfChanged() {
+        let problems = self.problems(ring: keyRing.ring)
+        let changed = lastLogged.withLock { last in
+            guard last != problems else { return false }
+            last = problems
+            return true
+        }
+        guard changed else { return }
+        if problems.isEmpty {
+            logger.notice("ready", metadata: ["registry_version": "\(keyRing.ring.version)"])
+        } else {
+            logger.error("not ready", metadata: ["problems": "\(problems.joined(separator: "; "))"])
+        }
+    }
+
+    /// What keeps this instance from signing (empty: ready).
+    func problems(ring: KeyRing) -> [String] {
+        var problems: [String] = []
+        switch storeCheck.withLock({ $0 }) {
+        case nil: problems.append("the store has not been checked yet")
+        case let check?: if let problem = check.problem { problems.append(problem) }
+        }
+        if let failure = auditHealth.failure {
+            problems.append("audit commits are failing: \(failure.summary)")
+        }
+        if ring.configuredBundles.isEmpty { problems.append("no signing key configured") }
+        for bundle in ring.configuredBundles.sorted() where ring.activeKeys[bundle] == nil {
+            problems.append("\(bundle) has no usable active key")
+        }
+        // Further checks for operators go here (each one a line of `problems`), for example
+        // registry rows refused because their MAC does not verify.
+        return problems
+    }
+
+    /// The answer to `GET /readyz` (see the type's rules).
+    func response(_ request: Request) throws -> Response {
+        let ring = keyRing.ring
+        let problems = problems(ring: ring)
+        guard Self.asksForDetail(request.uri.query) else {
+            guard problems.isEmpty else {
+                throw APIProblem(
+                    .serviceUnavailable, code: "not_ready",
+                    detail: "this instance cannot sign now; operators: see the server log, or GET /readyz?detail with the operator token")
+            }
+            return Response.json(#"{"status":"ready"}"#)
+        }
+        guard let operatorToken, operatorToken.matches(authorization: request.headers[.authorization]) else {
+            throw APIProblem.unauthorized("GET /readyz?detail needs Authorization: Bearer <operator token> (--operator-token-file)")
+        }
+        // The operator's view: the same status, with every detail (as members of the problem
+        // document when not ready). Further operator details go into `details` here (for
+        // example a count of registry rows refused because their MAC does not verify), their
+        // reasons into `problems(ring:)`.
+        var details: [String: String] = [
+            "problems": "[" + problems.map(JSONObjectWriter.quoted).joined(separator: ",") + "]",
+            "registryVersion": String(ring.version),
+            "apps": String(ring.configuredBundles.count),
+        ]
+        if let checkedAt = storeCheck.withLock({ $0?.checkedAt }) {
+            details["storeCheckedAt"] = JSONObjectWriter.quoted(Date.rfc3339(milliseconds: checkedAt.unixMilliseconds))
+        }
+        guard problems.isEmpty else {
+            throw APIProblem(.serviceUnavailable, code: "not_ready", detail: problems.joined(separator: "; "), extensions: details)
+        }
+        var writer = JSONObjectWriter()
+        writer.field("status", "ready")
+        for (name, value) in details.sorted(by: { $0.key < $1.key }) { writer.field(name, json: value) }
+        var headers = HTTPFields()
+        headers[.contentType] = "application/json"
+        headers[.cacheControl] = "no-store"
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: writer.finish())))
+    }
+
+    /// `detail` among the query's parameters (`?detail`, `?detail=1`).
+    static func asksForDetail(_ query: String?) -> Bool {
+        guard let query, !query.isEmpty else { return false }
+        return query.split(separator: "&").contains { $0 == "detail" || $0.hasPrefix("detail=") }
+    }
+}
+
+/// The operator token (`--operator-token-file`): a bearer secret for operators' views that
+/// callers must not see (`GET /readyz?detail`).
+///
+/// Rule: only its SHA-256 is kept; a presented token is hashed and compared in constant time.
+public struct OperatorToken: Sendable {
+    private let digest: SHA256Digest
+
+    /// At least 32 characters (the file's content without surrounding whitespace).
+    public init(_ secret: String) throws(ServerConfigurationError) {
+        guard secret.count >= 32 else { throw ServerConfigurationError("the operator token must be at least 32 characters (it is \(secret.count))") }
+        digest = SHA256.hash(data: Data(secret.utf8))
+    }
+
+    func matches(authorization: String?) -> Bool {
+        guard let authorization, authorization.count > 7, authorization.prefix(7).lowercased() == "bearer " else { return false }
+        let presented = authorization.dropFirst(7).drop(while: { $0 == " " })
+        return SHA256.hash(data: Data(presented.utf8)) == digest
+    }
+}

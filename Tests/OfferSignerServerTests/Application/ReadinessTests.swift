@@ -1,0 +1,111 @@
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import Logging
+import OfferSignerCore
+import OfferSignerServer
+import OfferSignerStorage
+import Synchronization
+import TestChildProcess
+import Testing
+
+/// `/readyz` as an attacker uses it: anyone may call it, as often as they like.
+@Suite("Attacks on /readyz: a flood costs the store nothing, and callers learn the status alone", .serialized)
+struct ReadinessTests {
+    @Test("A /readyz flood (32 callers, 3 s) while signing: not one 503 on signing, on SQLite and PostgreSQL", arguments: StoreBackend.testedCases)
+    func readyzFloodDuringSigning(_ backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend, poolSize: 4) { fixture in
+            let store = fixture.store
+            let masterKey = MasterKey.generate().key
+            _ = try await KeyRegistry.importKey(
+                try InAppPurchaseKey.generateForDevelopment(keyID: "READYKEY01"), bundleID: "com.example.app", issuerID: TestServer.issuerID,
+                development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
+            let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test").secret
+            var configuration = ServerConfiguration(masterKey: masterKey, logger: StoreFixture.quietLogger)
+            configuration.host = "127.0.0.1"
+            configuration.port = 0
+            configuration.clientRateLimit = .unlimited
+            configuration.appAccountTokenRateLimit = .unlimited
+            configuration.operatorToken = TestServer.operatorToken
+            let application = try await buildApplication(configuration: configuration, store: store)
+            try await application.test(.live) { client in
+                let port = try #require(client.port)
+                let deadline = ContinuousClock.now + .seconds(3)
+                let flooders = (0..<32).map { _ in
+                    Task {
+                        try await onOwnThread { () -> [Int] in
+                            var statuses: [Int] = []
+                            while ContinuousClock.now < deadline {
+                                statuses.append(try RawSocket.request(port: port, method: "GET", path: "/readyz").status)
+                            }
+                            return statuses
+                        }
+                    }
+                }
+                let signers = (0..<4).map { _ in
+                    Task {
+                        try await onOwnThread { () -> [Int] in
+                            var statuses: [Int] = []
+                            while ContinuousClock.now < deadline {
+                                statuses.append(
+                                    try RawSocket.request(
+                                        port: port, method: "POST", path: "/v1/offers/signatures",
+                                        headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"],
+                                        body: #"{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"\#(UUID().uuidString)"}"#
+                                    ).status)
+                            }
+                            return statuses
+                        }
+                    }
+                }
+                var readyStatuses: [Int] = []
+                for flooder in flooders { readyStatuses += try await flooder.value }
+                var signingStatuses: [Int] = []
+                for signer in signers { signingStatuses += try await signer.value }
+                #expect(!signingStatuses.isEmpty)
+                #expect(signingStatuses.allSatisfy { $0 == 201 }, "signing during the flood: \(Dictionary(grouping: signingStatuses, by: { $0 }).mapValues(\.count))")
+                #expect(readyStatuses.count > 100 && readyStatuses.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: readyStatuses, by: { $0 }).mapValues(\.count))")
+            }
+        }
+    }
+
+    @Test("Unauthenticated /readyz says ready or not, nothing more; ?detail needs the operator token")
+    func readyzDetailNeedsOperatorToken() async throws {
+        let server = try await TestServer()
+        defer { server.cleanUp() }
+        try await server.live { client in
+            let anonymous = try await client.execute(uri: "/readyz", method: .get)
+            #expect(anonymous.status == .ok)
+            #expect(anonymous.text == #"{"status":"ready"}"#)
+            expectProblem(try await client.execute(uri: "/readyz?detail", method: .get), .unauthorized, "unauthorized")
+            expectProblem(
+                try await client.execute(uri: "/readyz?detail", method: .get, headers: [.authorization: "Bearer not-the-operator-token-at-all-0000"]),
+                .unauthorized, "unauthorized")
+            let detailed = try await client.execute(uri: "/readyz?detail", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"])
+            #expect(detailed.status == .ok)
+            #expect(detailed.json["registryVersion"] is Int && detailed.json["apps"] as? Int == 1 && detailed.json["storeCheckedAt"] is String, "\(detailed.text)")
+            // Not ready (the only key retired): the caller learns that, not which app.
+            _ = try await server.store.transitionKey(keyID: "TESTKEY000", to: .retired, actor: "test", reason: nil, force: true)
+            try await server.waitForRegistry(client, orNotReady: true)
+            let notReady = try await client.execute(uri: "/readyz", method: .get)
+            expectProblem(notReady, .serviceUnavailable, "not_ready")
+            #expect(!notReady.text.contains("com.example.app"), "\(notReady.text)")
+            let operatorView = try await client.execute(uri: "/readyz?detail", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"])
+            expectProblem(operatorView, .serviceUnavailable, "not_ready")
+            #expect(operatorView.text.contains("com.example.app has no usable active key"), "\(operatorView.text)")
+        }
+    }
+
+    @Test("Without an operator token configured, the detailed form is refused; an operator token under 32 characters is refused")
+    func noOperatorToken() async throws {
+        let server = try await TestServer { $0.operatorToken = nil }
+        defer { server.cleanUp() }
+        try await server.live { client in
+            #expect(try await client.execute(uri: "/readyz", method: .get).status == .ok)
+            expectProblem(
+                try await client.execute(uri: "/readyz?detail", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]),
+                .unauthorized, "unauthorized")
+        }
+        #expect(throws: ServerConfigurationError.self) { try OperatorToken("short") }
+    }
+}

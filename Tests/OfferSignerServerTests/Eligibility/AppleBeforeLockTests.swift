@@ -1,0 +1,102 @@
+import AppStoreServerAPI
+import AppleTestChain
+import FakeAppStoreServerAPI
+import Foundation
+import X509
+import SwiftASN1
+import HTTPTypes
+import HummingbirdTesting
+import OfferSignerCore
+import OfferSignerServer
+import OfferSignerStorage
+import TestChildProcess
+import TestPostgres
+import Testing
+
+/// Apple is asked before the customer lock is taken: while Apple is slow, no request holds a lock
+/// or a pooled PostgreSQL connection waiting for it, so the pool serves everyone else.
+@Suite(
+    "Attack: many users with new transaction IDs while Apple is slow; the PostgreSQL pool survives", .serialized,
+    .enabled(if: TestPostgres.isEnabled, "no PostgreSQL: apt-get install -y postgresql, or set OFFER_SIGNER_TEST_POSTGRES_URL"))
+struct AppleBeforeLockTests {
+    static let bundleID = "com.example.app"
+
+    @Test("50 users ask for an offer decided on Apple's history (Apple answers in 1.5 s): no advisory lock is held meanwhile, every plain signature succeeds, every user is answered")
+    func poolSurvivesSlowApple() async throws {
+        let chain = try TestAppleChain()
+        let now = Date()
+        try await StoreFixture.with(.postgres, poolSize: 4) { fixture in
+            let store = fixture.store
+            let database = try #require(fixture.database)
+            let masterKey = MasterKey.generate().key
+            let key = try InAppPurchaseKey.generateForDevelopment(keyID: "SLOWAPPLE1")
+            _ = try await KeyRegistry.importKey(
+                key, bundleID: Self.bundleID, issuerID: TestServer.issuerID, development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
+            let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test").secret
+            let fake = FakeAppStoreServerAPI(bundleID: Self.bundleID, keyID: key.keyID, issuerID: TestServer.issuerID, publicKey: key.publicKey)
+            let users = (0..<50).map { index in
+                SubscriptionFixture(
+                    bundleID: Self.bundleID, productID: "pro.monthly", subscriptionGroupID: "G1", originalTransactionID: "\(600_000_000 + index)",
+                    appAccountToken: UUID().uuidString.lowercased(), periodStarts: SubscriptionFixture.monthlyStarts(count: 3, activeAt: now))
+            }
+            for user in users { fake.add(try user.customer(chain, now: now)) }
+            fake.setAnswerDelay(.milliseconds(1500))
+            let root = try chain.root.serializeAsPEM().pemString
+            try await fake.run { applePort in
+                var configuration = ServerConfiguration(masterKey: masterKey, logger: StoreFixture.quietLogger)
+                configuration.host = "127.0.0.1"
+                configuration.port = 0
+                configuration.clientRateLimit = .unlimited
+                configuration.appAccountTokenRateLimit = .unlimited
+                configuration.storeTimeout = .seconds(3)
+                var eligibility = try EligibilityConfiguration(
+                    catalogJSON: Data(AppleHistorySourceTests.catalog(port: applePort).utf8), trustedRootPEMs: [root])
+                eligibility.appStoreServerAPI.timeBudget = .seconds(30)
+                configuration.eligibility = eligibility
+                let application = try await buildApplication(configuration: configuration, store: store)
+                try await application.test(.live) { client in
+                    let port = try #require(client.port)
+                    let asking = users.map { user in
+                        Task {
+                            try await onOwnThread {
+                                try RawSocket.request(
+                                    port: port, method: "POST", path: "/v1/offers/signatures",
+                                    headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"],
+                                    body: #"{"productID":"pro.monthly","offerID":"wb_apple","appAccountToken":"\#(user.appAccountToken!)","transactionID":"\#(user.originalTransactionID)"}"#,
+                                    timeout: .seconds(120)
+                                ).status
+                            }
+                        }
+                    }
+                    // While Apple keeps them waiting: plain signatures, and a look at the database's locks.
+                    var plain: [Int] = []
+                    var advisoryLocks: [Int64] = []
+                    let started = ContinuousClock.now
+                    let until = started + .seconds(3)
+                    while ContinuousClock.now < until {
+                        plain.append(
+                            try await onOwnThread {
+                                try RawSocket.request(
+                                    port: port, method: "POST", path: "/v1/offers/signatures",
+                                    headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"],
+                                    body: #"{"productID":"pro.monthly","offerID":"PLAIN","appAccountToken":"\#(UUID().uuidString)"}"#
+                                ).status
+                            })
+                        // Before Apple's first answer (1.5 s), no request may hold a customer lock.
+                        if ContinuousClock.now - started < .milliseconds(1200) {
+                            advisoryLocks.append(
+                                try await TestPostgres.scalar("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = \(0x6F73_0001)", database: database.name) ?? -1)
+                        }
+                    }
+                    var answered: [Int] = []
+                    for task in asking { answered.append(try await task.value) }
+                    #expect(plain.count >= 5 && plain.allSatisfy { $0 == 201 }, "plain signing while Apple was slow: \(plain)")
+                    #expect(answered.allSatisfy { $0 == 403 || $0 == 201 }, "every user answered, none 503: \(Dictionary(grouping: answered, by: { $0 }).mapValues(\.count))")
+                    // Subscribed customers are not eligible for a win-back offer: Apple's history decided.
+                    #expect(answered.filter { $0 == 403 }.count == users.count)
+                    #expect(!advisoryLocks.isEmpty && advisoryLocks.allSatisfy { $0 == 0 }, "customer locks held while Apple answered: \(advisoryLocks)")
+                }
+            }
+        }
+    }
+}
