@@ -158,6 +158,7 @@ public enum ProblemCatalog {
             code: "intro_eligibility_not_allowed", status: .forbidden, title: "Introductory-offer eligibility for API clients only",
             meaning: "a user JWT asked for an `intro-eligibility` signature, which overrides Apple's own decision and is signed for the app's backend only",
             action: "ask for it from your backend, with an API key"),
+        ProblemType(
             code: "host_not_loopback", status: .forbidden, title: "Not addressed to loopback",
             meaning: "under `--dev`, the request's `Host` is not `localhost`, `127.0.0.1` or `[::1]` (with the server's port): refused so a web page re-pointed at 127.0.0.1 (DNS rebinding) cannot use the unauthenticated dev server",
             action: "call the dev server as http://localhost:PORT or http://127.0.0.1:PORT"),
