@@ -84,10 +84,11 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     let eligibility = configuration.eligibility.map {
         EligibilityService(configuration: $0, store: store, storeTimeout: configuration.storeTimeout, appleHistory: appleHistory?.client, chainCache: chainCache)
     }
-    let notifications = AppleNotificationController(
-        store: store, keyRing: keyRing, catalog: configuration.eligibility?.catalog, trustedRoots: configuration.eligibility?.trustedRoots ?? [.appleRootCAG3],
-        chainCache: chainCache, appleHistory: appleHistory?.client, metrics: metrics, storeTimeout: configuration.storeTimeout,
-        maximumBodyBytes: ServerConfiguration.maximumNotificationBytes)
+    let notificationIntake = AppleNotificationIntake(
+        store: store, servedBundles: { keyRing.ring.configuredBundles }, catalog: configuration.eligibility?.catalog,
+        trustedRoots: configuration.eligibility?.trustedRoots ?? [.appleRootCAG3], chainCache: chainCache, metrics: metrics, logger: logger,
+        storeTimeout: configuration.storeTimeout, onStored: { [client = appleHistory?.client] in client?.invalidate(originalTransactionID: $0) })
+    let notifications = AppleNotificationController(intake: notificationIntake, maximumBodyBytes: ServerConfiguration.maximumNotificationBytes)
     let signing = SigningController(
         keyRing: keyRing, committer: committer, authenticator: authenticator,
         tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit), metrics: metrics,
