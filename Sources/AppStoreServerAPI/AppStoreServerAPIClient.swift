@@ -303,19 +303,40 @@ public final class AppStoreServerAPIClient: Sendable {
     enum Endpoint: String {
         case transactionHistory = "transaction_history"
         case subscriptionStatuses = "subscription_statuses"
+        case notificationHistory = "notification_history"
+        case requestTestNotification = "request_test_notification"
+        case testNotificationStatus = "test_notification_status"
+        case setAppAccountToken = "set_app_account_token"
     }
 
-    private enum CallFailure: Error {
+    enum CallFailure: Error {
         /// 404 with error 4040010.
         case notFound
         case unavailable(HistoryUnavailable)
     }
 
     /// One GET with retries, decoded; within `deadline`.
-    private func call<Body: Decodable>(
+    func call<Body: Decodable>(
         _ type: Body.Type, endpoint: Endpoint, baseURL: String, path: String, credentials: AppStoreServerAPICredentials,
         deadline: ContinuousClock.Instant
     ) async -> Result<Body, CallFailure> {
+        switch await call(endpoint: endpoint, method: .GET, baseURL: baseURL, path: path, body: nil, credentials: credentials, deadline: deadline) {
+        case .failure(let failure): return .failure(failure)
+        case .success(let data):
+            do {
+                return .success(try JSONDecoder().decode(Body.self, from: data))
+            } catch {
+                return .failure(.unavailable(.init(.malformedResponse, "\(endpoint.rawValue) answered 200 with a body that is not the documented JSON")))
+            }
+        }
+    }
+
+    /// One request with retries (5xx, 429 and network errors; the same request body each time),
+    /// its 200 body as sent; within `deadline`.
+    func call(
+        endpoint: Endpoint, method: HTTPMethod, baseURL: String, path: String, body requestBody: Data?, credentials: AppStoreServerAPICredentials,
+        deadline: ContinuousClock.Instant
+    ) async -> Result<Data, CallFailure> {
         var attempt = 0
         var lastFailure = HistoryUnavailable(.timeBudgetExhausted, "no time left for \(endpoint.rawValue)")
         /// Giving up: past the deadline that is the budget's doing, whatever the last attempt saw.
@@ -327,9 +348,13 @@ public final class AppStoreServerAPIClient: Sendable {
             attempt += 1
             guard ContinuousClock.now < deadline else { break }
             var request = HTTPClientRequest(url: baseURL + path)
-            request.method = .GET
+            request.method = method
             request.headers.add(name: "Authorization", value: "Bearer " + tokens.token(for: credentials))
             request.headers.add(name: "Accept", value: "application/json")
+            if let requestBody {
+                request.headers.add(name: "Content-Type", value: "application/json")
+                request.body = .bytes(ByteBuffer(bytes: requestBody))
+            }
             let start = ContinuousClock.now
             let exchange = await send(request, deadline: deadline)
             let elapsed = ContinuousClock.now - start
@@ -347,11 +372,7 @@ public final class AppStoreServerAPIClient: Sendable {
                 switch status {
                 case 200:
                     metrics.call(endpoint: endpoint.rawValue, outcome: "ok", duration: elapsed)
-                    do {
-                        return .success(try JSONDecoder().decode(Body.self, from: body))
-                    } catch {
-                        return .failure(.unavailable(.init(.malformedResponse, "\(endpoint.rawValue) answered 200 with a body that is not the documented JSON")))
-                    }
+                    return .success(body)
                 case 404 where error?.errorCode == AppleErrorCode.transactionIDNotFound:
                     metrics.call(endpoint: endpoint.rawValue, outcome: "not_found", duration: elapsed)
                     return .failure(.notFound)
@@ -475,7 +496,7 @@ public final class AppStoreServerAPIClient: Sendable {
             } && transactionID != "." && transactionID != ".."
     }
 
-    private static func queryEscaped(_ value: String) -> String {
+    static func queryEscaped(_ value: String) -> String {
         var allowed = CharacterSet.alphanumerics
         allowed.insert(charactersIn: "-._~")
         return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? ""

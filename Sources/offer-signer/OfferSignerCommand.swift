@@ -15,6 +15,7 @@ struct OfferSignerCommand: AsyncParsableCommand {
             ClientsCommand.self,
             OffersCommand.self,
             RetentionCommand.self,
+            NotificationsCommand.self,
             AuditCommand.self,
             StoreCommand.self,
             EligibilityCommand.self,
