@@ -489,7 +489,7 @@ public final class AppStoreServerAPIClient: Sendable {
     }
 
     /// Transaction IDs are Apple's digits (or test IDs); anything that could change the path is refused.
-    static func isPathSafe(_ transactionID: String) -> Bool {
+    public static func isPathSafe(_ transactionID: String) -> Bool {
         !transactionID.isEmpty && transactionID.utf8.count <= 128
             && transactionID.utf8.allSatisfy { byte in
                 (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || byte == 0x2D || byte == 0x5F || byte == 0x2E

@@ -238,6 +238,12 @@ extension PostgresStore {
 }
 
 extension PostgresStore {
+    public func appleNotificationReceivedAt(notificationUUID: String) async throws -> Date? {
+        try await rows(
+            "reading a notification", "SELECT received_at FROM apple_notifications WHERE notification_uuid = \(notificationUUID)"
+        ).first.map { row in Date(timeIntervalSince1970: Double(try row.decode(Int64.self)) / 1000) }
+    }
+
     public func notificationRecoveryWatermark(bundleID: String, environment: String) async throws -> Date? {
         try await rows(
             "reading the notification recovery watermark",

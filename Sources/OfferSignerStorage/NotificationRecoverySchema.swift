@@ -18,6 +18,12 @@ public enum NotificationRecoverySchema {
 }
 
 extension SQLiteStore {
+    public func appleNotificationReceivedAt(notificationUUID: String) async throws -> Date? {
+        try await read { db in
+            try Int64.fetchOne(db, sql: "SELECT received_at FROM apple_notifications WHERE notification_uuid = ?", arguments: [notificationUUID])
+        }.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+    }
+
     public func notificationRecoveryWatermark(bundleID: String, environment: String) async throws -> Date? {
         try await read { db in
             try Int64.fetchOne(

@@ -107,6 +107,9 @@ public protocol OfferSignerStore: StoreCoordination {
     /// or one millisecond past the last, whichever is later), in the same transaction as its items.
     func appleHistoryVersion(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistoryVersion?
 
+    /// When the notification with this `notificationUUID` was stored, nil when it was not.
+    func appleNotificationReceivedAt(notificationUUID: String) async throws -> Date?
+
     /// Until when Apple's notification history of an app and environment has been recovered (the
     /// scheduled catch-up's watermark, see `NotificationCatchUp`), nil before the first run.
     func notificationRecoveryWatermark(bundleID: String, environment: String) async throws -> Date?

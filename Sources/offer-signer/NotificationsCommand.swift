@@ -5,6 +5,6 @@ struct NotificationsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "notifications",
         abstract: "Recover missed App Store Server Notifications, and check the set-up with a test notification.",
-        subcommands: [NotificationsRecoverCommand.self]
+        subcommands: [NotificationsRecoverCommand.self, NotificationsTestCommand.self]
     )
 }

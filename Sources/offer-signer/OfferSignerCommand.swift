@@ -16,6 +16,7 @@ struct OfferSignerCommand: AsyncParsableCommand {
             OffersCommand.self,
             RetentionCommand.self,
             NotificationsCommand.self,
+            TransactionsCommand.self,
             AuditCommand.self,
             StoreCommand.self,
             EligibilityCommand.self,
