@@ -21,7 +21,11 @@ import X509
 ///   previous answered 4040010 (TransactionIdNotFoundError).
 /// - One lookup never outlasts `timeBudget`: pages, retries, waits and environments share it.
 ///   5xx, 429 / 4290000 and network errors are retried with exponential backoff (a `Retry-After`
-///   is honoured, but a wait that would pass the budget ends the lookup instead).
+///   is honoured, but a wait that would pass the budget ends the lookup instead), except 500 with
+///   error 5000000, GeneralInternalError, which Apple's error table does not call retryable
+///   (https://developer.apple.com/documentation/appstoreserverapi/generalinternalerror; Apple's
+///   Python library, api_client.py `APIError.GENERAL_INTERNAL` beside `GENERAL_INTERNAL_RETRYABLE`
+///   5000001, "you can try again").
 /// - At most `concurrentLookups` lookups ask Apple at once; one that cannot start within the first
 ///   three quarters of its budget is `overloaded`, which (unlike Apple's own slowness or errors)
 ///   never trips the breaker.
@@ -387,6 +391,10 @@ public final class AppStoreServerAPIClient: Sendable {
                 case 401:
                     metrics.call(endpoint: endpoint.rawValue, outcome: "unauthorized", duration: elapsed)
                     return .failure(.unavailable(.init(.unauthorized, "\(endpoint.rawValue) refused the token (401); check the key and its issuer ID")))
+                case 500 where error?.errorCode == AppleErrorCode.generalInternal:
+                    // GeneralInternalError: Apple does not say to try again (unlike 5000001).
+                    metrics.call(endpoint: endpoint.rawValue, outcome: "server_error", duration: elapsed)
+                    return .failure(.unavailable(.init(.serverError, "\(endpoint.rawValue) answered 500 error 5000000 (GeneralInternalError, not retryable)")))
                 case 500...599:
                     metrics.call(endpoint: endpoint.rawValue, outcome: "server_error", duration: elapsed)
                     lastFailure = .init(.serverError, "\(endpoint.rawValue) answered \(status) (error \(error?.errorCode.map(String.init) ?? "none"))")
