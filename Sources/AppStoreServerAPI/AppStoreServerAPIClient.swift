@@ -29,8 +29,10 @@ import X509
 /// - At most `concurrentLookups` lookups ask Apple at once; one that cannot start within the first
 ///   three quarters of its budget is `overloaded`, which (unlike Apple's own slowness or errors)
 ///   never trips the breaker.
-/// - After `circuitBreakerThreshold` consecutive failed lookups against a host, lookups fail fast
-///   for `circuitBreakerCoolDown`, then one trial goes through.
+/// - After `circuitBreakerThreshold` consecutive failed lookups of one app in one environment,
+///   its lookups fail fast for `circuitBreakerCoolDown`, then one trial goes through.
+/// - A `Retry-After` Apple sends is remembered per app and environment: later calls wait for it
+///   (within their budget) or fail fast `rateLimited` without asking Apple.
 /// - Answers are cached per app and transaction for `cacheTTL`; `invalidate(originalTransactionID:)`
 ///   drops a customer's cached history (for App Store Server Notifications).
 /// - Expected failures are returned as `.unavailable`, never thrown.
@@ -42,6 +44,9 @@ public final class AppStoreServerAPIClient: Sendable {
     private let metrics: AppStoreServerAPIMetrics
     private let logger: Logger
     private let breakers = Mutex([String: CircuitBreaker]())
+    /// Per app and environment (bundle ID and host): the moment Apple's last `Retry-After` allows
+    /// the next request.
+    private let rateLimitedUntil = Mutex([String: ContinuousClock.Instant]())
     private let cache: HistoryCache
     private let limiter: AsyncPermits
     private let chainCache: AppleChainValidationCache?
@@ -134,7 +139,7 @@ public final class AppStoreServerAPIClient: Sendable {
         var notFound: [String] = []
         for environment in app.environments {
             let baseURL = configuration.baseURL(for: environment, app: app)
-            let breaker = breaker(for: baseURL)
+            let breaker = breaker(for: app.bundleID + "\n" + baseURL)
             guard breaker.acquire() == .allowed else {
                 return .unavailable(.init(.circuitOpen, "recent lookups at \(environment.rawValue) failed; failing fast until the cool-down ends"))
             }
@@ -179,11 +184,14 @@ public final class AppStoreServerAPIClient: Sendable {
         }
     }
 
-    private func breaker(for baseURL: String) -> CircuitBreaker {
+    /// The breaker of one app in one environment (`key`: bundle ID and host): Apple's rate limits
+    /// are per app (https://developer.apple.com/documentation/appstoreserverapi/identifying-rate-limits),
+    /// so one app's 429s or failures do not stop another's lookups.
+    private func breaker(for key: String) -> CircuitBreaker {
         breakers.withLock { breakers in
-            if let breaker = breakers[baseURL] { return breaker }
+            if let breaker = breakers[key] { return breaker }
             let breaker = CircuitBreaker(threshold: configuration.circuitBreakerThreshold, coolDown: configuration.circuitBreakerCoolDown)
-            breakers[baseURL] = breaker
+            breakers[key] = breaker
             return breaker
         }
     }
@@ -348,9 +356,19 @@ public final class AppStoreServerAPIClient: Sendable {
             guard ContinuousClock.now >= deadline, lastFailure.reason != .timeBudgetExhausted else { return lastFailure }
             return .init(.timeBudgetExhausted, "the \(configuration.timeBudget) budget ran out; last: \(lastFailure.detail)")
         }
+        // Apple's rate limits are per app: a Retry-After holds every later call of the app in this
+        // environment, not only the retries of the call that got it.
+        let limitKey = credentials.bundleID + "\n" + baseURL
         while attempt < configuration.maximumAttempts {
             attempt += 1
             guard ContinuousClock.now < deadline else { break }
+            if let until = rateLimitedUntil.withLock({ $0[limitKey] }), until > ContinuousClock.now {
+                guard until < deadline else {
+                    metrics.call(endpoint: endpoint.rawValue, outcome: "rate_limited", duration: .zero)
+                    return .failure(.unavailable(.init(.rateLimited, "\(endpoint.rawValue) not asked: Apple's last Retry-After for this app holds past the time budget")))
+                }
+                try? await Task.sleep(until: until, clock: .continuous)
+            }
             var request = HTTPClientRequest(url: baseURL + path)
             request.method = method
             request.headers.add(name: "Authorization", value: "Bearer " + tokens.token(for: credentials))
@@ -384,6 +402,10 @@ public final class AppStoreServerAPIClient: Sendable {
                     metrics.call(endpoint: endpoint.rawValue, outcome: "rate_limited", duration: elapsed)
                     lastFailure = .init(.rateLimited, "\(endpoint.rawValue) answered 429 (error \(error?.errorCode.map(String.init) ?? "none"))")
                     retryAfter = headers.first(name: "Retry-After").flatMap { Self.retryAfter($0, now: Date()) }
+                    if let retryAfter {
+                        let until = ContinuousClock.now + retryAfter
+                        rateLimitedUntil.withLock { $0[limitKey] = max($0[limitKey] ?? until, until) }
+                    }
                 case 404 where error.flatMap(\.errorCode).map(AppleErrorCode.retryableNotFound.contains) == true:
                     // Apple's "...NotFoundRetryable" errors: its side is not ready yet; tried again like a 5xx.
                     metrics.call(endpoint: endpoint.rawValue, outcome: "retry_later", duration: elapsed)

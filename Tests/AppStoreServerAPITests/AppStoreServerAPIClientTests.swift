@@ -239,6 +239,28 @@ import X509
         #expect(fake.requests.filter { $0.endpoint == .history }.map(\.answeredStatus) == [500], "asked once")
     }
 
+    @Test("A Retry-After is remembered for the app: the next lookup within it fails fast without asking Apple")
+    func retryAfterIsRememberedBetweenLookups() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 2)
+        fake.add(try customer.customer(chain, now: now))
+        fake.script(.history, [.status(429, errorCode: 4_290_000, retryAfterSeconds: 600)])
+        let client = try client { $0.timeBudget = .seconds(5) }
+        try await fake.run { port in
+            try await withClient(client) {
+                for _ in 0..<2 {
+                    let lookup = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                    guard case .unavailable(let unavailable) = lookup else {
+                        Issue.record("expected unavailable, got \(lookup)")
+                        return
+                    }
+                    #expect(unavailable.reason == .rateLimited)
+                }
+            }
+        }
+        #expect(fake.requests.filter { $0.endpoint == .history }.map(\.answeredStatus) == [429], "the second lookup did not ask")
+    }
+
     @Test func retriesServerErrorsThenGivesUpWithinTheBudget() async throws {
         let fake = fake()
         let customer = subscriber(months: 2)
