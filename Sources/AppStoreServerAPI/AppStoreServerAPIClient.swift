@@ -21,12 +21,18 @@ import X509
 ///   previous answered 4040010 (TransactionIdNotFoundError).
 /// - One lookup never outlasts `timeBudget`: pages, retries, waits and environments share it.
 ///   5xx, 429 / 4290000 and network errors are retried with exponential backoff (a `Retry-After`
-///   is honoured, but a wait that would pass the budget ends the lookup instead).
+///   is honoured, but a wait that would pass the budget ends the lookup instead), except 500 with
+///   error 5000000, GeneralInternalError, which Apple's error table does not call retryable
+///   (https://developer.apple.com/documentation/appstoreserverapi/generalinternalerror; Apple's
+///   Python library, api_client.py `APIError.GENERAL_INTERNAL` beside `GENERAL_INTERNAL_RETRYABLE`
+///   5000001, "you can try again").
 /// - At most `concurrentLookups` lookups ask Apple at once; one that cannot start within the first
 ///   three quarters of its budget is `overloaded`, which (unlike Apple's own slowness or errors)
 ///   never trips the breaker.
-/// - After `circuitBreakerThreshold` consecutive failed lookups against a host, lookups fail fast
-///   for `circuitBreakerCoolDown`, then one trial goes through.
+/// - After `circuitBreakerThreshold` consecutive failed lookups of one app in one environment,
+///   its lookups fail fast for `circuitBreakerCoolDown`, then one trial goes through.
+/// - A `Retry-After` Apple sends is remembered per app and environment: later calls wait for it
+///   (within their budget) or fail fast `rateLimited` without asking Apple.
 /// - Answers are cached per app and transaction for `cacheTTL`; `invalidate(originalTransactionID:)`
 ///   drops a customer's cached history (for App Store Server Notifications).
 /// - Expected failures are returned as `.unavailable`, never thrown.
@@ -38,6 +44,9 @@ public final class AppStoreServerAPIClient: Sendable {
     private let metrics: AppStoreServerAPIMetrics
     private let logger: Logger
     private let breakers = Mutex([String: CircuitBreaker]())
+    /// Per app and environment (bundle ID and host): the moment Apple's last `Retry-After` allows
+    /// the next request.
+    private let rateLimitedUntil = Mutex([String: ContinuousClock.Instant]())
     private let cache: HistoryCache
     private let limiter: AsyncPermits
     private let chainCache: AppleChainValidationCache?
@@ -130,7 +139,7 @@ public final class AppStoreServerAPIClient: Sendable {
         var notFound: [String] = []
         for environment in app.environments {
             let baseURL = configuration.baseURL(for: environment, app: app)
-            let breaker = breaker(for: baseURL)
+            let breaker = breaker(for: app.bundleID + "\n" + baseURL)
             guard breaker.acquire() == .allowed else {
                 return .unavailable(.init(.circuitOpen, "recent lookups at \(environment.rawValue) failed; failing fast until the cool-down ends"))
             }
@@ -175,11 +184,14 @@ public final class AppStoreServerAPIClient: Sendable {
         }
     }
 
-    private func breaker(for baseURL: String) -> CircuitBreaker {
+    /// The breaker of one app in one environment (`key`: bundle ID and host): Apple's rate limits
+    /// are per app (https://developer.apple.com/documentation/appstoreserverapi/identifying-rate-limits),
+    /// so one app's 429s or failures do not stop another's lookups.
+    private func breaker(for key: String) -> CircuitBreaker {
         breakers.withLock { breakers in
-            if let breaker = breakers[baseURL] { return breaker }
+            if let breaker = breakers[key] { return breaker }
             let breaker = CircuitBreaker(threshold: configuration.circuitBreakerThreshold, coolDown: configuration.circuitBreakerCoolDown)
-            breakers[baseURL] = breaker
+            breakers[key] = breaker
             return breaker
         }
     }
@@ -303,19 +315,40 @@ public final class AppStoreServerAPIClient: Sendable {
     enum Endpoint: String {
         case transactionHistory = "transaction_history"
         case subscriptionStatuses = "subscription_statuses"
+        case notificationHistory = "notification_history"
+        case requestTestNotification = "request_test_notification"
+        case testNotificationStatus = "test_notification_status"
+        case setAppAccountToken = "set_app_account_token"
     }
 
-    private enum CallFailure: Error {
+    enum CallFailure: Error {
         /// 404 with error 4040010.
         case notFound
         case unavailable(HistoryUnavailable)
     }
 
     /// One GET with retries, decoded; within `deadline`.
-    private func call<Body: Decodable>(
+    func call<Body: Decodable>(
         _ type: Body.Type, endpoint: Endpoint, baseURL: String, path: String, credentials: AppStoreServerAPICredentials,
         deadline: ContinuousClock.Instant
     ) async -> Result<Body, CallFailure> {
+        switch await call(endpoint: endpoint, method: .GET, baseURL: baseURL, path: path, body: nil, credentials: credentials, deadline: deadline) {
+        case .failure(let failure): return .failure(failure)
+        case .success(let data):
+            do {
+                return .success(try JSONDecoder().decode(Body.self, from: data))
+            } catch {
+                return .failure(.unavailable(.init(.malformedResponse, "\(endpoint.rawValue) answered 200 with a body that is not the documented JSON")))
+            }
+        }
+    }
+
+    /// One request with retries (5xx, 429 and network errors; the same request body each time),
+    /// its 200 body as sent; within `deadline`.
+    func call(
+        endpoint: Endpoint, method: HTTPMethod, baseURL: String, path: String, body requestBody: Data?, credentials: AppStoreServerAPICredentials,
+        deadline: ContinuousClock.Instant
+    ) async -> Result<Data, CallFailure> {
         var attempt = 0
         var lastFailure = HistoryUnavailable(.timeBudgetExhausted, "no time left for \(endpoint.rawValue)")
         /// Giving up: past the deadline that is the budget's doing, whatever the last attempt saw.
@@ -323,13 +356,27 @@ public final class AppStoreServerAPIClient: Sendable {
             guard ContinuousClock.now >= deadline, lastFailure.reason != .timeBudgetExhausted else { return lastFailure }
             return .init(.timeBudgetExhausted, "the \(configuration.timeBudget) budget ran out; last: \(lastFailure.detail)")
         }
+        // Apple's rate limits are per app: a Retry-After holds every later call of the app in this
+        // environment, not only the retries of the call that got it.
+        let limitKey = credentials.bundleID + "\n" + baseURL
         while attempt < configuration.maximumAttempts {
             attempt += 1
             guard ContinuousClock.now < deadline else { break }
+            if let until = rateLimitedUntil.withLock({ $0[limitKey] }), until > ContinuousClock.now {
+                guard until < deadline else {
+                    metrics.call(endpoint: endpoint.rawValue, outcome: "rate_limited", duration: .zero)
+                    return .failure(.unavailable(.init(.rateLimited, "\(endpoint.rawValue) not asked: Apple's last Retry-After for this app holds past the time budget")))
+                }
+                try? await Task.sleep(until: until, clock: .continuous)
+            }
             var request = HTTPClientRequest(url: baseURL + path)
-            request.method = .GET
+            request.method = method
             request.headers.add(name: "Authorization", value: "Bearer " + tokens.token(for: credentials))
             request.headers.add(name: "Accept", value: "application/json")
+            if let requestBody {
+                request.headers.add(name: "Content-Type", value: "application/json")
+                request.body = .bytes(ByteBuffer(bytes: requestBody))
+            }
             let start = ContinuousClock.now
             let exchange = await send(request, deadline: deadline)
             let elapsed = ContinuousClock.now - start
@@ -347,11 +394,7 @@ public final class AppStoreServerAPIClient: Sendable {
                 switch status {
                 case 200:
                     metrics.call(endpoint: endpoint.rawValue, outcome: "ok", duration: elapsed)
-                    do {
-                        return .success(try JSONDecoder().decode(Body.self, from: body))
-                    } catch {
-                        return .failure(.unavailable(.init(.malformedResponse, "\(endpoint.rawValue) answered 200 with a body that is not the documented JSON")))
-                    }
+                    return .success(body)
                 case 404 where error?.errorCode == AppleErrorCode.transactionIDNotFound:
                     metrics.call(endpoint: endpoint.rawValue, outcome: "not_found", duration: elapsed)
                     return .failure(.notFound)
@@ -359,6 +402,10 @@ public final class AppStoreServerAPIClient: Sendable {
                     metrics.call(endpoint: endpoint.rawValue, outcome: "rate_limited", duration: elapsed)
                     lastFailure = .init(.rateLimited, "\(endpoint.rawValue) answered 429 (error \(error?.errorCode.map(String.init) ?? "none"))")
                     retryAfter = headers.first(name: "Retry-After").flatMap { Self.retryAfter($0, now: Date()) }
+                    if let retryAfter {
+                        let until = ContinuousClock.now + retryAfter
+                        rateLimitedUntil.withLock { $0[limitKey] = max($0[limitKey] ?? until, until) }
+                    }
                 case 404 where error.flatMap(\.errorCode).map(AppleErrorCode.retryableNotFound.contains) == true:
                     // Apple's "...NotFoundRetryable" errors: its side is not ready yet; tried again like a 5xx.
                     metrics.call(endpoint: endpoint.rawValue, outcome: "retry_later", duration: elapsed)
@@ -366,6 +413,10 @@ public final class AppStoreServerAPIClient: Sendable {
                 case 401:
                     metrics.call(endpoint: endpoint.rawValue, outcome: "unauthorized", duration: elapsed)
                     return .failure(.unavailable(.init(.unauthorized, "\(endpoint.rawValue) refused the token (401); check the key and its issuer ID")))
+                case 500 where error?.errorCode == AppleErrorCode.generalInternal:
+                    // GeneralInternalError: Apple does not say to try again (unlike 5000001).
+                    metrics.call(endpoint: endpoint.rawValue, outcome: "server_error", duration: elapsed)
+                    return .failure(.unavailable(.init(.serverError, "\(endpoint.rawValue) answered 500 error 5000000 (GeneralInternalError, not retryable)")))
                 case 500...599:
                     metrics.call(endpoint: endpoint.rawValue, outcome: "server_error", duration: elapsed)
                     lastFailure = .init(.serverError, "\(endpoint.rawValue) answered \(status) (error \(error?.errorCode.map(String.init) ?? "none"))")
@@ -468,14 +519,14 @@ public final class AppStoreServerAPIClient: Sendable {
     }
 
     /// Transaction IDs are Apple's digits (or test IDs); anything that could change the path is refused.
-    static func isPathSafe(_ transactionID: String) -> Bool {
+    public static func isPathSafe(_ transactionID: String) -> Bool {
         !transactionID.isEmpty && transactionID.utf8.count <= 128
             && transactionID.utf8.allSatisfy { byte in
                 (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || byte == 0x2D || byte == 0x5F || byte == 0x2E
             } && transactionID != "." && transactionID != ".."
     }
 
-    private static func queryEscaped(_ value: String) -> String {
+    static func queryEscaped(_ value: String) -> String {
         var allowed = CharacterSet.alphanumerics
         allowed.insert(charactersIn: "-._~")
         return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? ""

@@ -42,6 +42,8 @@ enum AppleErrorCode {
     static let transactionIDNotFound = 4_040_010
     /// RateLimitExceededError.
     static let rateLimitExceeded = 4_290_000
+    /// GeneralInternalError: not retryable (GeneralInternalRetryableError, 5000001, is).
+    static let generalInternal = 5_000_000
     /// AccountNotFoundRetryableError, AppNotFoundRetryableError and
     /// OriginalTransactionIdNotFoundRetryableError: answered 404, to be tried again.
     static let retryableNotFound: Set<Int> = [4_040_002, 4_040_004, 4_040_006]

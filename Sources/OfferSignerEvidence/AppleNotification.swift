@@ -22,6 +22,9 @@ public struct VerifiedNotification: Sendable, Hashable {
     public var transaction: Signed<VerifiedTransaction>?
     /// `data.signedRenewalInfo`, verified, with the JWS as Apple sent it.
     public var renewalInfo: Signed<VerifiedRenewalInfo>?
+    /// `appData.signedAppTransactionInfo` (e.g. `RESCIND_CONSENT`), its signature and `bundleId`
+    /// verified; kept as Apple sent it (nothing here reads an AppTransaction).
+    public var signedAppTransactionInfo: String?
 
     /// A verified item and the JWS it came from.
     public struct Signed<Value: Sendable & Hashable>: Sendable, Hashable {
@@ -62,14 +65,27 @@ struct NotificationPayload: Decodable {
     }
     var summary: Summary?
     var externalPurchaseToken: ExternalPurchaseToken?
+    /// Apple's `appData` (e.g. `RESCIND_CONSENT`): appAppleId, bundleId, environment and
+    /// signedAppTransactionInfo (appstoreserverlibrary/models/AppData.py;
+    /// https://developer.apple.com/documentation/appstoreservernotifications/appdata).
+    struct AppData: Decodable {
+        var appAppleId: Int64?
+        var bundleId: String?
+        var environment: String?
+        var signedAppTransactionInfo: String?
+    }
+    var appData: AppData?
 
-    var bundleID: String? { data?.bundleId ?? summary?.bundleId ?? externalPurchaseToken?.bundleId }
+    /// Where Apple's library reads the app from (signed_data_verifier.py,
+    /// verify_and_decode_notification): `data`, else `summary`, else `externalPurchaseToken`, else `appData`.
+    var bundleID: String? { data?.bundleId ?? summary?.bundleId ?? externalPurchaseToken?.bundleId ?? appData?.bundleId }
     var environmentName: String? {
         if let environment = data?.environment ?? summary?.environment { return environment }
+        if externalPurchaseToken == nil, let environment = appData?.environment { return environment }
         guard let token = externalPurchaseToken else { return nil }
         return token.externalPurchaseId?.hasPrefix("SANDBOX") == true ? AppleEnvironment.sandbox.rawValue : AppleEnvironment.production.rawValue
     }
-    var appAppleID: Int64? { data?.appAppleId ?? summary?.appAppleId ?? externalPurchaseToken?.appAppleId }
+    var appAppleID: Int64? { data?.appAppleId ?? summary?.appAppleId ?? externalPurchaseToken?.appAppleId ?? appData?.appAppleId }
 }
 
 extension AppleSignedDataVerifier {
@@ -96,6 +112,30 @@ extension AppleSignedDataVerifier {
     /// Production, and the signed transaction and renewal info inside verify too (same bundle and
     /// environment). Any failure rejects the whole notification.
     public func verifyNotification(_ signedPayload: String, appAppleID: Int64?, now: Date) async -> Result<VerifiedNotification, VerificationFailure> {
+        let notification: VerifiedNotification
+        switch await verifyNotification(signedPayload, now: now) {
+        case .success(let verified): notification = verified
+        case .failure(let failure): return .failure(failure)
+        }
+        if notification.environment == .production {
+            guard let appAppleID else {
+                return .failure(.init(.bundleIDMismatch, "a Production notification needs the app's appAppleID in the catalog (apps.\(bundleID).appAppleID)"))
+            }
+            guard notification.appAppleID == appAppleID else {
+                return .failure(.init(.bundleIDMismatch, "appAppleId \(notification.appAppleID.map(String.init) ?? "(missing)") is not \(appAppleID)"))
+            }
+        }
+        return .success(notification)
+    }
+
+    /// Verifies a notification's `signedPayload` and every signed item inside it, as
+    /// ``verifyNotification(_:appAppleID:now:)`` does, but leaves the App Apple ID to the caller
+    /// (who decides whether this service serves the app it names).
+    ///
+    /// Every payload shape of Apple's current model is read (ResponseBodyV2DecodedPayload.py:
+    /// `data`, `summary`, `externalPurchaseToken`, `appData`); an `appData`'s
+    /// `signedAppTransactionInfo` must verify (chain, marker OIDs, ES256) and name this bundle.
+    public func verifyNotification(_ signedPayload: String, now: Date) async -> Result<VerifiedNotification, VerificationFailure> {
         let payloadData: Data
         switch await verifySignedPayload(signedPayload, now: now) {
         case .success(let data): payloadData = data
@@ -118,14 +158,6 @@ extension AppleSignedDataVerifier {
         case .success(let value): environment = value
         case .failure(let failure): return .failure(failure)
         }
-        if environment == .production {
-            guard let appAppleID else {
-                return .failure(.init(.bundleIDMismatch, "a Production notification needs the app's appAppleID in the catalog (apps.\(bundleID).appAppleID)"))
-            }
-            guard payload.appAppleID == appAppleID else {
-                return .failure(.init(.bundleIDMismatch, "appAppleId \(payload.appAppleID.map(String.init) ?? "(missing)") is not \(appAppleID)"))
-            }
-        }
         let itemVerifier = AppleSignedDataVerifier(trustedRoots: trustedRoots, bundleID: bundleID, environment: environment, chainCache: chainCache)
         var notification = VerifiedNotification(
             notificationType: payload.notificationType, subtype: payload.subtype, notificationUUID: payload.notificationUUID,
@@ -140,6 +172,17 @@ extension AppleSignedDataVerifier {
             switch await itemVerifier.verifyRenewalInfo(jws, now: now) {
             case .success(let info): notification.renewalInfo = .init(value: info, jws: jws)
             case .failure(let failure): return .failure(.init(failure.code, "signedRenewalInfo: \(failure.message)"))
+            }
+        }
+        if let jws = payload.appData?.signedAppTransactionInfo {
+            switch await verifySignedPayload(jws, now: now) {
+            case .success(let data):
+                struct AppTransactionProbe: Decodable { var bundleId: String? }
+                guard let probe = try? JSONDecoder().decode(AppTransactionProbe.self, from: data), probe.bundleId == bundleID else {
+                    return .failure(.init(.bundleIDMismatch, "signedAppTransactionInfo: not an AppTransaction of '\(bundleID)'"))
+                }
+                notification.signedAppTransactionInfo = jws
+            case .failure(let failure): return .failure(.init(failure.code, "signedAppTransactionInfo: \(failure.message)"))
             }
         }
         return .success(notification)

@@ -236,3 +236,31 @@ extension PostgresStore {
         }
     }
 }
+
+extension PostgresStore {
+    public func appleNotificationReceivedAt(notificationUUID: String) async throws -> Date? {
+        try await rows(
+            "reading a notification", "SELECT received_at FROM apple_notifications WHERE notification_uuid = \(notificationUUID)"
+        ).first.map { row in Date(timeIntervalSince1970: Double(try row.decode(Int64.self)) / 1000) }
+    }
+
+    public func notificationRecoveryWatermark(bundleID: String, environment: String) async throws -> Date? {
+        try await rows(
+            "reading the notification recovery watermark",
+            "SELECT recovered_until FROM notification_recovery WHERE bundle_id = \(bundleID) AND environment = \(environment)"
+        ).first.map { row in Date(timeIntervalSince1970: Double(try row.decode(Int64.self)) / 1000) }
+    }
+
+    public func setNotificationRecoveryWatermark(bundleID: String, environment: String, recoveredUntil: Date, at time: Date) async throws {
+        try await transaction("moving the notification recovery watermark") { connection, logger in
+            _ = try await connection.query(
+                """
+                INSERT INTO notification_recovery (bundle_id, environment, recovered_until, updated_at)
+                VALUES (\(bundleID), \(environment), \(recoveredUntil.unixMilliseconds), \(time.unixMilliseconds))
+                ON CONFLICT (bundle_id, environment) DO UPDATE SET
+                    recovered_until = GREATEST(notification_recovery.recovered_until, excluded.recovered_until), updated_at = excluded.updated_at
+                """, logger: logger
+            ).collect()
+        }
+    }
+}

@@ -27,9 +27,10 @@ extension PostgresStore {
     /// The channel a registry change is announced on (by the trigger on `registry`).
     static let registryChannel = "offer_signer_registry"
 
-    /// The first key of every offer-signer advisory lock of this kind ("os" + 1 or 2).
+    /// The first key of every offer-signer advisory lock of this kind ("os" + 1, 2 or 3).
     static let customerLockClass: Int32 = 0x6F73_0001
     static let checkpointLockClass: Int32 = 0x6F73_0002
+    static let notificationRecoveryLockClass: Int32 = 0x6F73_0003
 
     /// The two-integer advisory key of a lock: its kind, and 32 bits of the SHA-256 of its name
     /// (two customers that share them only wait for each other; they never get each other's
@@ -38,10 +39,11 @@ extension PostgresStore {
         switch lock {
         case .auditCheckpointWriter:
             return (checkpointLockClass, 1)
-        case .customer:
+        case .customer, .notificationRecovery:
             let digest = Array(SHA256.hash(data: Data(lock.name.utf8)))
             let bits = UInt32(digest[0]) << 24 | UInt32(digest[1]) << 16 | UInt32(digest[2]) << 8 | UInt32(digest[3])
-            return (customerLockClass, Int32(bitPattern: bits))
+            let kind = if case .customer = lock { customerLockClass } else { notificationRecoveryLockClass }
+            return (kind, Int32(bitPattern: bits))
         }
     }
 

@@ -132,6 +132,9 @@ extension PostgresStore {
             "CREATE INDEX apple_transactions_by_original ON apple_transactions (original_transaction_id, bundle_id, environment)",
             "DROP INDEX apple_transactions_by_subscription",
         ],
+        // 5: the scheduled notification catch-up's watermark per app and environment (SQLite's
+        // "v4-notification-recovery").
+        [NotificationRecoverySchema.createTable],
     ]
 
     /// The longest an instance waits to open a store whose schema it must check or migrate.

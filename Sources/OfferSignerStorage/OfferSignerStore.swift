@@ -114,6 +114,17 @@ public protocol OfferSignerStore: StoreCoordination {
     /// or one millisecond past the last, whichever is later), in the same transaction as its items.
     func appleHistoryVersion(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistoryVersion?
 
+    /// When the notification with this `notificationUUID` was stored, nil when it was not.
+    func appleNotificationReceivedAt(notificationUUID: String) async throws -> Date?
+
+    /// Until when Apple's notification history of an app and environment has been recovered (the
+    /// scheduled catch-up's watermark, see `NotificationCatchUp`), nil before the first run.
+    func notificationRecoveryWatermark(bundleID: String, environment: String) async throws -> Date?
+
+    /// Moves the watermark of an app and environment to `recoveredUntil` (never back: an earlier
+    /// time leaves a later one in place), with the time of the run.
+    func setNotificationRecoveryWatermark(bundleID: String, environment: String, recoveredUntil: Date, at time: Date) async throws
+
     /// Recorded redemptions whose purchase date is at or after `since` (all when nil), oldest first.
     func offerRedemptions(since: Date?) async throws -> [OfferRedemption]
 

@@ -64,6 +64,10 @@ extension SQLiteStore {
         migrator.registerMigration("v3") { db in
             try Self.migrateAppleHistory(db)
         }
+        // The scheduled notification catch-up's watermark per app and environment.
+        migrator.registerMigration("v4-notification-recovery") { db in
+            try db.execute(sql: NotificationRecoverySchema.createTable)
+        }
         return migrator
     }
 }

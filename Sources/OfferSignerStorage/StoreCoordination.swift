@@ -10,12 +10,17 @@ public enum StoreLock: Sendable, Hashable {
     /// The writer of signed audit checkpoints: held while one instance checks whether a
     /// checkpoint is due and signs it, so the deployment keeps one checkpoint per interval.
     case auditCheckpointWriter
+    /// The scheduled notification catch-up of one app and environment: held while one instance
+    /// reads the watermark, asks Apple's Get Notification History and moves the watermark on, so
+    /// the instances of a deployment do not all repeat the work.
+    case notificationRecovery(bundleID: String, environment: String)
 
     /// What the lock is for, without the customer's identifiers (for messages and logs).
     public var kind: String {
         switch self {
         case .customer: "customer"
         case .auditCheckpointWriter: "audit checkpoint writer"
+        case .notificationRecovery: "notification recovery"
         }
     }
 
@@ -24,6 +29,7 @@ public enum StoreLock: Sendable, Hashable {
         switch self {
         case .customer(let bundleID, let appAccountToken): "customer\n\(bundleID)\n\(appAccountToken)"
         case .auditCheckpointWriter: "audit-checkpoint-writer"
+        case .notificationRecovery(let bundleID, let environment): "notification-recovery\n\(bundleID)\n\(environment)"
         }
     }
 }

@@ -15,6 +15,8 @@ struct OfferSignerCommand: AsyncParsableCommand {
             ClientsCommand.self,
             OffersCommand.self,
             RetentionCommand.self,
+            NotificationsCommand.self,
+            TransactionsCommand.self,
             AuditCommand.self,
             StoreCommand.self,
             EligibilityCommand.self,

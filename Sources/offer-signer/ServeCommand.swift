@@ -59,6 +59,8 @@ struct ServeCommand: AsyncParsableCommand {
     var offers: String?
     @Option(name: .customLong("apple-root"), help: "A PEM root certificate Apple-signed evidence must chain to (repeatable; default: the bundled Apple Root CA - G3). For tests. Env: OFFER_SIGNER_APPLE_ROOTS (paths separated by ':').")
     var appleRoots: [String] = []
+    @Option(help: "Every this many seconds, ask Apple's Get Notification History for notifications the service missed and store them (needs --offers; the instances on one store share the work). Env: OFFER_SIGNER_NOTIFICATION_RECOVERY_INTERVAL. Default: off.")
+    var notificationRecoveryInterval: Double?
     @Option(help: "Sign an audit checkpoint after this many new audit records. Env: OFFER_SIGNER_CHECKPOINT_EVERY_RECORDS. Default 10000.")
     var checkpointEveryRecords: Int?
     @Option(help: "…or after this many seconds, whichever comes first (only when the chain grew). Env: OFFER_SIGNER_CHECKPOINT_EVERY_SECONDS. Default 300.")
@@ -143,6 +145,10 @@ struct ServeCommand: AsyncParsableCommand {
         if let value = try checkpointEveryRecords ?? Self.number("OFFER_SIGNER_CHECKPOINT_EVERY_RECORDS", Int.self) {
             guard value > 0 else { throw ValidationError("--checkpoint-every-records must be at least 1") }
             configuration.checkpointEveryRecords = value
+        }
+        if let value = try notificationRecoveryInterval ?? Self.number("OFFER_SIGNER_NOTIFICATION_RECOVERY_INTERVAL", Double.self) {
+            guard value >= 1 else { throw ValidationError("--notification-recovery-interval must be at least 1 (seconds)") }
+            configuration.notificationRecoveryInterval = .milliseconds(Int64(value * 1000))
         }
         if let value = try checkpointEverySeconds ?? Self.number("OFFER_SIGNER_CHECKPOINT_EVERY_SECONDS", Double.self) {
             guard value > 0 else { throw ValidationError("--checkpoint-every-seconds must be more than 0") }

@@ -218,11 +218,54 @@ import X509
         }
     }
 
+    @Test("500 GeneralInternalError (5000000) is not retried, as Apple's error table says; 5000001 (GeneralInternalRetryableError) is")
+    func generalInternalErrorIsNotRetried() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 2)
+        fake.add(try customer.customer(chain, now: now))
+        fake.script(.history, [.status(500, errorCode: 5_000_000)])
+        let client = try client()
+        try await fake.run { port in
+            try await withClient(client) {
+                let lookup = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                guard case .unavailable(let unavailable) = lookup else {
+                    Issue.record("expected unavailable, got \(lookup)")
+                    return
+                }
+                #expect(unavailable.reason == .serverError)
+                #expect(unavailable.detail.contains("5000000"))
+            }
+        }
+        #expect(fake.requests.filter { $0.endpoint == .history }.map(\.answeredStatus) == [500], "asked once")
+    }
+
+    @Test("A Retry-After is remembered for the app: the next lookup within it fails fast without asking Apple")
+    func retryAfterIsRememberedBetweenLookups() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 2)
+        fake.add(try customer.customer(chain, now: now))
+        fake.script(.history, [.status(429, errorCode: 4_290_000, retryAfterSeconds: 600)])
+        let client = try client { $0.timeBudget = .seconds(5) }
+        try await fake.run { port in
+            try await withClient(client) {
+                for _ in 0..<2 {
+                    let lookup = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                    guard case .unavailable(let unavailable) = lookup else {
+                        Issue.record("expected unavailable, got \(lookup)")
+                        return
+                    }
+                    #expect(unavailable.reason == .rateLimited)
+                }
+            }
+        }
+        #expect(fake.requests.filter { $0.endpoint == .history }.map(\.answeredStatus) == [429], "the second lookup did not ask")
+    }
+
     @Test func retriesServerErrorsThenGivesUpWithinTheBudget() async throws {
         let fake = fake()
         let customer = subscriber(months: 2)
         fake.add(try customer.customer(chain, now: now))
-        fake.script(.history, [.status(503), .status(500, errorCode: 5_000_000)])
+        fake.script(.history, [.status(503), .status(500, errorCode: 5_000_001)])
         let metrics = TestMetrics()
         let client = try client(metrics: metrics)
         try await fake.run { port in

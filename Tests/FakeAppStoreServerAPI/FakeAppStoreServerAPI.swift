@@ -25,6 +25,10 @@ public final class FakeAppStoreServerAPI: Sendable {
     public enum Endpoint: String, Sendable, Hashable {
         case history
         case subscriptions
+        case notificationHistory
+        case requestTestNotification
+        case testNotificationStatus
+        case setAppAccountToken
     }
 
     /// One scripted misbehaviour, used for one request of its endpoint.
@@ -90,10 +94,17 @@ public final class FakeAppStoreServerAPI: Sendable {
         public var revision: String?
         public var token: ReceivedToken?
         public var answeredStatus: Int
+        /// The request body (notification history and Set App Account Token).
+        public var body: String? = nil
     }
 
-    private struct State {
+    struct State {
         var customers: [Customer] = []
+        var notifications: [SentNotification] = []
+        var notificationURLs: [String: String] = [:]
+        var notificationSigner: TestAppleChain?
+        var testNotifications: [String: Int] = [:]
+        var appAccountTokens: [String: String] = [:]
         var faults: [Endpoint: [Fault]] = [:]
         var persistentFault: [Endpoint: Fault] = [:]
         var answerDelay: Duration = .zero
@@ -106,7 +117,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     public let issuerID: String
     public let publicKey: P256.Signing.PublicKey
     public let pageSize: Int
-    private let state = Mutex(State())
+    let state = Mutex(State())
 
     public init(bundleID: String, appAppleID: Int64 = 1_234_567_890, keyID: String, issuerID: String, publicKey: P256.Signing.PublicKey, pageSize: Int = 2) {
         self.bundleID = bundleID
@@ -140,6 +151,7 @@ public final class FakeAppStoreServerAPI: Sendable {
         router.get("/:environment/inApps/v1/subscriptions/:transactionID") { request, context in
             await self.answer(.subscriptions, request: request, context: context)
         }
+        addNotificationRoutes(to: router)
         var logger = Logger(label: "fake-app-store-server-api")
         logger.logLevel = .critical
         let (ports, continuation) = AsyncStream<Int>.makeStream()
@@ -169,10 +181,20 @@ public final class FakeAppStoreServerAPI: Sendable {
     public enum FakeServerError: Error { case didNotStart }
 
     private func answer(_ endpoint: Endpoint, request: Request, context: some RequestContext) async -> Response {
+        await answer(endpoint, request: request, context: context, requestBody: nil) { environment, transactionID, revision in
+            self.content(endpoint, environment: environment, transactionID: transactionID, revision: revision)
+        }
+    }
+
+    /// Authenticates, applies the scripted faults, answers with `content` and records the request.
+    func answer(
+        _ endpoint: Endpoint, request: Request, context: some RequestContext, requestBody: String?,
+        content: (_ environment: String, _ transactionID: String, _ revision: String?) async -> Response
+    ) async -> Response {
         let environmentSegment = context.parameters.get("environment") ?? ""
         let environment = environmentSegment == "sandbox" ? "Sandbox" : "Production"
         let transactionID = context.parameters.get("transactionID") ?? ""
-        let revision = request.uri.queryParameters.get("revision")
+        let revision = request.uri.queryParameters.get("revision") ?? request.uri.queryParameters.get("paginationToken")
         let token = Self.check(request.headers[.authorization], fake: self)
         let (fault, delay) = state.withLock { state -> (Fault?, Duration) in
             if var queue = state.faults[endpoint], !queue.isEmpty {
@@ -201,11 +223,11 @@ public final class FakeAppStoreServerAPI: Sendable {
             }
             response = Response(status: .init(code: status), headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
         } else {
-            response = content(endpoint, environment: environment, transactionID: transactionID, revision: revision)
+            response = await content(environment, transactionID, revision)
         }
         let record = ReceivedRequest(
             environment: environment, endpoint: endpoint, transactionID: transactionID, revision: revision, token: token,
-            answeredStatus: Int(response.status.code))
+            answeredStatus: Int(response.status.code), body: requestBody)
         state.withLock { $0.requests.append(record) }
         return response
     }
@@ -234,10 +256,13 @@ public final class FakeAppStoreServerAPI: Sendable {
             }
             let data = groups.keys.sorted().map { #"{"subscriptionGroupIdentifier":"\#($0)","lastTransactions":[\#(groups[$0]!.joined(separator: ","))]}"# }
             return Self.json(#"{"environment":"\#(environment)","bundleId":"\#(bundleID)","appAppleId":\#(appAppleID),"data":[\#(data.joined(separator: ","))]}"#)
+        case .notificationHistory, .requestTestNotification, .testNotificationStatus, .setAppAccountToken:
+            // Answered by the notification routes (FakeAppStoreServerAPI+Notifications.swift).
+            return Self.json(#"{"errorCode":4040000,"errorMessage":"not a customer endpoint"}"#, status: .notFound)
         }
     }
 
-    private static func json(_ text: String, status: HTTPResponse.Status = .ok) -> Response {
+    static func json(_ text: String, status: HTTPResponse.Status = .ok) -> Response {
         Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: text)))
     }
 

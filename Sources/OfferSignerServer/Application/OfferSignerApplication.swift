@@ -50,6 +50,12 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         throw ServerConfigurationError("the idle timeout must be more than zero and at most \(ServerConfiguration.longestIdleTimeout) (it is \(configuration.idleTimeout))")
     }
     let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
+    if let interval = configuration.notificationRecoveryInterval {
+        guard configuration.eligibility != nil else {
+            throw ServerConfigurationError("the notification catch-up needs the offers catalog (--offers) with the apps' appAppleID and environments")
+        }
+        guard interval >= .seconds(1) else { throw ServerConfigurationError("the notification recovery interval must be at least 1 second") }
+    }
     if let eligibility = configuration.eligibility, let problem = eligibility.appStoreServerAPI.problem {
         throw ServerConfigurationError("the App Store Server API settings cannot be used: \(problem)")
     }
@@ -85,10 +91,12 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     let eligibility = configuration.eligibility.map {
         EligibilityService(configuration: $0, store: store, storeTimeout: configuration.storeTimeout, appleHistory: appleHistory?.client, chainCache: chainCache)
     }
-    let notifications = AppleNotificationController(
-        store: store, keyRing: keyRing, catalog: configuration.eligibility?.catalog, trustedRoots: configuration.eligibility?.trustedRoots ?? [.appleRootCAG3],
-        chainCache: chainCache, appleHistory: appleHistory?.client, metrics: metrics, storeTimeout: configuration.storeTimeout,
-        maximumBodyBytes: ServerConfiguration.maximumNotificationBytes)
+    let notificationIntake = AppleNotificationIntake(
+        store: store, servedBundles: { keyRing.ring.configuredBundles }, catalog: configuration.eligibility?.catalog,
+        trustedRoots: configuration.eligibility?.trustedRoots ?? [.appleRootCAG3], chainCache: chainCache, metrics: metrics, logger: logger,
+        storeTimeout: configuration.storeTimeout, onStored: { [client = appleHistory?.client] in client?.invalidate(originalTransactionID: $0) })
+    let notifications = AppleNotificationController(intake: notificationIntake, maximumBodyBytes: ServerConfiguration.maximumNotificationBytes)
+    let notificationCatchUp = try makeNotificationCatchUp(configuration: configuration, store: store, keyRing: keyRing, intake: notificationIntake)
     let signing = SigningController(
         keyRing: keyRing, committer: committer, authenticator: authenticator,
         tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit), metrics: metrics,
@@ -161,12 +169,42 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger), readiness,
     ]
     if let appleHistory { services.append(contentsOf: [appleHistory, historyRecorder] as [any Service]) }
+    if let notificationCatchUp { services.append(notificationCatchUp) }
     return Application(
         router: router, server: server, configuration: applicationConfiguration, services: services,
         onServerRunning: { channel in
             logger.notice("offer-signer listening", metadata: ["address": "\(channel.localAddress?.description ?? "?")", "dev": "\(configuration.developmentMode)"])
         },
         logger: logger)
+}
+
+/// The scheduled notification catch-up (`serve --notification-recovery-interval`), for each
+/// catalog app with a key, in each environment it accepts; nil when not asked for.
+private func makeNotificationCatchUp(
+    configuration: ServerConfiguration, store: any OfferSignerStore, keyRing: KeyRingHolder, intake: AppleNotificationIntake
+) throws -> NotificationCatchUp? {
+    guard let interval = configuration.notificationRecoveryInterval, let eligibility = configuration.eligibility else { return nil }
+    let served = keyRing.ring.configuredBundles
+    let targets = eligibility.catalog.apps.keys.sorted().filter(served.contains).flatMap { bundleID in
+        let app = eligibility.catalog.appSettings(bundleID: bundleID)
+        return app.environments.filter { $0 == .production || $0 == .sandbox }.map { NotificationCatchUp.Target(app: app, environment: $0) }
+    }
+    var api = eligibility.appStoreServerAPI
+    // A background job, not a request an app waits for: Apple may take its time with a page.
+    api.timeBudget = max(api.timeBudget, .seconds(30))
+    let client: AppStoreServerAPIClient
+    do {
+        client = try AppStoreServerAPIClient(configuration: api, trustedRoots: eligibility.trustedRoots, metrics: .none, logger: configuration.logger)
+    } catch {
+        throw ServerConfigurationError(error.description)
+    }
+    return NotificationCatchUp(
+        store: store, recovery: NotificationRecovery(client: client, intake: intake), client: client, targets: targets,
+        credentials: { bundleID in
+            keyRing.ring.activeKeys[bundleID].flatMap { active in
+                active.issuerID.map { AppStoreServerAPICredentials(key: active.signer.key, issuerID: $0, bundleID: bundleID) }
+            }
+        }, interval: interval, logger: configuration.logger)
 }
 
 extension Response {

@@ -38,6 +38,9 @@ public struct ServerConfiguration: Sendable {
     public var appAccountTokenRateLimit: RateLimit = RateLimit(perSecond: 1, burst: 10)
     /// End-user JWT authentication, when configured.
     public var userJWT: UserJWTConfiguration?
+    /// How often the scheduled notification catch-up asks Apple's Get Notification History for
+    /// what was missed (``NotificationCatchUp``); nil: never. Needs the offers catalog.
+    public var notificationRecoveryInterval: Duration?
     /// How often running servers look for key and client changes.
     public var registryPollInterval: Duration = .milliseconds(250)
     /// Most audit entries committed in one transaction (group commit).

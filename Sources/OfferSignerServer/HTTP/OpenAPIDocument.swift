@@ -96,12 +96,12 @@ public enum OpenAPIDocument {
           summary: App Store Server Notifications V2 (Apple calls this)
           description: |
             Apple's body, `{"signedPayload": "<JWS>"}`. No credentials: the payload's x5c chain to Apple Root CA - G3,
-            Apple's marker OIDs and ES256 signature make it authentic, and every JWS inside is verified too. The app
-            must be one of this service's, its environment accepted, and, in Production, its App Apple ID the
-            catalog's. Stored once per notificationUUID (a repeat answers 200 `duplicate`); redemptions of
-            promotional offers are matched to their signatures and audited (`offer.redeemed`). Any Content-Type is
-            accepted (Apple does not document the header); the signature is verified before the app it names is
-            looked up.
+            Apple's marker OIDs and ES256 signature make it authentic, and every JWS inside is verified too; only
+            what fails that is refused. A verified notification for an app this service does not serve, an
+            environment the app does not accept or, in Production, another App Apple ID than the catalog's is
+            answered 200 `ignored` and not stored. Stored once per notificationUUID (a repeat answers 200
+            `duplicate`); redemptions of promotional offers are matched to their signatures and audited (`offer.redeemed`).
+            Any Content-Type is accepted (Apple does not document the header).
             At most 32 requests are inside the two Apple endpoints at once; beyond, 503 `overloaded` with `Retry-After`.
           security:
             - {}
@@ -116,7 +116,7 @@ public enum OpenAPIDocument {
                     signedPayload: {type: string, minLength: 1}
           responses:
             '200':
-              description: Verified and durably stored (or stored before).
+              description: Verified and durably stored (or stored before, or not for this service).
               headers:
                 X-Request-ID:
                   $ref: '#/components/headers/RequestID'
@@ -126,10 +126,9 @@ public enum OpenAPIDocument {
                     type: object
                     required: [status, notificationUUID]
                     properties:
-                      status: {type: string, enum: [recorded, duplicate]}
+                      status: {type: string, enum: [recorded, duplicate, ignored]}
                       notificationUUID: {type: string}
             '400': {$ref: '#/components/responses/Problem'}
-            '403': {$ref: '#/components/responses/Problem'}
             '413': {$ref: '#/components/responses/Problem'}
             '503': {$ref: '#/components/responses/Problem'}
       /v1/apple/retention:

@@ -139,10 +139,6 @@ public enum ProblemCatalog {
             meaning: "no `Authorization: Bearer`, or an unknown or revoked API key, or a user JWT that does not verify; comes with `WWW-Authenticate: Bearer`",
             action: "send a valid API key or user JWT; do not retry unchanged"),
         ProblemType(
-            code: "notification_foreign", status: .forbidden, title: "Notification for another app or environment",
-            meaning: "a verified App Store Server Notification names an app this service does not serve, an environment the app does not accept (`apps.<bundle>.environments`), or, in Production, another App Apple ID than `apps.<bundle>.appAppleID` (which Production notifications require); nothing was stored",
-            action: "point the app's notification URL at the right service, or complete the app's entry in the offers catalog"),
-        ProblemType(
             code: "bundle_not_allowed", status: .forbidden, title: "Client not allowed for this app",
             meaning: "the API client is limited to other apps (`clients create --bundle-id`)",
             action: "use a client made for this app"),

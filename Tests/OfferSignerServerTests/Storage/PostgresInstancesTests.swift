@@ -27,7 +27,9 @@ struct PostgresInstancesTests {
         var configuration: ServerConfiguration
         var keys: [String: InAppPurchaseKey] = [:]
 
-        static func make(instances: Int, configure: (inout ServerConfiguration) -> Void = { _ in }) async throws -> Deployment {
+        static func make(
+            instances: Int, key: InAppPurchaseKey? = nil, configure: (inout ServerConfiguration) -> Void = { _ in }
+        ) async throws -> Deployment {
             let database = try await TestPostgres.database()
             var stores: [PostgresStore] = []
             for _ in 0..<instances { stores.append(try await PostgresStore.open(configuration: database.configuration)) }
@@ -44,7 +46,7 @@ struct PostgresInstancesTests {
             configuration.storeTimeout = .seconds(60)
             configure(&configuration)
             var deployment = Deployment(database: database, stores: stores, masterKey: masterKey, configuration: configuration)
-            let key = try InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY000")
+            let key = try key ?? InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY000")
             _ = try await KeyRegistry.importKey(
                 key, bundleID: "com.example.app", issuerID: TestServer.issuerID, development: true, into: stores[0], masterKey: masterKey, actor: "test", reason: nil)
             deployment.keys["com.example.app"] = key

@@ -121,6 +121,29 @@ struct StoreConformanceTests {
         }
     }
 
+    @Test("The notification catch-up's watermark: none at first, set per app and environment, never moved back; the recovery lock is exclusive", arguments: StoreBackend.testedCases)
+    func notificationRecoveryWatermark(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            #expect(try await store.notificationRecoveryWatermark(bundleID: "com.example.app", environment: "Production") == nil)
+            let first = Date(timeIntervalSince1970: 1_790_000_000)
+            try await store.setNotificationRecoveryWatermark(bundleID: "com.example.app", environment: "Production", recoveredUntil: first, at: first)
+            #expect(try await store.notificationRecoveryWatermark(bundleID: "com.example.app", environment: "Production") == first)
+            #expect(try await store.notificationRecoveryWatermark(bundleID: "com.example.app", environment: "Sandbox") == nil)
+            try await store.setNotificationRecoveryWatermark(
+                bundleID: "com.example.app", environment: "Production", recoveredUntil: first.addingTimeInterval(-60), at: first)
+            #expect(try await store.notificationRecoveryWatermark(bundleID: "com.example.app", environment: "Production") == first, "never back")
+            #expect(try await store.appleNotificationReceivedAt(notificationUUID: "nothing-stored") == nil)
+
+            let lock = StoreLock.notificationRecovery(bundleID: "com.example.app", environment: "Production")
+            _ = try await store.withExclusiveLock(lock, timeout: .seconds(5)) {
+                await #expect { _ = try await store.withExclusiveLock(lock, timeout: .milliseconds(200)) {} } throws: {
+                    ($0 as? StoreError)?.code == .timeout
+                }
+            }
+        }
+    }
+
     @Test("An edited record is named by verification, and no checkpoint is signed over it", arguments: StoreBackend.testedCases)
     func editedRecordIsNamed(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in

@@ -17,6 +17,8 @@ struct TestServer {
     let directory: URL
     let store: SQLiteStore
     let masterKey: MasterKey
+    /// The master key as `--master-key-file` takes it (Base64), for CLI children on this store.
+    let masterKeyBase64: String
     var configuration: ServerConfiguration
     var keys: [String: InAppPurchaseKey] = [:]
     static let issuerID = "57246542-96fe-1a63-e053-0824d011072a"
@@ -28,7 +30,7 @@ struct TestServer {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-tests-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         store = try SQLiteStore(path: directory.appendingPathComponent("store.sqlite").path)
-        masterKey = MasterKey.generate().key
+        (masterKey, masterKeyBase64) = MasterKey.generate()
         var logger = Logger(label: "offer-signer-test")
         logger.logLevel = .warning
         configuration = ServerConfiguration(masterKey: masterKey, logger: logger)

@@ -250,7 +250,7 @@ struct AppleNotificationTests {
         }
     }
 
-    @Test("Forged, foreign, wrong-environment and malformed notifications are refused, and nothing is stored")
+    @Test("Forged and malformed notifications are refused (4xx), and nothing is stored")
     func refusals() async throws {
         let customer = subscriber()
         let stranger = try TestAppleChain()
@@ -259,11 +259,8 @@ struct AppleNotificationTests {
             let cases: [(String, String, HTTPResponse.Status, String)] = [
                 ("payload signed by an untrusted chain", try body("SUBSCRIBED", transaction: transaction, signer: stranger), .badRequest, "notification_unverified"),
                 ("transaction inside signed by an untrusted chain", try body("SUBSCRIBED", transaction: transaction, itemSigner: stranger), .badRequest, "notification_unverified"),
-                ("another app", try body("SUBSCRIBED", bundleID: "com.example.other"), .forbidden, "notification_foreign"),
-                ("another App Apple ID", try body("SUBSCRIBED", appAppleID: 999, transaction: transaction), .forbidden, "notification_foreign"),
-                ("no App Apple ID in Production", try body("SUBSCRIBED", appAppleID: nil, transaction: transaction), .forbidden, "notification_foreign"),
-                ("Sandbox, which the app does not accept", try body("SUBSCRIBED", environment: "Sandbox", appAppleID: nil), .forbidden, "notification_foreign"),
-                ("a transaction of another app inside", try body("SUBSCRIBED", transaction: transaction.merging(["bundleId": "com.example.other"]) { $1 }), .forbidden, "notification_foreign"),
+                ("a transaction of another app inside", try body("SUBSCRIBED", transaction: transaction.merging(["bundleId": "com.example.other"]) { $1 }), .badRequest, "notification_unverified"),
+                ("an app transaction signed by an untrusted chain", try signedBody(rescindConsent(appTransactionSigner: stranger)), .badRequest, "notification_unverified"),
                 ("not JSON", "signedPayload=abc", .badRequest, "malformed_json"),
                 ("no signedPayload", #"{"payload":"x"}"#, .badRequest, "missing_field"),
                 ("not a JWS", #"{"signedPayload":"a.b"}"#, .badRequest, "notification_unverified"),
@@ -279,6 +276,93 @@ struct AppleNotificationTests {
             #expect(try await server.store.auditHead().count == 2, "only the key import and the client creation are audited")
             let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
             #expect(metrics.contains(#"outcome="notification_unverified""#), "refusals are counted")
+        }
+    }
+
+    @Test("Verified notifications for another app, App Apple ID or environment are answered 200 ignored, counted, and not stored")
+    func notServedIsIgnored() async throws {
+        let customer = subscriber()
+        try await withServer { server, _, _, client in
+            let transaction = customer.transactionPayload(0)
+            let cases: [(String, String, String)] = [
+                ("another app", try body("SUBSCRIBED", bundleID: "com.example.other"), "ignored_app"),
+                ("another app, again (logged once)", try body("SUBSCRIBED", bundleID: "com.example.other"), "ignored_app"),
+                ("another App Apple ID", try body("SUBSCRIBED", appAppleID: 999, transaction: transaction), "ignored_app_apple_id"),
+                ("no App Apple ID in Production", try body("SUBSCRIBED", appAppleID: nil, transaction: transaction), "ignored_app_apple_id"),
+                ("Sandbox, which the app does not accept", try body("SUBSCRIBED", environment: "Sandbox", appAppleID: nil), "ignored_environment"),
+            ]
+            for (name, text, _) in cases {
+                let answer = try await client.postJSON("/v1/apple/notifications", text)
+                #expect(answer.status == .ok, "\(name): \(answer.text)")
+                #expect(answer.json["status"] as? String == "ignored", "\(name): \(answer.text)")
+            }
+            for table in AppleHistorySchema.tables {
+                #expect(try StoreCount.count(server.storePath, table) == 0, "\(table) stays empty")
+            }
+            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            #expect(metrics.contains(#"apple_notifications_total{type="SUBSCRIBED",outcome="ignored_app"} 2"#), "\(metrics.split(separator: "\n").filter { $0.contains("apple_notifications") })")
+            #expect(metrics.contains(#"apple_notifications_total{type="SUBSCRIBED",outcome="ignored_app_apple_id"} 2"#))
+            #expect(metrics.contains(#"apple_notifications_total{type="SUBSCRIBED",outcome="ignored_environment"} 1"#))
+        }
+    }
+
+    /// Apple's `signedRescindConsentNotification.json` (app-store-server-library-python,
+    /// tests/resources/models), for this app, with a signed AppTransaction inside.
+    func rescindConsent(uuid: String = "002e14d5-51f5-4503-b5a8-c3a1af68eb20", appTransactionSigner: TestAppleChain? = nil) throws -> [String: Any] {
+        let appTransaction: [String: Any] = [
+            "receiptType": "Production", "appAppleId": Self.appAppleID, "bundleId": Self.bundleID, "applicationVersion": "1.2.3",
+            "originalPurchaseDate": TestAppleChain.milliseconds(now), "signedDate": TestAppleChain.milliseconds(now), "appTransactionId": "71134",
+        ]
+        return [
+            "notificationType": "RESCIND_CONSENT", "notificationUUID": uuid, "version": "2.0", "signedDate": TestAppleChain.milliseconds(now),
+            "appData": [
+                "appAppleId": Self.appAppleID, "bundleId": Self.bundleID, "environment": "Production",
+                "signedAppTransactionInfo": try (appTransactionSigner ?? chain).signJWS(appTransaction),
+            ] as [String: Any],
+        ]
+    }
+
+    /// A notification body signed by the test chain, its payload as given.
+    func signedBody(_ payload: [String: Any], signer: TestAppleChain? = nil) throws -> String {
+        #"{"signedPayload":"\#(try (signer ?? chain).signJWS(payload))"}"#
+    }
+
+    @Test("Every payload shape of Apple's model (appData, summary, externalPurchaseToken) is verified, answered 200 and stored once")
+    func everyPayloadShape() async throws {
+        try await withServer { server, _, _, client in
+            // Shaped as Apple's test resources (tests/resources/models/signedSummaryNotification.json,
+            // signedExternalPurchaseTokenNotification.json), for this app.
+            let summary: [String: Any] = [
+                "notificationType": "RENEWAL_EXTENSION", "subtype": "SUMMARY", "notificationUUID": "uuid-summary", "version": "2.0",
+                "signedDate": TestAppleChain.milliseconds(now),
+                "summary": [
+                    "environment": "Production", "appAppleId": Self.appAppleID, "bundleId": Self.bundleID, "productId": "pro.monthly",
+                    "requestIdentifier": "efb27071-45a4-4aca-9854-2a1e9146f265", "storefrontCountryCodes": ["CAN", "USA", "MEX"],
+                    "succeededCount": 5, "failedCount": 2,
+                ] as [String: Any],
+            ]
+            let externalPurchase: [String: Any] = [
+                "notificationType": "EXTERNAL_PURCHASE_TOKEN", "subtype": "UNREPORTED", "notificationUUID": "uuid-external", "version": "2.0",
+                "signedDate": TestAppleChain.milliseconds(now),
+                "externalPurchaseToken": [
+                    "externalPurchaseId": "b2158121-7af9-49d4-9561-1f588205523e", "tokenCreationDate": TestAppleChain.milliseconds(now),
+                    "appAppleId": Self.appAppleID, "bundleId": Self.bundleID,
+                ] as [String: Any],
+            ]
+            let payloads: [(String, [String: Any])] = [
+                ("appData (RESCIND_CONSENT)", try rescindConsent(uuid: "uuid-rescind")), ("summary", summary), ("externalPurchaseToken", externalPurchase),
+                ("a type Apple adds later", try rescindConsent(uuid: "uuid-future").merging(["notificationType": "SOMETHING_NEW"]) { $1 }),
+            ]
+            for (name, payload) in payloads {
+                let answer = try await client.postJSON("/v1/apple/notifications", try signedBody(payload))
+                #expect(answer.status == .ok, "\(name): \(answer.text)")
+                #expect(answer.json["status"] as? String == "recorded", "\(name): \(answer.text)")
+                let again = try await client.postJSON("/v1/apple/notifications", try signedBody(payload))
+                #expect(again.json["status"] as? String == "duplicate", "\(name): \(again.text)")
+            }
+            #expect(try StoreCount.count(server.storePath, "apple_notifications") == payloads.count)
+            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            #expect(metrics.contains(#"apple_notifications_total{type="RESCIND_CONSENT",outcome="recorded"} 1"#))
         }
     }
 

@@ -151,8 +151,10 @@ struct RetentionAppleRulesTests {
                 seen.insert(answer.json["detail"] as? String ?? "")
             }
             #expect(seen.count == 1, "the answers differ: \(seen)")
-            // Signed by Apple: now the app is compared, and a foreign one is told so.
-            expectProblem(try await h.client.postJSON("/v1/apple/notifications", try h.notification(customer, index: 0, bundleID: "com.other.app")), .forbidden, "notification_foreign")
+            // Signed by Apple: now the app is compared. A notification for an app not served is
+            // answered 200 `ignored` (Apple would retry anything else for days) and not stored; a
+            // retention request for another app is told so.
+            Self.expectIgnored(try await h.client.postJSON("/v1/apple/notifications", try h.notification(customer, index: 0, bundleID: "com.other.app")))
             expectProblem(try await h.post(try h.request(customer.originalTransactionID, appAppleID: 42)), .forbidden, "retention_request_foreign")
             #expect(try await h.audited("signature.issued").isEmpty)
         }
@@ -176,11 +178,17 @@ struct RetentionAppleRulesTests {
             }
             // Production: the appAppleId must be the app's.
             let production = h.subscriber(months: 2, id: "730000002", token: "55555555-aaaa-4aaa-8aaa-000730000002")
-            expectProblem(try await h.client.postJSON("/v1/apple/notifications", try h.notification(production, index: 0, appAppleID: 42)), .forbidden, "notification_foreign")
-            expectProblem(try await h.client.postJSON("/v1/apple/notifications", try h.notification(production, index: 0, appAppleID: nil)), .forbidden, "notification_foreign")
+            Self.expectIgnored(try await h.client.postJSON("/v1/apple/notifications", try h.notification(production, index: 0, appAppleID: 42)))
+            Self.expectIgnored(try await h.client.postJSON("/v1/apple/notifications", try h.notification(production, index: 0, appAppleID: nil)))
             expectProblem(try await h.post(try h.request(production.originalTransactionID, appAppleID: 42)), .forbidden, "retention_request_foreign")
             expectProblem(try await h.post(try h.request(production.originalTransactionID, appAppleID: nil)), .forbidden, "retention_request_foreign")
         }
+    }
+
+    /// A verified notification the service does not serve: 200 `ignored`, nothing stored.
+    static func expectIgnored(_ answer: TestResponse, sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(answer.status == .ok, "\(answer.text)", sourceLocation: sourceLocation)
+        #expect(answer.json["status"] as? String == "ignored", "\(answer.text)", sourceLocation: sourceLocation)
     }
 
     static func productionOnlyCatalog(port: Int) -> String {
@@ -200,10 +208,10 @@ struct RetentionAppleRulesTests {
                 let notification = try await h.client.postJSON("/v1/apple/notifications", try h.notification(sandbox, index: 0))
                 let retention = try await h.post(try h.request(sandbox.originalTransactionID, environment: "Sandbox"))
                 if development {
-                    #expect(notification.status == .ok, "\(notification.text)")
+                    #expect(notification.status == .ok && notification.json["status"] as? String == "recorded", "\(notification.text)")
                     #expect(retention.status == .ok && RetentionHarness.members(retention) == ["message"], "\(retention.text)")
                 } else {
-                    expectProblem(notification, .forbidden, "notification_foreign")
+                    Self.expectIgnored(notification)
                     expectProblem(retention, .forbidden, "retention_request_foreign")
                 }
             }

@@ -1,0 +1,108 @@
+import AppStoreServerAPI
+import Foundation
+import Logging
+import OfferSignerEligibility
+import OfferSignerStorage
+import ServiceLifecycle
+
+/// `serve --notification-recovery-interval`: the scheduled ``NotificationRecovery`` of every
+/// catalog app this service has an active key (with an issuer ID) for, in each environment the
+/// app accepts.
+///
+/// Rules:
+/// - Every `interval`, per app and environment, under the store's exclusive lock
+///   `.notificationRecovery` (a PostgreSQL advisory lock: one instance of a deployment at a time;
+///   one that cannot take it within 5 s leaves this round to the holder): read the watermark;
+///   when it was moved on less than 0.9 interval ago (by another instance), do nothing; otherwise ask
+///   Get Notification History from the watermark less `overlap` (Apple lists a notification when
+///   it first tries to send it, which may lag; what is asked twice is stored once, by
+///   `notificationUUID`) to now, and move the watermark to now once every page was read.
+/// - Without a watermark (the first run), the last `firstLookBack` are asked.
+/// - A failed round (Apple unavailable, a store failure) is logged and counted; the watermark
+///   stays, so the next round asks again from there.
+final class NotificationCatchUp: Service, Sendable {
+    struct Target: Sendable {
+        var app: AppStoreAppSettings
+        var environment: AppleEnvironment
+    }
+
+    private let store: any OfferSignerStore
+    private let recovery: NotificationRecovery
+    private let client: AppStoreServerAPIClient
+    private let targets: [Target]
+    private let credentials: @Sendable (String) -> AppStoreServerAPICredentials?
+    private let interval: Duration
+    private let logger: Logger
+    let overlap: Duration = .seconds(600)
+    let firstLookBack: Duration = .seconds(86_400)
+
+    init(
+        store: any OfferSignerStore, recovery: NotificationRecovery, client: AppStoreServerAPIClient, targets: [Target],
+        credentials: @escaping @Sendable (String) -> AppStoreServerAPICredentials?, interval: Duration, logger: Logger
+    ) {
+        self.store = store
+        self.recovery = recovery
+        self.client = client
+        self.targets = targets
+        self.credentials = credentials
+        self.interval = interval
+        self.logger = logger
+    }
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                do {
+                    try await Task.sleep(for: self.interval)
+                } catch {
+                    break
+                }
+                for target in self.targets { await self.catchUp(target, now: Date()) }
+            }
+        }
+        try await client.shutdown()
+    }
+
+    /// One round for one app and environment (see the type's rules); returns the tally when this
+    /// instance asked Apple, nil when it did not.
+    @discardableResult
+    func catchUp(_ target: Target, now: Date) async -> NotificationRecovery.Tally? {
+        let bundleID = target.app.bundleID
+        let environment = target.environment.rawValue
+        guard let credentials = credentials(bundleID) else {
+            logger.warning("notification catch-up: no active key with an issuer ID", metadata: ["bundle_id": "\(bundleID)"])
+            return nil
+        }
+        do {
+            return try await store.withExclusiveLock(.notificationRecovery(bundleID: bundleID, environment: environment), timeout: .seconds(5)) {
+                let watermark = try await store.notificationRecoveryWatermark(bundleID: bundleID, environment: environment)
+                if let watermark, now.timeIntervalSince(watermark) < Self.seconds(interval) * 0.9 { return nil }
+                let start = watermark.map { $0.addingTimeInterval(-Self.seconds(overlap)) } ?? now.addingTimeInterval(-Self.seconds(firstLookBack))
+                let tally = try await recovery.run(
+                    NotificationHistoryRequest(startDate: start, endDate: now), environment: target.environment, app: target.app, credentials: credentials)
+                let metadata: Logger.Metadata = [
+                    "bundle_id": "\(bundleID)", "environment": "\(environment)", "found": "\(tally.found)", "new": "\(tally.new)",
+                    "already_stored": "\(tally.alreadyStored)", "failed": "\(tally.failed)",
+                ]
+                if let stopped = tally.stoppedBy {
+                    logger.warning("notification catch-up stopped; the next round asks again", metadata: metadata.merging(["reason": "\(stopped)"]) { $1 })
+                    return tally
+                }
+                try await store.setNotificationRecoveryWatermark(bundleID: bundleID, environment: environment, recoveredUntil: now, at: Date())
+                logger.log(level: tally.new > 0 || tally.failed > 0 ? .notice : .debug, "notification catch-up", metadata: metadata)
+                return tally
+            }
+        } catch let error as StoreError where error.code == .timeout {
+            logger.debug("notification catch-up: another instance holds the lock", metadata: ["bundle_id": "\(bundleID)"])
+            return nil
+        } catch {
+            logger.warning("notification catch-up failed; the next round asks again", metadata: ["bundle_id": "\(bundleID)", "error": "\(error)"])
+            return nil
+        }
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}

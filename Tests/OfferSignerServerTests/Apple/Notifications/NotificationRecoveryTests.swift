@@ -1,0 +1,119 @@
+import AppStoreServerAPI
+import AppleTestChain
+import FakeAppStoreServerAPI
+import Foundation
+import HummingbirdTesting
+import OfferSignerCore
+import OfferSignerEligibility
+@testable import OfferSignerServer
+import OfferSignerStorage
+import SwiftASN1
+import TestChildProcess
+import Testing
+
+/// Notifications Apple could not deliver (the service down) are recovered from Get Notification
+/// History by `offer-signer notifications recover` (a real child process), stored once each.
+@Suite("Notification recovery", .serialized)
+struct NotificationRecoveryTests {
+    static let bundleID = AppleNotificationTests.bundleID
+    let chain: TestAppleChain
+    let now = Date()
+
+    init() throws {
+        chain = try TestAppleChain()
+    }
+
+    func notification(_ type: String, uuid: String) throws -> String {
+        let data: [String: Any] = ["bundleId": Self.bundleID, "environment": "Production", "appAppleId": AppleNotificationTests.appAppleID]
+        return try chain.signJWS([
+            "notificationType": type, "notificationUUID": uuid, "data": data, "version": "2.0", "signedDate": TestAppleChain.milliseconds(now),
+        ])
+    }
+
+    /// The files a CLI child needs: master key, catalog (the fake as the app's Production API) and the test root.
+    static func cliFiles(server: TestServer, chain: TestAppleChain, port: Int) throws -> [String] {
+        let masterKeyFile = server.directory.appendingPathComponent("master.key")
+        try Data(server.masterKeyBase64.utf8).write(to: masterKeyFile)
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: masterKeyFile.path)
+        let catalog = server.directory.appendingPathComponent("offers.json")
+        try Data(AppleNotificationTests.catalog(port: port).utf8).write(to: catalog)
+        let root = server.directory.appendingPathComponent("root.pem")
+        try Data(try chain.root.serializeAsPEM().pemString.utf8).write(to: root)
+        return ["--store", server.storePath, "--master-key-file", masterKeyFile.path, "--offers", catalog.path, "--apple-root", root.path]
+    }
+
+    /// Runs the real `offer-signer` on a thread of its own: waiting for the child on one of Swift's
+    /// few cooperative threads would starve the fake Apple API and the server it talks to.
+    static func offerSigner(_ args: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
+        let environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("OFFER_SIGNER_") }
+        let executable = try PostgresKillTests.executable()
+        return try await withCheckedThrowingContinuation { continuation in
+            Thread {
+                continuation.resume(
+                    with: Result {
+                        let result = try ChildProcess.run(executable, args, environment: environment, stdin: nil, currentDirectory: nil, timeout: .seconds(120))
+                        return (result.status, result.stdoutText, result.stderrText)
+                    })
+            }.start()
+        }
+    }
+
+    @Test("An outage's notifications are recovered by notifications recover: every one stored once, across pages; a second run finds them stored")
+    func recoverAfterOutage() async throws {
+        let server = try await TestServer(bundles: [Self.bundleID])
+        defer { server.cleanUp() }
+        let key = try #require(server.keys[Self.bundleID])
+        let fake = FakeAppStoreServerAPI(bundleID: Self.bundleID, keyID: key.keyID, issuerID: TestServer.issuerID, publicKey: key.publicKey)
+        let root = try chain.root.serializeAsPEM().pemString
+        try await fake.run { port in
+            var running = server
+            var eligibility = try EligibilityConfiguration(catalogJSON: Data(AppleNotificationTests.catalog(port: port).utf8), trustedRootPEMs: [root])
+            eligibility.appStoreServerAPI.timeBudget = .seconds(30)
+            running.configuration.eligibility = eligibility
+            let configured = running
+            let arguments = try Self.cliFiles(server: configured, chain: chain, port: port)
+            try await configured.live { client in
+                let endpoint = "http://127.0.0.1:\(try #require(client.port))/v1/apple/notifications"
+                fake.setNotificationURL(endpoint, environment: "Production")
+                for index in 0..<2 { #expect(await fake.send(try notification("DID_RENEW", uuid: "before-\(index)")).delivered) }
+                // The outage: nothing answers at the notification URL.
+                fake.setNotificationURL("http://127.0.0.1:9/v1/apple/notifications", environment: "Production")
+                for index in 0..<3 { #expect(await !fake.send(try notification("REFUND", uuid: "outage-\(index)")).delivered) }
+                // And one the endpoint refuses (another app's key signed it): never stored, by anyone.
+                fake.setNotificationURL(endpoint, environment: "Production")
+                let stranger = try TestAppleChain()
+                let forged = try stranger.signJWS([
+                    "notificationType": "REFUND", "notificationUUID": "forged", "version": "2.0", "signedDate": TestAppleChain.milliseconds(now),
+                    "data": ["bundleId": Self.bundleID, "environment": "Production", "appAppleId": AppleNotificationTests.appAppleID] as [String: Any],
+                ])
+                #expect(await !fake.send(forged).delivered)
+                #expect(try StoreCount.count(configured.storePath, "apple_notifications") == 2)
+
+                let since = ISO8601DateFormatter().string(from: now.addingTimeInterval(-3600))
+                let first = try await Self.offerSigner(["notifications", "recover"] + arguments + ["--since", since, "--json"])
+                #expect(first.status == 1, "a notification that does not verify is a failure: \(first.stdout) \(first.stderr)")
+                let tally = try #require(try JSONSerialization.jsonObject(with: Data(first.stdout.utf8)) as? [String: Any], "\(first.stdout) \(first.stderr)")
+                #expect(tally["found"] as? Int == 6, "\(first.stdout)")
+                #expect(tally["new"] as? Int == 3)
+                #expect(tally["alreadyStored"] as? Int == 2)
+                #expect(tally["failed"] as? Int == 1)
+                #expect(tally["pages"] as? Int == 3, "the fake pages 2 at a time")
+                #expect(try StoreCount.count(configured.storePath, "apple_notifications") == 5)
+
+                let onlyFailures = try await Self.offerSigner(["notifications", "recover"] + arguments + ["--since", since, "--only-failures"])
+                #expect(onlyFailures.stdout.contains("found: 4"), "\(onlyFailures.stdout) \(onlyFailures.stderr)")
+                #expect(onlyFailures.stdout.contains("new: 0"))
+                #expect(onlyFailures.stdout.contains("already stored: 3"))
+                #expect(try StoreCount.count(configured.storePath, "apple_notifications") == 5, "idempotent by notificationUUID")
+
+                let history = fake.requests.filter { $0.endpoint == .notificationHistory }
+                #expect(history.allSatisfy { $0.token?.problems == [] && $0.answeredStatus == 200 })
+                #expect(history.map(\.revision) == [nil, "page-2", "page-4", nil, "page-2"])
+                #expect(history.last?.body?.contains(#""onlyFailures":true"#) == true)
+
+                let bad = try await Self.offerSigner(["notifications", "recover"] + arguments + ["--since", "yesterday"])
+                #expect(bad.status != 0 && bad.stderr.contains("ISO 8601"))
+            }
+        }
+    }
+}
