@@ -88,24 +88,22 @@ struct NotificationPayload: Decodable {
     var appAppleID: Int64? { data?.appAppleId ?? summary?.appAppleId ?? externalPurchaseToken?.appAppleId ?? appData?.appAppleId }
 }
 
-extension AppleSignedDataVerifier {
-    /// Verifies a notification's outer JWS (chain, marker OIDs, ES256) and returns the `bundleId`
-    /// it names, so that the app's own verifier (`verifyNotification`) is chosen on a payload Apple
-    /// signed and nothing about the service's apps is revealed to a forger. The bundle ID of this
-    /// verifier is not compared.
-    public func verifiedNotificationBundleID(_ signedPayload: String, now: Date) async -> Result<String, VerificationFailure> {
-        let payloadData: Data
-        switch await verifySignedPayload(signedPayload, now: now) {
-        case .success(let data): payloadData = data
-        case .failure(let failure): return .failure(failure)
-        }
-        guard let payload = try? JSONDecoder().decode(NotificationPayload.self, from: payloadData) else {
-            return .failure(.init(.malformedPayload, "notification payload: not Apple's ResponseBodyV2DecodedPayload"))
-        }
-        guard let bundle = payload.bundleID else { return .failure(.init(.malformedPayload, "notification payload names no bundleId")) }
-        return .success(bundle)
+/// Reads the app a notification names before its signature is checked, only to choose the
+/// verifier (the one of that app) that then checks everything, the bundle included. Nothing is
+/// answered from what it reads: a payload that does not then verify gets the same refusal
+/// whatever app it names.
+public enum AppleNotificationProbe {
+    /// The `bundleId` the payload claims, or nil when the JWS cannot be read.
+    public static func claimedBundleID(_ signedPayload: String) -> String? {
+        guard signedPayload.utf8.count <= AppleSignedDataVerifier.maximumJWSLength, let parts = Base64URL.compactParts(signedPayload),
+            let payload = Base64URL.decode(parts[1]),
+            let decoded = try? JSONDecoder().decode(NotificationPayload.self, from: payload)
+        else { return nil }
+        return decoded.bundleID
     }
+}
 
+extension AppleSignedDataVerifier {
     /// Verifies a notification's `signedPayload` like any Apple-signed data (chain, marker OIDs,
     /// ES256), then: its `bundleId` is this verifier's, its environment is accepted (this
     /// verifier's, or Production or Sandbox), `appAppleID` (when given) is the payload's in
