@@ -113,8 +113,13 @@ struct UnauthenticatedCallerTests {
             // A second later, the next refusal is logged with the count of those left out.
             try await Task.sleep(for: .milliseconds(1100))
             _ = try await client.postJSON("/v1/offers/signatures", #"{"productID":"p","offerID":"o"}"#)
-            let last = lines.lines.withLock { $0.last { $0.message == "request refused" } }
-            #expect(last?.metadata["suppressed_before"].map { "\($0)" }.flatMap(Int.init).map { $0 > 0 } == true, "\(String(describing: last))")
+            // Nothing is lost from the count: every refusal is either a line or counted in the
+            // `suppressed_before` of the next line (however the 301 refusals fell into one-second
+            // windows on a loaded machine).
+            let all = lines.lines.withLock { $0.filter { $0.message == "request refused" } }
+            let suppressed = all.compactMap { $0.metadata["suppressed_before"].map { "\($0)" }.flatMap(Int.init) }.reduce(0, +)
+            #expect(all.count + suppressed == 301, "\(all.count) lines, \(suppressed) left out")
+            if refused.count < 300 { #expect(suppressed > 0) }
         }
     }
 

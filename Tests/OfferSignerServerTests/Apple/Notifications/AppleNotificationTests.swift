@@ -299,7 +299,7 @@ struct AppleNotificationTests {
             for table in AppleHistorySchema.tables {
                 #expect(try StoreCount.count(server.storePath, table) == 0, "\(table) stays empty")
             }
-            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
             #expect(metrics.contains(#"apple_notifications_total{type="SUBSCRIBED",outcome="ignored_app"} 2"#), "\(metrics.split(separator: "\n").filter { $0.contains("apple_notifications") })")
             #expect(metrics.contains(#"apple_notifications_total{type="SUBSCRIBED",outcome="ignored_app_apple_id"} 2"#))
             #expect(metrics.contains(#"apple_notifications_total{type="SUBSCRIBED",outcome="ignored_environment"} 1"#))
@@ -361,7 +361,7 @@ struct AppleNotificationTests {
                 #expect(again.json["status"] as? String == "duplicate", "\(name): \(again.text)")
             }
             #expect(try StoreCount.count(server.storePath, "apple_notifications") == payloads.count)
-            let metrics = try await client.execute(uri: "/metrics", method: .get).text
+            let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
             #expect(metrics.contains(#"apple_notifications_total{type="RESCIND_CONSENT",outcome="recorded"} 1"#))
         }
     }

@@ -151,10 +151,12 @@ struct RetentionAppleRulesTests {
                 seen.insert(answer.json["detail"] as? String ?? "")
             }
             #expect(seen.count == 1, "the answers differ: \(seen)")
-            // Signed by Apple: now the app is compared. A notification for an app not served is
-            // answered 200 `ignored` (Apple would retry anything else for days) and not stored; a
-            // retention request for another app is told so.
-            Self.expectIgnored(try await h.client.postJSON("/v1/apple/notifications", try h.notification(customer, index: 0, bundleID: "com.other.app")))
+            // Signed by Apple, but the outer bundleId is not the one its signed transaction names
+            // (Apple never sends that): it fails verification like any inconsistent payload. One
+            // that is Apple's in every part but for an app not served is answered 200 `ignored`
+            // (AppleNotificationTests, "Verified notifications for another app…"); a retention
+            // request for another app is told so.
+            expectProblem(try await h.client.postJSON("/v1/apple/notifications", try h.notification(customer, index: 0, bundleID: "com.other.app")), .badRequest, "notification_unverified")
             expectProblem(try await h.post(try h.request(customer.originalTransactionID, appAppleID: 42)), .forbidden, "retention_request_foreign")
             #expect(try await h.audited("signature.issued").isEmpty)
         }

@@ -87,7 +87,7 @@ struct RetentionDeadlineTests {
                 #expect(ledger.isEmpty, "no ledger row counts a signature the customer never saw: \(ledger)")
             }
             #expect(try await h.store.verifiedChain().isIntact)
-            let metrics = try await h.client.execute(uri: "/metrics", method: .get).text
+            let metrics = try await h.client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
             #expect(metrics.contains(#"retention_fallbacks_total{reason="deadline"} 2"#), "\(metrics.split(separator: "\n").filter { $0.contains("retention") })")
 
             // With the store quick again, the customer's next page view gets the offer: the
