@@ -71,8 +71,14 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     try await store.prepareForServing()
     let metrics = ServerMetrics()
     metrics.rateLimits([("client", configuration.clientRateLimit), ("app_account_token", configuration.appAccountTokenRateLimit)])
-    let keyRing = KeyRingHolder(store: store, masterKey: configuration.masterKey, interval: configuration.registryPollInterval, logger: logger)
+    let keyRing = KeyRingHolder(
+        store: store, masterKey: configuration.masterKey, interval: configuration.registryPollInterval, logger: logger,
+        onRejectedRows: { metrics.registryRowsRejected($0) })
     try await keyRing.reload()
+    guard keyRing.ring.rowsAuthenticated else {
+        throw ServerConfigurationError(
+            "the store's key and client rows carry no MACs yet (it was made by an earlier offer-signer): check them with `offer-signer keys list` and `offer-signer clients list`, then run `offer-signer store authenticate --store … --master-key-file …` once")
+    }
     let committer = AuditCommitter(
         store: store, batchLimit: configuration.auditBatchLimit, commitDelay: configuration.auditCommitDelay, metrics: metrics, logger: logger)
     let authenticator = RequestAuthenticator(developmentMode: configuration.developmentMode, userJWT: userJWT, limiter: RateLimiter(limit: configuration.clientRateLimit))
@@ -121,8 +127,13 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     router.get("/healthz") { _, _ in
         Response.json(#"{"status":"ok"}"#)
     }
+    let checkpointer = AuditCheckpointer(
+        store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery,
+        lockTimeout: configuration.storeTimeout, logger: logger, checkpointFile: configuration.checkpointFile,
+        onRefusal: { metrics.auditCheckpointRefused() })
     router.get("/readyz") { _, _ in
-        try await readiness(store: store, ring: keyRing.ring, auditHealth: committer.health, timeout: configuration.storeTimeout)
+        try await readiness(
+            store: store, ring: keyRing.ring, auditHealth: committer.health, checkpointRefusal: checkpointer.refusal, timeout: configuration.storeTimeout)
     }
     router.get("/metrics") { _, _ in
         Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.exposition())))
@@ -146,7 +157,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
             additionalChannelHandlers: [RequestDeadlineHandler(timeout: idleTimeout, onTimeout: { metrics.connectionTimedOut() })],
             idleTimeout: idleTimeout))
     var services: [any Service] = [
-        AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, lockTimeout: configuration.storeTimeout, logger: logger),
+        checkpointer,
         keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger),
     ]
     if let appleHistory { services.append(contentsOf: [appleHistory, historyRecorder] as [any Service]) }
@@ -162,7 +173,9 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
 /// a usable active key, and audit commits are getting through (after a failed one, until a commit
 /// or the committer's write test succeeds again), so a load balancer takes an instance that cannot
 /// sign out of rotation.
-private func readiness(store: any OfferSignerStore, ring: KeyRing, auditHealth: AuditCommitHealth, timeout: Duration) async throws -> Response {
+private func readiness(
+    store: any OfferSignerStore, ring: KeyRing, auditHealth: AuditCommitHealth, checkpointRefusal: String?, timeout: Duration
+) async throws -> Response {
     var problems: [String] = []
     do {
         try await StoreDeadline.run("readiness check", timeout: timeout) { try await store.checkWritable() }
@@ -183,6 +196,11 @@ private func readiness(store: any OfferSignerStore, ring: KeyRing, auditHealth: 
     writer.field("status", "ready")
     writer.field("registryVersion", ring.version)
     writer.field("apps", Int64(ring.configuredBundles.count))
+    // Operators' detail: rows refused because their MAC did not verify (see KeyRing).
+    writer.field("registryRowsRejected", Int64(ring.rejectedRows.count))
+    // Operators' detail: the audit checkpointer refuses to sign (see AuditCheckpointer); signing
+    // goes on, so the instance stays ready.
+    writer.field("auditCheckpointRefused", checkpointRefusal != nil)
     return Response.json(writer.finish())
 }
 
