@@ -12,15 +12,20 @@ public enum AuditCheckpointing {
     ///
     /// With a `checkpointFile` (the copy beside the master key, see ``LastCheckpointFile``): the
     /// chain must also extend the checkpoint it holds (the last one this deployment signed), or
-    /// nothing is signed; a checkpoint signed is written to it.
+    /// nothing is signed; a checkpoint signed is written to it. Likewise for `lastSigned`, the last
+    /// checkpoint the calling process signed (the service keeps it in memory).
     public static func create(
-        in store: any OfferSignerStore, masterKey: MasterKey, checkpointFile: LastCheckpointFile? = nil, now: Date = Date()
+        in store: any OfferSignerStore, masterKey: MasterKey, checkpointFile: LastCheckpointFile? = nil, lastSigned: AuditCheckpoint? = nil,
+        now: Date = Date()
     ) async throws -> AuditCheckpoint? {
         let key = try await store.auditSigningKey(masterKey: masterKey)
         let latest = try await store.latestCheckpoint()
         let head = try await store.auditHead()
         if let checkpointFile, let signed = try checkpointFile.lastCheckpoint() {
             try await checkExtends(store: store, head: head.count, signed: signed, origin: "the checkpoint file '\(checkpointFile.path)'")
+        }
+        if let lastSigned {
+            try await checkExtends(store: store, head: head.count, signed: lastSigned, origin: "the last checkpoint this process signed")
         }
         if let latest, latest.sequence > head.count {
             throw StoreError(.conflict, "refusing to sign a checkpoint: the audit chain has \(head.count) records but checkpoint \(latest.sequence) vouches for more (its tail was removed); run `offer-signer audit verify`")

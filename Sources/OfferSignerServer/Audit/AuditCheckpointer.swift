@@ -27,6 +27,8 @@ final class AuditCheckpointer: Service, Sendable {
     private let checkpointFile: LastCheckpointFile?
     private let onRefusal: @Sendable () -> Void
     private let lastRefusal = Mutex<String?>(nil)
+    /// The last checkpoint this process signed: the next must extend it.
+    private let lastSigned = Mutex<AuditCheckpoint?>(nil)
     /// Why the last attempt to checkpoint was refused; nil once one succeeds.
     var refusal: String? { lastRefusal.withLock { $0 } }
     private let everyRecords: Int64
@@ -116,10 +118,12 @@ final class AuditCheckpointer: Service, Sendable {
                 if reason != "shutdown" {
                     guard try await self.dueReason(now: Date()) != nil else { return nil }
                 }
-                return try await AuditCheckpointing.create(in: self.store, masterKey: self.masterKey, checkpointFile: self.checkpointFile)
+                return try await AuditCheckpointing.create(
+                    in: self.store, masterKey: self.masterKey, checkpointFile: self.checkpointFile, lastSigned: self.lastSigned.withLock { $0 })
             }
             if let checkpoint = written {
                 lastRefusal.withLock { $0 = nil }
+                lastSigned.withLock { $0 = checkpoint }
                 logger.info("audit checkpoint signed", metadata: [
                     "sequence": "\(checkpoint.sequence)", "head_hash": "\(checkpoint.headHash)",
                     "key_fingerprint": "\(checkpoint.keyFingerprint)", "reason": "\(reason)",

@@ -264,4 +264,56 @@ struct DatabaseWriterAttackTests {
             #expect(try await target.store.checkpoints().isEmpty)
         }
     }
+
+    /// Makes the target's store look like one written by an earlier offer-signer: a generated
+    /// audit-signing key with the checkpoints signed by it, no row MACs, no marker, no checkpoint file.
+    static func makeOld(_ target: Target) async throws -> AuditSigningKey {
+        _ = try await Self.signAndCheckpoint(target, count: 2)
+        let old = AuditSigningKey.generate()
+        let resigned = try await target.store.checkpoints().map { old.checkpoint(sequence: $0.sequence, headHash: $0.headHash, at: $0.createdAt) }
+        try await target.store.replaceAuditSigningKey(old, masterKey: target.masterKey, resigned: resigned, entry: AuditEntry(kind: "test.older-version", body: "{}"))
+        try await target.attack(
+            "UPDATE signing_keys SET registry_mac = NULL", "UPDATE api_clients SET registry_mac = NULL",
+            "DELETE FROM meta WHERE name = 'registry_rows_authenticated'")
+        try FileManager.default.removeItem(atPath: target.checkpointFile.path)
+        return old
+    }
+
+    @Test("store authenticate upgrades an older store once (row MACs, derived audit key, checkpoints signed again); serve refuses the store before", arguments: StoreBackend.testedCases)
+    func upgradeOfAnOlderStore(backend: StoreBackend) async throws {
+        try await Target.with(backend) { target in
+            let old = try await Self.makeOld(target)
+            await #expect(throws: ServerConfigurationError.self) { _ = try await buildApplication(configuration: target.configuration, store: target.store) }
+
+            let outcome = try await StoreAuthentication.run(store: target.store, masterKey: target.masterKey, checkpointFile: target.checkpointFile, actor: "ops")
+            let derived = AuditSigningKey.derived(from: target.masterKey).publicKey
+            #expect(outcome.previousAuditKeyFingerprint == old.publicKey.fingerprint && outcome.auditKeyFingerprint == derived.fingerprint)
+            #expect(outcome.registry.keyIDs == ["APPKEY0000"] && outcome.registry.clientNames == ["backend"])
+            #expect(try await target.store.auditSigningPublicKey() == derived)
+            let report = try await target.store.verifyAudit(trusted: try Self.trustedFile(target), progressInterval: 100_000, progress: { _ in })
+            #expect(report.isIntact && report.checkpointsMatched >= 2, "\(report)")
+            let kinds = try await target.store.auditRecords(after: 0, limit: 100).map(\.kind)
+            #expect(kinds.contains("audit.signing-key.derived") && kinds.contains("registry.authenticated"), "\(kinds)")
+            try await target.live { client async throws -> Void in
+                let response = try await Self.sign(client, secret: target.secret)
+                #expect(response.status == .created, "\(response.text)")
+            }
+            await #expect(throws: StoreError.self) {
+                _ = try await StoreAuthentication.run(store: target.store, masterKey: target.masterKey, checkpointFile: target.checkpointFile, actor: "ops")
+            }
+        }
+    }
+
+    @Test("store authenticate refuses to move the checkpoints of a chain that does not verify", arguments: StoreBackend.testedCases)
+    func upgradeRefusesATamperedChain(backend: StoreBackend) async throws {
+        try await Target.with(backend) { target in
+            let old = try await Self.makeOld(target)
+            try await target.attack("UPDATE audit_log SET body = replace(body, 'WINBACK50', 'FREE100') WHERE seq = 3")
+            await #expect(throws: StoreError.self) {
+                _ = try await StoreAuthentication.run(store: target.store, masterKey: target.masterKey, checkpointFile: target.checkpointFile, actor: "ops")
+            }
+            #expect(try await target.store.auditSigningPublicKey() == old.publicKey, "left as it was")
+            #expect(try await target.store.registrySnapshot().rowsAuthenticated == false)
+        }
+    }
 }
