@@ -9,6 +9,8 @@ import Synchronization
 /// status; `offer_signatures_issued_total` by format and key; `audit_commit_duration_seconds`,
 /// `audit_commit_entries_total` and `audit_commit_failures_total`;
 /// `offer_signer_rejections_total` by reason code; `offer_signer_connections_timed_out_total`;
+/// `offer_signer_registry_rows_rejected` (rows of the loaded registry whose MAC did not verify) and
+/// `offer_signer_audit_checkpoint_refusals_total`;
 /// `offer_signer_rate_limit_per_second` and
 /// `offer_signer_rate_limit_burst` by limit, with `scope="instance"`: each instance keeps its
 /// own buckets, so with N instances behind a load balancer the effective limit is N times these.

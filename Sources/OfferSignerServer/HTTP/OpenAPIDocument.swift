@@ -229,6 +229,8 @@ public enum OpenAPIDocument {
                       status: {type: string, const: ready}
                       registryVersion: {type: integer}
                       apps: {type: integer}
+                      registryRowsRejected: {type: integer, description: 'Key and client rows left out because their MAC under the master key does not verify'}
+                      auditCheckpointRefused: {type: boolean, description: 'The audit checkpointer refuses to sign: the chain does not extend the last signed checkpoint, or the audit-signing key row is missing or replaced'}
             '503': {$ref: '#/components/responses/Problem'}
       /metrics:
         get:
