@@ -281,6 +281,13 @@ enum DevelopmentSetup {
         let path = storePath ?? "\(directory)/offer-signer.sqlite"
         let store = try SQLiteStore(path: path)
         try await store.bindMasterKey(masterKey)
+        if try await !store.registrySnapshot().rowsAuthenticated {
+            // A development store made by an earlier offer-signer: upgraded in place (its only
+            // master key is the local one beside it).
+            _ = try await StoreAuthentication.run(
+                store: store, masterKey: masterKey, checkpointFile: LastCheckpointFile.beside(masterKeyFile: masterKeyPath), actor: "serve --dev")
+            CLI.printNote("upgraded the development store: its key and client rows now carry MACs under the development master key")
+        }
         if try await store.listKeys().isEmpty {
             let key = try InAppPurchaseKey.generateForDevelopment(keyID: keyID)
             _ = try await KeyRegistry.importKey(
