@@ -30,7 +30,16 @@ public enum StoreAuthentication {
         progress: @escaping @Sendable (Int64) -> Void = { _ in }
     ) async throws -> Outcome {
         try await store.bindMasterKey(masterKey)
-        guard try await !store.registrySnapshot().rowsAuthenticated else { throw KeyRegistry.alreadyAuthenticated }
+        let snapshot = try await store.registrySnapshot()
+        guard !snapshot.rowsAuthenticated else { throw KeyRegistry.alreadyAuthenticated }
+        let authenticator = masterKey.registryRows
+        // A store made before MACs has none; one with valid MACs was authenticated, and its
+        // marker was removed outside offer-signer: vouching for its other rows would bless them.
+        guard !snapshot.keys.contains(where: authenticator.isAuthentic) && !snapshot.clients.contains(where: authenticator.isAuthentic) else {
+            throw StoreError(
+                .conflict,
+                "rows of this store carry valid MACs already: it was authenticated, and its marker was removed outside offer-signer; a row without a valid MAC was not written by offer-signer, so nothing is authenticated")
+        }
         let derived = AuditSigningKey.derived(from: masterKey)
         var outcome = Outcome(
             registry: RegistryAuthenticationSummary(keyIDs: [], clientNames: []), previousAuditKeyFingerprint: nil,

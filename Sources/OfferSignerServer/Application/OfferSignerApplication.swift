@@ -75,7 +75,13 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         store: store, masterKey: configuration.masterKey, interval: configuration.registryPollInterval, logger: logger,
         onRejectedRows: { metrics.registryRowsRejected($0) })
     try await keyRing.reload()
-    guard keyRing.ring.rowsAuthenticated else {
+    // Without the marker and without a single row whose MAC verifies: a store made before MACs.
+    // With rows that verify, the marker was removed by someone else: rows without a valid MAC are
+    // refused anyway, so it serves (and says so).
+    if !keyRing.ring.rowsAuthenticated && keyRing.ring.authenticRows > 0 {
+        logger.error("the marker that this store's registry rows carry MACs was removed outside offer-signer; rows without a valid MAC are refused")
+    }
+    guard keyRing.ring.rowsAuthenticated || keyRing.ring.authenticRows > 0 else {
         throw ServerConfigurationError(
             "the store's key and client rows carry no MACs yet (it was made by an earlier offer-signer): check them with `offer-signer keys list` and `offer-signer clients list`, then run `offer-signer store authenticate --store … --master-key-file …` once")
     }

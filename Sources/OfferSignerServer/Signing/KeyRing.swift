@@ -32,6 +32,8 @@ struct KeyRing: Sendable {
     var rejectedRows: [String] = []
     /// Whether the store's rows were ever given MACs (see ``RegistrySnapshot/rowsAuthenticated``).
     var rowsAuthenticated = true
+    /// Rows whose MAC verified.
+    var authenticRows = 0
 
     static let empty = KeyRing(version: 0, activeKeys: [:], clients: [:], configuredBundles: [])
 
@@ -72,6 +74,7 @@ struct KeyRing: Sendable {
         self.init(version: snapshot.version, activeKeys: active, clients: clients, configuredBundles: Set(keys.map(\.bundleID)))
         rejectedRows = rejected
         rowsAuthenticated = snapshot.rowsAuthenticated
+        authenticRows = keys.count + authenticClients.count
     }
 }
 

@@ -316,4 +316,23 @@ struct DatabaseWriterAttackTests {
             #expect(try await target.store.registrySnapshot().rowsAuthenticated == false)
         }
     }
+
+    @Test("The authenticated marker deleted by SQL beside an inserted client: the server still serves and refuses the client; store authenticate refuses to bless it", arguments: StoreBackend.testedCases)
+    func deletedMarker(backend: StoreBackend) async throws {
+        try await Target.with(backend) { target in
+            let (secret, hash) = Self.attackerSecret(clientID: "evil0002")
+            try await target.attack(
+                "INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at) VALUES ('evil0002', 'evil', '', '\(hash)', 0)",
+                "DELETE FROM meta WHERE name = 'registry_rows_authenticated'")
+            await #expect(throws: StoreError.self) {
+                _ = try await StoreAuthentication.run(store: target.store, masterKey: target.masterKey, checkpointFile: target.checkpointFile, actor: "ops")
+            }
+            #expect(try await target.store.listClients().first { $0.name == "evil" }?.registryMAC == nil, "not blessed")
+            try await target.live { client async throws -> Void in
+                expectProblem(try await Self.sign(client, secret: secret), .unauthorized, "unauthorized")
+                let response = try await Self.sign(client, secret: target.secret)
+                #expect(response.status == .created, "\(response.text)")
+            }
+        }
+    }
 }
