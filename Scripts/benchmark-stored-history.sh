@@ -83,7 +83,7 @@ KEY="$WORK/AuthKey_BENCH00001.p8"
 "$BIN" keys generate --key-id BENCH00001 --output "$KEY" 2>/dev/null
 "$BIN" keys import --store "$STORE" --master-key-file "$MASTER" --key-id BENCH00001 --bundle-id com.example.bench \
     --issuer-id "$(python3 -c 'import uuid; print(uuid.uuid4())')" --file "$KEY" --development --actor benchmark --reason "benchmark run" >/dev/null
-SECRET=$("$BIN" clients create --store "$STORE" --name bench --bundle-id com.example.bench --json --actor benchmark \
+SECRET=$("$BIN" clients create --store "$STORE" --master-key-file "$MASTER" --name bench --bundle-id com.example.bench --json --actor benchmark \
     | python3 -c 'import json, sys; print(json.load(sys.stdin)["secret"])')
 # Apple's API points at a closed port: every decision must come from the store.
 cat > "$WORK/offers.json" <<JSON

@@ -194,7 +194,7 @@ chmod 600 "$MASTER"
     --key-id BENCH00001 --bundle-id com.example.bench \
     --issuer-id "$(python3 -c 'import uuid; print(uuid.uuid4())')" --file "$KEY" \
     --development --actor benchmark --reason "benchmark run"
-CLIENT_JSON=$("$BIN" clients create --store "$STORE" --name bench --bundle-id com.example.bench --json --actor benchmark)
+CLIENT_JSON=$("$BIN" clients create --store "$STORE" --master-key-file "$MASTER" --name bench --bundle-id com.example.bench --json --actor benchmark)
 SECRET=$(printf '%s' "$CLIENT_JSON" | python3 -c 'import json, sys; print(json.load(sys.stdin)["secret"])')
 export OFFER_SIGNER_BENCH_SECRET="$SECRET"
 export OFFER_SIGNER_BENCH_FORMATS="$FORMATS"

@@ -86,7 +86,7 @@ chmod 600 "$MASTER"
     --key-id CRASH00001 --bundle-id com.example.crash \
     --issuer-id "$(python3 -c 'import uuid; print(uuid.uuid4())')" --file "$KEY" \
     --development --actor crash-test --reason "crash test run" >/dev/null
-CLIENT_JSON=$("$BIN" clients create --store "$STORE" --name crash --bundle-id com.example.crash --json --actor crash-test)
+CLIENT_JSON=$("$BIN" clients create --store "$STORE" --master-key-file "$MASTER" --name crash --bundle-id com.example.crash --json --actor crash-test)
 SECRET=$(printf '%s' "$CLIENT_JSON" | python3 -c 'import json, sys; print(json.load(sys.stdin)["secret"])')
 
 echo "==> $TRIALS trials: serve, $CONNECTIONS connections signing ($FORMATS), kill -9 after ${KILL_MIN}-${KILL_MAX} s, check"

@@ -332,30 +332,67 @@ extension PostgresStore {
 
     // MARK: - Signed checkpoints
 
-    /// Reads the stored key first (no write once it exists); the first instance to need one
-    /// inserts it, and every instance then opens the one stored.
+    /// The key derived from the master key, checked against the stored public key (see
+    /// ``AuditSigningKey/checkStored(publicKeyPEM:auditRecords:hasCheckpoints:)``); reads first,
+    /// so an instance writes nothing once the row exists.
     public func auditSigningKey(masterKey: MasterKey) async throws -> AuditSigningKey {
         try await bindMasterKey(masterKey)
-        let select: PostgresQuery = "SELECT public_key_pem, sealed_private_key FROM audit_signing_key WHERE id = 1"
-        if let row = try await rows("reading the audit-signing key", select).first {
-            let (pem, sealed) = try row.decode((String, Data).self)
-            return try AuditSigningKey.open(sealed: sealed, publicKeyPEM: pem, masterKey: masterKey)
+        let key = AuditSigningKey.derived(from: masterKey)
+        // The usual case only reads (so it works on a read-only server).
+        let stored = try await rows("reading the audit-signing key", "SELECT public_key_pem FROM audit_signing_key WHERE id = 1").first?.decode(String.self)
+        if let stored, try AuditSigningPublicKey(pem: stored) == key.publicKey { return key }
+        try await transaction("checking the audit-signing key") { connection, logger in
+            try await Self.storeDerivedAuditKeyIfFresh(connection, logger, key: key, sealed: key.sealed(with: masterKey), refuse: true)
         }
-        let candidate = AuditSigningKey.generate()
-        let sealed = candidate.sealed(with: masterKey)
-        let now = Date().unixMilliseconds
-        let (pem, stored) = try await transaction("storing the audit-signing key") { connection, logger -> (String, Data) in
+        return key
+    }
+
+    /// See SQLiteStore's function of the same name. Taking the chain head's lock first keeps an
+    /// append from slipping in between the count and the insert.
+    static func storeDerivedAuditKeyIfFresh(_ connection: PostgresConnection, _ logger: Logger, key: AuditSigningKey, sealed: Data, refuse: Bool) async throws {
+        let records = try await connection.query("SELECT seq FROM audit_head WHERE id = 1 FOR UPDATE", logger: logger).collect().first?.decode(Int64.self) ?? 0
+        var pem = try await connection.query("SELECT public_key_pem FROM audit_signing_key WHERE id = 1", logger: logger).collect().first?.decode(String.self)
+        let hasCheckpoints = try await connection.query("SELECT 1 FROM audit_checkpoints LIMIT 1", logger: logger).collect().count > 0
+        if records == 0 && !hasCheckpoints, let stored = pem, stored != key.publicKey.pem {
+            // A key an earlier offer-signer generated before anything was signed: replaced.
+            try await connection.run("DELETE FROM audit_signing_key", logger: logger)
+            pem = nil
+        }
+        let missing: Bool
+        if refuse {
+            missing = try key.checkStored(publicKeyPEM: pem, auditRecords: records, hasCheckpoints: hasCheckpoints)
+        } else {
+            guard let checked = try? key.checkStored(publicKeyPEM: pem, auditRecords: records, hasCheckpoints: hasCheckpoints) else { return }
+            missing = checked
+        }
+        if missing {
             try await connection.run(
                 """
                 INSERT INTO audit_signing_key (id, public_key_pem, fingerprint, sealed_private_key, created_at)
-                VALUES (1, \(candidate.publicKey.pem), \(candidate.publicKey.fingerprint), \(sealed), \(now)) ON CONFLICT (id) DO NOTHING
+                VALUES (1, \(key.publicKey.pem), \(key.publicKey.fingerprint), \(sealed), \(Date().unixMilliseconds)) ON CONFLICT (id) DO NOTHING
                 """, logger: logger)
-            guard let row = try await connection.query(select, logger: logger).collect().first else {
-                throw StoreError(.unavailable, "the audit-signing key vanished while it was being stored")
-            }
-            return try row.decode((String, Data).self)
         }
-        return try AuditSigningKey.open(sealed: stored, publicKeyPEM: pem, masterKey: masterKey)
+    }
+
+    public func replaceAuditSigningKey(_ key: AuditSigningKey, masterKey: MasterKey, resigned: [AuditCheckpoint], entry: AuditEntry) async throws {
+        let sealed = key.sealed(with: masterKey)
+        try await transaction("replacing the audit-signing key") { connection, logger in
+            try await connection.run("DELETE FROM audit_signing_key", logger: logger)
+            try await connection.run(
+                """
+                INSERT INTO audit_signing_key (id, public_key_pem, fingerprint, sealed_private_key, created_at)
+                VALUES (1, \(key.publicKey.pem), \(key.publicKey.fingerprint), \(sealed), \(Date().unixMilliseconds))
+                """, logger: logger)
+            try await connection.run("DELETE FROM audit_checkpoints", logger: logger)
+            for checkpoint in resigned {
+                try await connection.run(
+                    """
+                    INSERT INTO audit_checkpoints (seq, head_hash, created_at, key_fingerprint, signature)
+                    VALUES (\(checkpoint.sequence), \(checkpoint.headHash), \(checkpoint.createdAt.unixMilliseconds), \(checkpoint.keyFingerprint), \(checkpoint.signature))
+                    """, logger: logger)
+            }
+            _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: entry)], at: Date())
+        }
     }
 
     public func auditSigningPublicKey() async throws -> AuditSigningPublicKey? {

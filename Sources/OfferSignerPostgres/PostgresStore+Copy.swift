@@ -31,7 +31,8 @@ extension PostgresStore {
             let (pem, fingerprint, sealed, createdAt) = try row.decode((String, String, Data, Int64).self)
             return SealedAuditSigningKey(publicKeyPEM: pem, fingerprint: fingerprint, sealedPrivateKey: sealed, createdAt: Self.date(createdAt))
         }
-        return StoreCopyRegistry(masterKeyCheck: check, registryVersion: snapshot.version, keys: snapshot.keys, clients: snapshot.clients, auditSigningKey: signingKey)
+        return StoreCopyRegistry(masterKeyCheck: check, registryVersion: snapshot.version, keys: snapshot.keys, clients: snapshot.clients, auditSigningKey: signingKey,
+            rowsAuthenticated: snapshot.rowsAuthenticated)
     }
 
     public func ledger(after position: LedgerPosition?, limit: Int) async throws -> [IssuedSignatureRecord] {
@@ -67,22 +68,25 @@ extension PostgresStore {
                     try await connection.run("INSERT INTO meta (name, value) VALUES ('master_key_check', \(check))", logger: logger)
                 }
                 try await connection.run("UPDATE registry SET version = \(registry.registryVersion) WHERE id = 1", logger: logger)
+                if !registry.rowsAuthenticated {
+                    try await connection.run("DELETE FROM meta WHERE name = \(RegistryRowsMarker.name)", logger: logger)
+                }
                 for (index, key) in registry.keys.enumerated() {
                     try await connection.run(
                         """
                         INSERT INTO signing_keys (key_id, bundle_id, issuer_id, state, origin, public_key_pem, fingerprint, sealed_private_key,
-                            imported_at, activated_at, retired_at, revoked_at, position)
+                            imported_at, activated_at, retired_at, revoked_at, position, registry_mac)
                         VALUES (\(key.keyID), \(key.bundleID), \(key.issuerID), \(key.state.rawValue), \(key.origin), \(key.publicKeyPEM), \(key.fingerprint),
                             \(key.sealedPrivateKey), \(key.importedAt.unixMilliseconds), \(key.activatedAt?.unixMilliseconds), \(key.retiredAt?.unixMilliseconds),
-                            \(key.revokedAt?.unixMilliseconds), \(Int64(index + 1)))
+                            \(key.revokedAt?.unixMilliseconds), \(Int64(index + 1)), \(key.registryMAC))
                         """, logger: logger)
                 }
                 for client in registry.clients {
                     try await connection.run(
                         """
-                        INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at, revoked_at)
+                        INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at, revoked_at, registry_mac)
                         VALUES (\(client.clientID), \(client.name), \(client.bundleIDs.joined(separator: " ")), \(client.secretHash),
-                            \(client.createdAt.unixMilliseconds), \(client.revokedAt?.unixMilliseconds))
+                            \(client.createdAt.unixMilliseconds), \(client.revokedAt?.unixMilliseconds), \(client.registryMAC))
                         """, logger: logger)
                 }
                 if let key = registry.auditSigningKey {

@@ -10,10 +10,10 @@ import PostgresNIO
 extension PostgresStore {
     static let keyColumns = """
         key_id, bundle_id, issuer_id, state, origin, public_key_pem, fingerprint, sealed_private_key,
-        imported_at, activated_at, retired_at, revoked_at
+        imported_at, activated_at, retired_at, revoked_at, registry_mac
         """
 
-    typealias KeyRow = (String, String, String?, String, String, String, String, Data, Int64, Int64?, Int64?, Int64?)
+    typealias KeyRow = (String, String, String?, String, String, String, String, Data, Int64, Int64?, Int64?, Int64?, String?)
 
     static func key(from row: PostgresRow) throws -> SigningKeyRecord {
         let columns = try row.decode(KeyRow.self)
@@ -23,16 +23,26 @@ extension PostgresStore {
         return SigningKeyRecord(
             keyID: columns.0, bundleID: columns.1, issuerID: columns.2, state: state, origin: columns.4, publicKeyPEM: columns.5,
             fingerprint: columns.6, importedAt: date(columns.8), activatedAt: optionalDate(columns.9), retiredAt: optionalDate(columns.10),
-            revokedAt: optionalDate(columns.11), sealedPrivateKey: columns.7)
+            revokedAt: optionalDate(columns.11), sealedPrivateKey: columns.7, registryMAC: columns.12)
     }
 
-    static let clientColumns = "client_id, name, bundle_ids, secret_hash, created_at, revoked_at"
+    static let clientColumns = "client_id, name, bundle_ids, secret_hash, created_at, revoked_at, registry_mac"
 
     static func client(from row: PostgresRow) throws -> APIClientRecord {
-        let (clientID, name, bundles, secretHash, createdAt, revokedAt) = try row.decode((String, String, String, String, Int64, Int64?).self)
+        let (clientID, name, bundles, secretHash, createdAt, revokedAt, mac) = try row.decode((String, String, String, String, Int64, Int64?, String?).self)
         return APIClientRecord(
             clientID: clientID, name: name, bundleIDs: bundles.isEmpty ? [] : bundles.split(separator: " ").map(String.init),
-            secretHash: secretHash, createdAt: date(createdAt), revokedAt: optionalDate(revokedAt))
+            secretHash: secretHash, createdAt: date(createdAt), revokedAt: optionalDate(revokedAt), registryMAC: mac)
+    }
+
+    static func rowsAuthenticated(_ connection: PostgresConnection, _ logger: Logger) async throws -> Bool {
+        try await connection.query("SELECT 1 FROM meta WHERE name = \(RegistryRowsMarker.name)", logger: logger).collect().count > 0
+    }
+
+    /// Gives key `keyID`'s row, as it now is, its MAC.
+    static func reauthenticateKey(_ connection: PostgresConnection, _ logger: Logger, keyID: String, _ authenticator: RegistryRowAuthenticator) async throws {
+        guard let key = try await fetchKey(connection, logger, where: "key_id = \(keyID)") else { return }
+        try await connection.run("UPDATE signing_keys SET registry_mac = \(authenticator.mac(for: key)) WHERE key_id = \(keyID)", logger: logger)
     }
 
     static func all<T>(_ sequence: PostgresRowSequence, _ transform: (PostgresRow) throws -> T) async throws -> [T] {
@@ -58,6 +68,8 @@ extension PostgresStore {
             }
             return
         }
+        let auditKey = AuditSigningKey.derived(from: masterKey)
+        let sealed = auditKey.sealed(with: masterKey)
         try await transaction("binding the master key") { connection, logger in
             try await connection.run(
                 "INSERT INTO meta (name, value) VALUES ('master_key_check', \(check)) ON CONFLICT (name) DO NOTHING", logger: logger)
@@ -65,6 +77,9 @@ extension PostgresStore {
             guard stored == check else {
                 throw StoreError(.masterKeyMismatch, "the master key does not match the one this store's keys were sealed with")
             }
+            // A new store gets its audit-signing key (derived) with its master key; an older or
+            // tampered one is left to `auditSigningKey`, which refuses.
+            try await Self.storeDerivedAuditKeyIfFresh(connection, logger, key: auditKey, sealed: sealed, refuse: false)
         }
     }
 
@@ -96,11 +111,12 @@ extension PostgresStore {
             let clients = try await Self.all(
                 try await connection.query(PostgresQuery(unsafeSQL: "SELECT \(Self.clientColumns) FROM api_clients ORDER BY created_at, name"), logger: logger),
                 Self.client(from:))
-            return RegistrySnapshot(version: version, keys: keys, clients: clients)
+            return RegistrySnapshot(
+                version: version, keys: keys, clients: clients, rowsAuthenticated: try await Self.rowsAuthenticated(connection, logger))
         }
     }
 
-    public func importKey(_ key: SigningKeyRecord, actor: String, reason: String?) async throws -> SigningKeyRecord {
+    public func importKey(_ key: SigningKeyRecord, actor: String, reason: String?, authenticator: RegistryRowAuthenticator) async throws -> SigningKeyRecord {
         try await transaction("importing key '\(key.keyID)'") { connection, logger in
             try await Self.lockAndBumpRegistry(connection, logger)
             if try await connection.query("SELECT 1 FROM signing_keys WHERE key_id = \(key.keyID)", logger: logger).collect().count > 0 {
@@ -117,12 +133,13 @@ extension PostgresStore {
             var stored = key
             stored.state = hasActive ? .ready : .active
             stored.activatedAt = hasActive ? nil : key.importedAt
+            stored = authenticator.authenticated(stored)
             try await connection.run(
                 """
-                INSERT INTO signing_keys (key_id, bundle_id, issuer_id, state, origin, public_key_pem, fingerprint, sealed_private_key, imported_at, activated_at, position)
+                INSERT INTO signing_keys (key_id, bundle_id, issuer_id, state, origin, public_key_pem, fingerprint, sealed_private_key, imported_at, activated_at, position, registry_mac)
                 VALUES (\(stored.keyID), \(stored.bundleID), \(stored.issuerID), \(stored.state.rawValue), \(stored.origin), \(stored.publicKeyPEM),
                         \(stored.fingerprint), \(stored.sealedPrivateKey), \(stored.importedAt.unixMilliseconds), \(stored.activatedAt?.unixMilliseconds),
-                        (SELECT COALESCE(MAX(position), 0) + 1 FROM signing_keys))
+                        (SELECT COALESCE(MAX(position), 0) + 1 FROM signing_keys), \(stored.registryMAC))
                 """, logger: logger)
             let body = AuditBody.make([
                 ("actor", actor), ("reason", reason), ("keyID", stored.keyID), ("bundleID", stored.bundleID),
@@ -137,12 +154,14 @@ extension PostgresStore {
         try await rows("listing keys", PostgresQuery(unsafeSQL: "SELECT \(Self.keyColumns) FROM signing_keys ORDER BY position")).map(Self.key(from:))
     }
 
-    private static func fetchKey(_ connection: PostgresConnection, _ logger: Logger, where condition: PostgresQuery) async throws -> SigningKeyRecord? {
+    static func fetchKey(_ connection: PostgresConnection, _ logger: Logger, where condition: PostgresQuery) async throws -> SigningKeyRecord? {
         let query = PostgresQuery(unsafeSQL: "SELECT \(keyColumns) FROM signing_keys WHERE " + condition.sql, binds: condition.binds)
         return try await connection.query(query, logger: logger).collect().first.map(key(from:))
     }
 
-    public func transitionKey(keyID: String, to state: SigningKeyState, actor: String, reason: String?, force: Bool) async throws -> SigningKeyRecord {
+    public func transitionKey(
+        keyID: String, to state: SigningKeyState, actor: String, reason: String?, force: Bool, authenticator: RegistryRowAuthenticator
+    ) async throws -> SigningKeyRecord {
         try await transaction("changing key '\(keyID)'") { connection, logger in
             try await Self.lockAndBumpRegistry(connection, logger)
             guard let key = try await Self.fetchKey(connection, logger, where: "key_id = \(keyID)") else {
@@ -151,6 +170,7 @@ extension PostgresStore {
             let now = Date()
             let millis = now.unixMilliseconds
             let previousActive = try await Self.fetchKey(connection, logger, where: "bundle_id = \(key.bundleID) AND state = 'active'")
+            try KeyRegistry.checkRowsBeforeTransition(key: key, previousActive: previousActive, to: state, authenticator: authenticator)
             let kind: String
             switch state {
             case .active:
@@ -181,6 +201,8 @@ extension PostgresStore {
             case .ready:
                 throw StoreError(.conflict, "a key cannot be moved back to 'ready'")
             }
+            try await Self.reauthenticateKey(connection, logger, keyID: keyID, authenticator)
+            if state == .active, let previousActive { try await Self.reauthenticateKey(connection, logger, keyID: previousActive.keyID, authenticator) }
             let newActive = try await Self.fetchKey(connection, logger, where: "bundle_id = \(key.bundleID) AND state = 'active'")
             let body = AuditBody.make([
                 ("actor", actor), ("reason", reason), ("keyID", keyID), ("bundleID", key.bundleID),
@@ -196,17 +218,18 @@ extension PostgresStore {
         }
     }
 
-    public func createClient(_ client: APIClientRecord, actor: String) async throws -> APIClientRecord {
+    public func createClient(_ client: APIClientRecord, actor: String, authenticator: RegistryRowAuthenticator) async throws -> APIClientRecord {
         try await transaction("creating client '\(client.name)'") { connection, logger in
             try await Self.lockAndBumpRegistry(connection, logger)
             if try await connection.query("SELECT 1 FROM api_clients WHERE name = \(client.name)", logger: logger).collect().count > 0 {
                 throw StoreError(.duplicate, "a client named '\(client.name)' exists already")
             }
             let bundles = client.bundleIDs.joined(separator: " ")
+            let client = authenticator.authenticated(client)
             try await connection.run(
                 """
-                INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at)
-                VALUES (\(client.clientID), \(client.name), \(bundles), \(client.secretHash), \(client.createdAt.unixMilliseconds))
+                INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at, registry_mac)
+                VALUES (\(client.clientID), \(client.name), \(bundles), \(client.secretHash), \(client.createdAt.unixMilliseconds), \(client.registryMAC))
                 """, logger: logger)
             let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", client.name), ("bundleIDs", bundles)])
             _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: AuditEntry(kind: "client.created", body: body))], at: client.createdAt)
@@ -218,7 +241,7 @@ extension PostgresStore {
         try await rows("listing clients", PostgresQuery(unsafeSQL: "SELECT \(Self.clientColumns) FROM api_clients ORDER BY created_at, name")).map(Self.client(from:))
     }
 
-    public func revokeClient(name: String, actor: String) async throws -> APIClientRecord {
+    public func revokeClient(name: String, actor: String, authenticator: RegistryRowAuthenticator) async throws -> APIClientRecord {
         try await transaction("revoking client '\(name)'") { connection, logger in
             try await Self.lockAndBumpRegistry(connection, logger)
             guard let row = try await connection.query(
@@ -229,11 +252,40 @@ extension PostgresStore {
             var client = try Self.client(from: row)
             guard client.revokedAt == nil else { throw StoreError(.conflict, "client '\(name)' is already revoked") }
             let now = Date()
-            try await connection.run("UPDATE api_clients SET revoked_at = \(now.unixMilliseconds) WHERE client_id = \(client.clientID)", logger: logger)
+            client.revokedAt = Self.date(now.unixMilliseconds)
+            client = authenticator.authenticated(client)
+            try await connection.run(
+                "UPDATE api_clients SET revoked_at = \(now.unixMilliseconds), registry_mac = \(client.registryMAC) WHERE client_id = \(client.clientID)", logger: logger)
             let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", name)])
             _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: AuditEntry(kind: "client.revoked", body: body))], at: now)
-            client.revokedAt = Self.date(now.unixMilliseconds)
             return client
+        }
+    }
+
+    public func authenticateRegistry(authenticator: RegistryRowAuthenticator, actor: String) async throws -> RegistryAuthenticationSummary {
+        try await transaction("authenticating the registry rows") { connection, logger in
+            try await Self.lockAndBumpRegistry(connection, logger)
+            guard try await !Self.rowsAuthenticated(connection, logger) else { throw KeyRegistry.alreadyAuthenticated }
+            let keys = try await Self.all(
+                try await connection.query(
+                    PostgresQuery(unsafeSQL: "SELECT \(Self.keyColumns) FROM signing_keys WHERE registry_mac IS NULL ORDER BY position"), logger: logger),
+                Self.key(from:))
+            for key in keys {
+                try await connection.run("UPDATE signing_keys SET registry_mac = \(authenticator.mac(for: key)) WHERE key_id = \(key.keyID)", logger: logger)
+            }
+            let clients = try await Self.all(
+                try await connection.query(
+                    PostgresQuery(unsafeSQL: "SELECT \(Self.clientColumns) FROM api_clients WHERE registry_mac IS NULL ORDER BY created_at, name"), logger: logger),
+                Self.client(from:))
+            for client in clients {
+                try await connection.run(
+                    "UPDATE api_clients SET registry_mac = \(authenticator.mac(for: client)) WHERE client_id = \(client.clientID)", logger: logger)
+            }
+            try await connection.run("INSERT INTO meta (name, value) VALUES (\(RegistryRowsMarker.name), \(RegistryRowsMarker.value))", logger: logger)
+            let summary = RegistryAuthenticationSummary(keyIDs: keys.map(\.keyID), clientNames: clients.map(\.name))
+            _ = try await Self.appendAudit(
+                connection, logger, [AuditAppend(entry: KeyRegistry.authenticationAuditEntry(summary, actor: actor))], at: Date())
+            return summary
         }
     }
 }

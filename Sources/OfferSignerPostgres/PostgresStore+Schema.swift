@@ -132,8 +132,19 @@ extension PostgresStore {
             "CREATE INDEX apple_transactions_by_original ON apple_transactions (original_transaction_id, bundle_id, environment)",
             "DROP INDEX apple_transactions_by_subscription",
         ],
-        // 5: the scheduled notification catch-up's watermark per app and environment (SQLite's
-        // "v4-notification-recovery").
+        // 5: registry rows carry a MAC under the master key (RegistryRowAuthenticator), as
+        // SQLite's "v4". A store with no key or client yet is authenticated from the start; an
+        // older one waits for `offer-signer store authenticate`.
+        [
+            "ALTER TABLE signing_keys ADD COLUMN registry_mac TEXT",
+            "ALTER TABLE api_clients ADD COLUMN registry_mac TEXT",
+            """
+            INSERT INTO meta (name, value) SELECT '\(RegistryRowsMarker.name)', '\(RegistryRowsMarker.value)'
+            WHERE NOT EXISTS (SELECT 1 FROM signing_keys) AND NOT EXISTS (SELECT 1 FROM api_clients)
+            """,
+        ],
+        // 6: the scheduled notification catch-up's watermark per app and environment (SQLite's
+        // "v5-notification-recovery").
         [NotificationRecoverySchema.createTable],
     ]
 

@@ -107,11 +107,14 @@ public struct AuditSigningPublicKey: Sendable, Equatable {
     }
 }
 
-/// The key that signs audit checkpoints. Generated on first need, kept sealed under the master
-/// key in the store, bound (as authenticated data) to its public key's fingerprint.
+/// The key that signs audit checkpoints: derived from the master key (HKDF-SHA256, label
+/// ``derivationLabel``, to a P-256 private key), so whoever holds the master key holds it and
+/// nobody else can make it; the store keeps only its public key (and, for older readers, the
+/// private key sealed under the master key).
 ///
-/// Rule: it is never an In-App Purchase key, and the private key never appears in
-/// descriptions, logs or errors.
+/// Rules: it is never an In-App Purchase key, and the private key never appears in
+/// descriptions, logs or errors; it is never created because a store row is missing (see
+/// ``checkStored(publicKeyPEM:auditRecords:hasCheckpoints:)``).
 public struct AuditSigningKey: Sendable, CustomStringConvertible {
     private let privateKey: P256.Signing.PrivateKey
     public let publicKey: AuditSigningPublicKey
@@ -121,8 +124,51 @@ public struct AuditSigningKey: Sendable, CustomStringConvertible {
         publicKey = AuditSigningPublicKey(privateKey.publicKey)
     }
 
-    /// A fresh random key.
+    /// A fresh random key (tests, and stores made before keys were derived).
     public static func generate() -> AuditSigningKey { AuditSigningKey(privateKey: P256.Signing.PrivateKey()) }
+
+    /// The HKDF label the audit-signing key is derived with.
+    public static let derivationLabel = "offer-signer audit checkpoint signing key v1"
+
+    /// The audit-signing key of `masterKey`: 32 bytes from HKDF-SHA256 (label
+    /// ``derivationLabel``) as the P-256 scalar; in the negligible case that they are not a
+    /// valid scalar, the label with " #1", " #2"… is tried.
+    public static func derived(from masterKey: MasterKey) -> AuditSigningKey {
+        var attempt = 0
+        while true {
+            let label = attempt == 0 ? derivationLabel : "\(derivationLabel) #\(attempt)"
+            if let key = try? P256.Signing.PrivateKey(rawRepresentation: masterKey.derivedBytes(label: label)) {
+                return AuditSigningKey(privateKey: key)
+            }
+            attempt += 1
+        }
+    }
+
+    /// Decides, from what a store holds, whether this (derived) key may sign its checkpoints;
+    /// returns true when the store has no key row yet and one should be written.
+    ///
+    /// Rules: a stored public key must be this key (else it was replaced, or the store predates
+    /// derived keys: `offer-signer store authenticate`); a missing row is written only for a
+    /// store with no audit record and no checkpoint. When the audit log is not empty and the row
+    /// is gone, it was deleted: signing now would vouch for whatever the chain holds, so this
+    /// refuses (`conflict`).
+    public func checkStored(publicKeyPEM: String?, auditRecords: Int64, hasCheckpoints: Bool) throws(StoreError) -> Bool {
+        if let publicKeyPEM {
+            let stored = try AuditSigningPublicKey(pem: publicKeyPEM)
+            guard stored == publicKey else {
+                throw StoreError(
+                    .conflict,
+                    "refusing to sign a checkpoint: the store's audit-signing key (\(stored.fingerprint)) is not the one derived from the master key (\(publicKey.fingerprint)); a store made by an earlier offer-signer is upgraded by `offer-signer store authenticate`, otherwise the key row was replaced: run `offer-signer audit verify --checkpoint-file …`")
+            }
+            return false
+        }
+        guard auditRecords == 0 && !hasCheckpoints else {
+            throw StoreError(
+                .conflict,
+                "refusing to sign a checkpoint: the audit log holds \(auditRecords) record(s) but the store has no audit-signing key row (it was deleted); nothing will be signed over the chain as it now is: run `offer-signer audit verify --checkpoint-file …`")
+        }
+        return true
+    }
 
     /// The sealing context (authenticated data) for a key with this fingerprint.
     static func sealContext(fingerprint: String) -> String { "audit-signing-key:\(fingerprint)" }

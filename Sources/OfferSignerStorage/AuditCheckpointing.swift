@@ -9,10 +9,24 @@ public enum AuditCheckpointing {
     /// checkpoint (whose head hash must still match) to the head, so the service never vouches
     /// for records that were tampered with; otherwise it throws `StoreError.conflict` naming
     /// the first bad record.
-    public static func create(in store: any OfferSignerStore, masterKey: MasterKey, now: Date = Date()) async throws -> AuditCheckpoint? {
+    ///
+    /// With a `checkpointFile` (the copy beside the master key, see ``LastCheckpointFile``): the
+    /// chain must also extend the checkpoint it holds (the last one this deployment signed), or
+    /// nothing is signed; a checkpoint signed is written to it. Likewise for `lastSigned`, the last
+    /// checkpoint the calling process signed (the service keeps it in memory).
+    public static func create(
+        in store: any OfferSignerStore, masterKey: MasterKey, checkpointFile: LastCheckpointFile? = nil, lastSigned: AuditCheckpoint? = nil,
+        now: Date = Date()
+    ) async throws -> AuditCheckpoint? {
         let key = try await store.auditSigningKey(masterKey: masterKey)
         let latest = try await store.latestCheckpoint()
         let head = try await store.auditHead()
+        if let checkpointFile, let signed = try checkpointFile.lastCheckpoint() {
+            try await checkExtends(store: store, head: head.count, signed: signed, origin: "the checkpoint file '\(checkpointFile.path)'")
+        }
+        if let lastSigned {
+            try await checkExtends(store: store, head: head.count, signed: lastSigned, origin: "the last checkpoint this process signed")
+        }
         if let latest, latest.sequence > head.count {
             throw StoreError(.conflict, "refusing to sign a checkpoint: the audit chain has \(head.count) records but checkpoint \(latest.sequence) vouches for more (its tail was removed); run `offer-signer audit verify`")
         }
@@ -38,6 +52,21 @@ public enum AuditCheckpointing {
             throw StoreError(.conflict, "refusing to sign a checkpoint: the audit chain ends at record \(report.recordsChecked), not \(head.count)")
         }
         let checkpoint = key.checkpoint(sequence: head.count, headHash: report.headHash, at: now)
-        return try await store.appendCheckpoint(checkpoint) ? checkpoint : nil
+        guard try await store.appendCheckpoint(checkpoint) else { return nil }
+        try checkpointFile?.write(checkpoint, publicKey: key.publicKey)
+        return checkpoint
+    }
+
+    /// Throws `conflict` unless the store's chain still holds `signed` (a checkpoint signed
+    /// earlier): at least as many records, and the record at its sequence with its head hash.
+    static func checkExtends(store: any OfferSignerStore, head: Int64, signed: AuditCheckpoint, origin: String) async throws {
+        guard head >= signed.sequence else {
+            throw StoreError(.conflict, "refusing to sign a checkpoint: the audit chain has \(head) records but \(origin) vouches for \(signed.sequence) (its tail was removed); run `offer-signer audit verify`")
+        }
+        guard let anchor = try await store.auditRecords(after: signed.sequence - 1, limit: 1).first,
+            anchor.sequence == signed.sequence, anchor.hash == signed.headHash
+        else {
+            throw StoreError(.conflict, "refusing to sign a checkpoint: record \(signed.sequence) no longer has the hash \(origin) vouches for (the chain was rewritten); run `offer-signer audit verify`")
+        }
     }
 }

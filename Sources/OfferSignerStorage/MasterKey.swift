@@ -54,6 +54,14 @@ public struct MasterKey: Sendable {
         }
     }
 
+    /// The MAC key of registry rows (see ``RegistryRowAuthenticator``), derived with HKDF.
+    public var registryRows: RegistryRowAuthenticator { RegistryRowAuthenticator(masterKeyMaterial: key) }
+
+    /// 32 bytes derived from the master key with HKDF-SHA256 and `label` (never the key itself).
+    func derivedBytes(label: String) -> Data {
+        HKDF<SHA256>.deriveKey(inputKeyMaterial: key, info: Data(label.utf8), outputByteCount: 32).withUnsafeBytes { Data($0) }
+    }
+
     /// A value that identifies the master key without revealing it (HMAC of a fixed label),
     /// stored so a wrong master key is reported at start-up.
     public var checkValue: String {

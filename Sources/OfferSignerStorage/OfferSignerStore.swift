@@ -28,24 +28,33 @@ public protocol OfferSignerStore: StoreCoordination {
     /// Keys and clients, with the version they were read at.
     func registrySnapshot() async throws -> RegistrySnapshot
 
-    /// Adds a key. It becomes `active` when its bundle has no active key, else `ready`.
-    func importKey(_ key: SigningKeyRecord, actor: String, reason: String?) async throws -> SigningKeyRecord
+    /// Adds a key. It becomes `active` when its bundle has no active key, else `ready`. The row
+    /// is stored with its MAC (see ``RegistryRowAuthenticator``).
+    func importKey(_ key: SigningKeyRecord, actor: String, reason: String?, authenticator: RegistryRowAuthenticator) async throws -> SigningKeyRecord
 
     /// All keys, in import order.
     func listKeys() async throws -> [SigningKeyRecord]
 
     /// Moves a key to a new state, keeping one active key per bundle (activating a key retires
     /// the bundle's previous active key). Audited with actor, reason and both fingerprints.
-    func transitionKey(keyID: String, to state: SigningKeyState, actor: String, reason: String?, force: Bool) async throws -> SigningKeyRecord
+    /// Every row it changes gets a new MAC; a key whose row's MAC does not verify (changed
+    /// outside offer-signer) can only be revoked (`StoreError.conflict` otherwise).
+    func transitionKey(keyID: String, to state: SigningKeyState, actor: String, reason: String?, force: Bool, authenticator: RegistryRowAuthenticator) async throws -> SigningKeyRecord
 
-    /// Adds an API client.
-    func createClient(_ client: APIClientRecord, actor: String) async throws -> APIClientRecord
+    /// Adds an API client, stored with its MAC.
+    func createClient(_ client: APIClientRecord, actor: String, authenticator: RegistryRowAuthenticator) async throws -> APIClientRecord
 
     /// All clients, revoked ones included.
     func listClients() async throws -> [APIClientRecord]
 
-    /// Revokes a client by name.
-    func revokeClient(name: String, actor: String) async throws -> APIClientRecord
+    /// Revokes a client by name; the revoked row gets a new MAC.
+    func revokeClient(name: String, actor: String, authenticator: RegistryRowAuthenticator) async throws -> APIClientRecord
+
+    /// Gives every registry row without a MAC its MAC and sets the marker that the rows are
+    /// authenticated, in one transaction, audited (`registry.authenticated`, naming the rows).
+    /// Run once on a store made before MACs existed; refused (`conflict`) once the marker is set,
+    /// since a row without a MAC in an authenticated store was not written by offer-signer.
+    func authenticateRegistry(authenticator: RegistryRowAuthenticator, actor: String) async throws -> RegistryAuthenticationSummary
 
     /// Appends a batch of audit entries (with their ledger rows) in one durable transaction,
     /// in order; returns the stored records. All or nothing.
@@ -133,9 +142,17 @@ public protocol OfferSignerStore: StoreCoordination {
 
     // MARK: Signed audit checkpoints
 
-    /// The key that signs audit checkpoints: generated on first need, sealed under the master key
-    /// (bound to its public key's fingerprint). Never an In-App Purchase key.
+    /// The key that signs audit checkpoints: derived from the master key (see
+    /// ``AuditSigningKey/derived(from:)``). Its public key is stored for a store with no audit
+    /// record and no checkpoint yet (also when the master key is first bound); otherwise a
+    /// missing or different stored key is refused (`conflict`), see
+    /// ``AuditSigningKey/checkStored(publicKeyPEM:auditRecords:hasCheckpoints:)``.
     func auditSigningKey(masterKey: MasterKey) async throws -> AuditSigningKey
+
+    /// Replaces the stored audit-signing key and all checkpoints (with `resigned`, the same
+    /// checkpoints signed by `key`) and appends `entry`, in one transaction. Only for
+    /// `offer-signer store authenticate`, after the chain verified against the old checkpoints.
+    func replaceAuditSigningKey(_ key: AuditSigningKey, masterKey: MasterKey, resigned: [AuditCheckpoint], entry: AuditEntry) async throws
 
     /// The audit-signing public key, nil before the first checkpoint.
     func auditSigningPublicKey() async throws -> AuditSigningPublicKey?
@@ -214,11 +231,9 @@ extension AuditVerification {
         var sets: [AuditCheckpointSet] = []
         if let trusted { sets.append(trusted) }
         let storedKey = try await store.auditSigningPublicKey()
-        var keyProblem: String?
-        if let trusted, let storedKey, let trustedKey = trusted.publicKey, storedKey != trustedKey {
-            keyProblem = "the store's audit-signing key (\(storedKey.fingerprint)) is not the one in \(trusted.origin) (\(trustedKey.fingerprint)): it was replaced"
-        }
-        sets.append(AuditCheckpointSet(origin: "the store", publicKey: storedKey, checkpoints: try await store.checkpoints()))
+        let storeSet = AuditCheckpointSet(origin: "the store", publicKey: storedKey, checkpoints: try await store.checkpoints())
+        let storeProblems = storeProblems(trusted: trusted, store: storeSet)
+        sets.append(storeSet)
         let head = try await store.auditHead().count
         var verifier = AuditVerification.Verifier(checkpoints: sets)
         let step = max(1, progressInterval)
@@ -231,8 +246,29 @@ extension AuditVerification {
             if verifier.count % step == 0 { progress(verifier.count) }
         }
         var report = verifier.finish()
-        if let keyProblem { report.checkpointProblems.insert(keyProblem, at: 0) }
+        report.checkpointProblems.insert(contentsOf: storeProblems, at: 0)
         return report
+    }
+
+    /// What the store's own checkpoint records say against a trusted copy (an export, the
+    /// checkpoint file beside the master key): its key must be the trusted one and still be
+    /// there, and its checkpoints must reach at least as far as the trusted ones (else rows were
+    /// deleted, and the service could be made to sign over a rewritten chain).
+    public static func storeProblems(trusted: AuditCheckpointSet?, store: AuditCheckpointSet) -> [String] {
+        guard let trusted else { return [] }
+        var problems: [String] = []
+        let trustedLast = trusted.checkpoints.map(\.sequence).max() ?? 0
+        if let storedKey = store.publicKey, let trustedKey = trusted.publicKey, storedKey != trustedKey {
+            problems.append("the store's audit-signing key (\(storedKey.fingerprint)) is not the one in \(trusted.origin) (\(trustedKey.fingerprint)): it was replaced")
+        }
+        if store.publicKey == nil && trustedLast > 0 {
+            problems.append("the store has no audit-signing key, but \(trusted.origin) vouches for \(trustedLast) records: the key row was deleted")
+        }
+        let storeLast = store.checkpoints.map(\.sequence).max() ?? 0
+        if storeLast < trustedLast {
+            problems.append("the store's checkpoints end at record \(storeLast), but \(trusted.origin) holds one of \(trustedLast) records: the store's checkpoints were deleted")
+        }
+        return problems
     }
 }
 

@@ -31,16 +31,55 @@ extension SQLiteStore {
 
     public func auditSigningKey(masterKey: MasterKey) async throws -> AuditSigningKey {
         try await bindMasterKey(masterKey)
+        let key = AuditSigningKey.derived(from: masterKey)
+        let sealed = key.sealed(with: masterKey)
         return try await write { db in
-            if let row = try Row.fetchOne(db, sql: "SELECT public_key_pem, sealed_private_key FROM audit_signing_key WHERE id = 1") {
-                return try AuditSigningKey.open(sealed: row["sealed_private_key"], publicKeyPEM: row["public_key_pem"], masterKey: masterKey)
-            }
-            let key = AuditSigningKey.generate()
-            let now = Date()
+            try Self.storeDerivedAuditKeyIfFresh(db, key: key, sealed: sealed, refuse: true)
+            return key
+        }
+    }
+
+    /// Checks the stored audit-signing key row against `key` (see
+    /// ``AuditSigningKey/checkStored(publicKeyPEM:auditRecords:hasCheckpoints:)``) and writes it
+    /// for a store with no audit record and no checkpoint. `refuse` false: a store the key does
+    /// not fit is left as it is, without an error (binding the master key).
+    static func storeDerivedAuditKeyIfFresh(_ db: Database, key: AuditSigningKey, sealed: Data, refuse: Bool) throws {
+        var pem = try String.fetchOne(db, sql: "SELECT public_key_pem FROM audit_signing_key WHERE id = 1")
+        let records = try Int64.fetchOne(db, sql: "SELECT COALESCE(MAX(seq), 0) FROM audit_log") ?? 0
+        let hasCheckpoints = try Row.fetchOne(db, sql: "SELECT 1 FROM audit_checkpoints LIMIT 1") != nil
+        if records == 0 && !hasCheckpoints, let stored = pem, stored != key.publicKey.pem {
+            // A key an earlier offer-signer generated before anything was signed: replaced.
+            try db.execute(sql: "DELETE FROM audit_signing_key")
+            pem = nil
+        }
+        let missing: Bool
+        if refuse {
+            missing = try key.checkStored(publicKeyPEM: pem, auditRecords: records, hasCheckpoints: hasCheckpoints)
+        } else {
+            guard let checked = try? key.checkStored(publicKeyPEM: pem, auditRecords: records, hasCheckpoints: hasCheckpoints) else { return }
+            missing = checked
+        }
+        if missing {
             try db.execute(
                 sql: "INSERT INTO audit_signing_key (id, public_key_pem, fingerprint, sealed_private_key, created_at) VALUES (1, ?, ?, ?, ?)",
-                arguments: [key.publicKey.pem, key.publicKey.fingerprint, key.sealed(with: masterKey), now.unixMilliseconds])
-            return key
+                arguments: [key.publicKey.pem, key.publicKey.fingerprint, sealed, Date().unixMilliseconds])
+        }
+    }
+
+    public func replaceAuditSigningKey(_ key: AuditSigningKey, masterKey: MasterKey, resigned: [AuditCheckpoint], entry: AuditEntry) async throws {
+        let sealed = key.sealed(with: masterKey)
+        try await write { db in
+            try db.execute(sql: "DELETE FROM audit_signing_key")
+            try db.execute(
+                sql: "INSERT INTO audit_signing_key (id, public_key_pem, fingerprint, sealed_private_key, created_at) VALUES (1, ?, ?, ?, ?)",
+                arguments: [key.publicKey.pem, key.publicKey.fingerprint, sealed, Date().unixMilliseconds])
+            try db.execute(sql: "DELETE FROM audit_checkpoints")
+            for checkpoint in resigned {
+                try db.execute(
+                    sql: "INSERT INTO audit_checkpoints (seq, head_hash, created_at, key_fingerprint, signature) VALUES (?, ?, ?, ?, ?)",
+                    arguments: [checkpoint.sequence, checkpoint.headHash, checkpoint.createdAt.unixMilliseconds, checkpoint.keyFingerprint, checkpoint.signature])
+            }
+            _ = try Self.appendAudit(db, [AuditAppend(entry: entry)], at: Date())
         }
     }
 
@@ -82,11 +121,9 @@ extension SQLiteStore {
         var sets: [AuditCheckpointSet] = []
         if let trusted { sets.append(trusted) }
         let storedKey = try await auditSigningPublicKey()
-        var keyProblem: String?
-        if let trusted, let storedKey, let trustedKey = trusted.publicKey, storedKey != trustedKey {
-            keyProblem = "the store's audit-signing key (\(storedKey.fingerprint)) is not the one in \(trusted.origin) (\(trustedKey.fingerprint)): it was replaced"
-        }
-        sets.append(AuditCheckpointSet(origin: "the store", publicKey: storedKey, checkpoints: try await checkpoints()))
+        let storeSet = AuditCheckpointSet(origin: "the store", publicKey: storedKey, checkpoints: try await checkpoints())
+        let storeProblems = AuditVerification.storeProblems(trusted: trusted, store: storeSet)
+        sets.append(storeSet)
         let checkpointSets = sets
         var report = try await read { db in
             let verifier = try Self.walkAudit(
@@ -94,7 +131,7 @@ extension SQLiteStore {
                 progressInterval: progressInterval, progress: progress)
             return verifier.finish()
         }
-        if let keyProblem { report.checkpointProblems.insert(keyProblem, at: 0) }
+        report.checkpointProblems.insert(contentsOf: storeProblems, at: 0)
         return report
     }
 

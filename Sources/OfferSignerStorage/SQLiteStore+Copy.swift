@@ -25,7 +25,8 @@ extension SQLiteStore {
             }
             return (check, key)
         }
-        return StoreCopyRegistry(masterKeyCheck: check, registryVersion: snapshot.version, keys: snapshot.keys, clients: snapshot.clients, auditSigningKey: signingKey)
+        return StoreCopyRegistry(masterKeyCheck: check, registryVersion: snapshot.version, keys: snapshot.keys, clients: snapshot.clients, auditSigningKey: signingKey,
+            rowsAuthenticated: snapshot.rowsAuthenticated)
     }
 
     public func ledger(after position: LedgerPosition?, limit: Int) async throws -> [IssuedSignatureRecord] {
@@ -67,25 +68,28 @@ extension SQLiteStore {
                     try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('master_key_check', ?)", arguments: [check])
                 }
                 try db.execute(sql: "UPDATE registry SET version = ? WHERE id = 1", arguments: [registry.registryVersion])
+                if !registry.rowsAuthenticated {
+                    try db.execute(sql: "DELETE FROM meta WHERE name = ?", arguments: [RegistryRowsMarker.name])
+                }
                 for (index, key) in registry.keys.enumerated() {
                     try db.execute(
                         sql: """
                             INSERT INTO signing_keys (key_id, bundle_id, issuer_id, state, origin, public_key_pem, fingerprint, sealed_private_key,
-                                imported_at, activated_at, retired_at, revoked_at, position)
-                            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                imported_at, activated_at, retired_at, revoked_at, position, registry_mac)
+                            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                             """,
                         arguments: [
                             key.keyID, key.bundleID, key.issuerID, key.state.rawValue, key.origin, key.publicKeyPEM, key.fingerprint, key.sealedPrivateKey,
                             key.importedAt.unixMilliseconds, key.activatedAt?.unixMilliseconds, key.retiredAt?.unixMilliseconds,
-                            key.revokedAt?.unixMilliseconds, index + 1,
+                            key.revokedAt?.unixMilliseconds, index + 1, key.registryMAC,
                         ])
                 }
                 for client in registry.clients {
                     try db.execute(
-                        sql: "INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?)",
+                        sql: "INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at, revoked_at, registry_mac) VALUES (?, ?, ?, ?, ?, ?, ?)",
                         arguments: [
                             client.clientID, client.name, client.bundleIDs.joined(separator: " "), client.secretHash, client.createdAt.unixMilliseconds,
-                            client.revokedAt?.unixMilliseconds,
+                            client.revokedAt?.unixMilliseconds, client.registryMAC,
                         ])
                 }
                 if let key = registry.auditSigningKey {

@@ -23,7 +23,7 @@ extension SQLiteStore {
             publicKeyPEM: try row.column("public_key_pem", table), fingerprint: try row.column("fingerprint", table),
             importedAt: date(try row.column("imported_at", table) as Int64), activatedAt: date(try row.column("activated_at", table) as Int64?),
             retiredAt: date(try row.column("retired_at", table) as Int64?), revokedAt: date(try row.column("revoked_at", table) as Int64?),
-            sealedPrivateKey: try row.column("sealed_private_key", table))
+            sealedPrivateKey: try row.column("sealed_private_key", table), registryMAC: row["registry_mac"])
     }
 
     static func client(from row: Row) throws -> APIClientRecord {
@@ -33,7 +33,23 @@ extension SQLiteStore {
             clientID: try row.column("client_id", table), name: try row.column("name", table),
             bundleIDs: bundles.isEmpty ? [] : bundles.split(separator: " ").map(String.init),
             secretHash: try row.column("secret_hash", table), createdAt: date(try row.column("created_at", table) as Int64),
-            revokedAt: date(try row.column("revoked_at", table) as Int64?))
+            revokedAt: date(try row.column("revoked_at", table) as Int64?), registryMAC: row["registry_mac"])
+    }
+
+    static func rowsAuthenticated(_ db: Database) throws -> Bool {
+        try String.fetchOne(db, sql: "SELECT value FROM meta WHERE name = ?", arguments: [RegistryRowsMarker.name]) != nil
+    }
+
+    /// Gives key `keyID`'s row, as it now is, its MAC.
+    static func reauthenticateKey(_ db: Database, keyID: String, _ authenticator: RegistryRowAuthenticator) throws {
+        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE key_id = ?", arguments: [keyID]) else { return }
+        try db.execute(sql: "UPDATE signing_keys SET registry_mac = ? WHERE key_id = ?", arguments: [authenticator.mac(for: try key(from: row)), keyID])
+    }
+
+    /// Gives client `clientID`'s row, as it now is, its MAC.
+    static func reauthenticateClient(_ db: Database, clientID: String, _ authenticator: RegistryRowAuthenticator) throws {
+        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM api_clients WHERE client_id = ?", arguments: [clientID]) else { return }
+        try db.execute(sql: "UPDATE api_clients SET registry_mac = ? WHERE client_id = ?", arguments: [authenticator.mac(for: try client(from: row)), clientID])
     }
 
     public func registryVersion() async throws -> Int64 {
@@ -45,11 +61,12 @@ extension SQLiteStore {
             RegistrySnapshot(
                 version: try Int64.fetchOne(db, sql: "SELECT version FROM registry WHERE id = 1") ?? 0,
                 keys: try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY position").map { try Self.key(from: $0) },
-                clients: try Row.fetchAll(db, sql: "SELECT * FROM api_clients ORDER BY created_at, name").map { try Self.client(from: $0) })
+                clients: try Row.fetchAll(db, sql: "SELECT * FROM api_clients ORDER BY created_at, name").map { try Self.client(from: $0) },
+                rowsAuthenticated: try Self.rowsAuthenticated(db))
         }
     }
 
-    public func importKey(_ key: SigningKeyRecord, actor: String, reason: String?) async throws -> SigningKeyRecord {
+    public func importKey(_ key: SigningKeyRecord, actor: String, reason: String?, authenticator: RegistryRowAuthenticator) async throws -> SigningKeyRecord {
         try await write { db in
             if try Row.fetchOne(db, sql: "SELECT 1 FROM signing_keys WHERE key_id = ?", arguments: [key.keyID]) != nil {
                 throw StoreError(.duplicate, "key '\(key.keyID)' is already in the store")
@@ -61,15 +78,17 @@ extension SQLiteStore {
             var stored = key
             stored.state = hasActive ? .ready : .active
             stored.activatedAt = hasActive ? nil : key.importedAt
+            stored = authenticator.authenticated(stored)
             let position = (try Int64.fetchOne(db, sql: "SELECT MAX(position) FROM signing_keys") ?? 0) + 1
             try db.execute(
                 sql: """
-                    INSERT INTO signing_keys (key_id, bundle_id, issuer_id, state, origin, public_key_pem, fingerprint, sealed_private_key, imported_at, activated_at, position)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO signing_keys (key_id, bundle_id, issuer_id, state, origin, public_key_pem, fingerprint, sealed_private_key, imported_at, activated_at, position, registry_mac)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                 arguments: [
                     stored.keyID, stored.bundleID, stored.issuerID, stored.state.rawValue, stored.origin, stored.publicKeyPEM,
                     stored.fingerprint, stored.sealedPrivateKey, stored.importedAt.unixMilliseconds, Self.millis(stored.activatedAt), position,
+                    stored.registryMAC,
                 ])
             try Self.bumpRegistry(db)
             let body = AuditBody.make([
@@ -85,7 +104,9 @@ extension SQLiteStore {
         try await read { db in try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY position").map { try Self.key(from: $0) } }
     }
 
-    public func transitionKey(keyID: String, to state: SigningKeyState, actor: String, reason: String?, force: Bool) async throws -> SigningKeyRecord {
+    public func transitionKey(
+        keyID: String, to state: SigningKeyState, actor: String, reason: String?, force: Bool, authenticator: RegistryRowAuthenticator
+    ) async throws -> SigningKeyRecord {
         try await write { db in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE key_id = ?", arguments: [keyID]) else {
                 throw StoreError(.notFound, "no key '\(keyID)' in the store")
@@ -94,6 +115,7 @@ extension SQLiteStore {
             let now = Date()
             let activeRow = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE bundle_id = ? AND state = 'active'", arguments: [key.bundleID])
             let previousActive = try activeRow.map { try Self.key(from: $0) }
+            try KeyRegistry.checkRowsBeforeTransition(key: key, previousActive: previousActive, to: state, authenticator: authenticator)
             var kind: String
             switch state {
             case .active:
@@ -122,6 +144,8 @@ extension SQLiteStore {
             case .ready:
                 throw StoreError(.conflict, "a key cannot be moved back to 'ready'")
             }
+            try Self.reauthenticateKey(db, keyID: keyID, authenticator)
+            if state == .active, let previousActive { try Self.reauthenticateKey(db, keyID: previousActive.keyID, authenticator) }
             try Self.bumpRegistry(db)
             let newActive = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE bundle_id = ? AND state = 'active'", arguments: [key.bundleID]).map { try Self.key(from: $0) }
             let body = AuditBody.make([
@@ -135,14 +159,17 @@ extension SQLiteStore {
         }
     }
 
-    public func createClient(_ client: APIClientRecord, actor: String) async throws -> APIClientRecord {
+    public func createClient(_ client: APIClientRecord, actor: String, authenticator: RegistryRowAuthenticator) async throws -> APIClientRecord {
         try await write { db in
             if try Row.fetchOne(db, sql: "SELECT 1 FROM api_clients WHERE name = ?", arguments: [client.name]) != nil {
                 throw StoreError(.duplicate, "a client named '\(client.name)' exists already")
             }
+            let client = authenticator.authenticated(client)
             try db.execute(
-                sql: "INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at) VALUES (?, ?, ?, ?, ?)",
-                arguments: [client.clientID, client.name, client.bundleIDs.joined(separator: " "), client.secretHash, client.createdAt.unixMilliseconds])
+                sql: "INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at, registry_mac) VALUES (?, ?, ?, ?, ?, ?)",
+                arguments: [
+                    client.clientID, client.name, client.bundleIDs.joined(separator: " "), client.secretHash, client.createdAt.unixMilliseconds, client.registryMAC,
+                ])
             try Self.bumpRegistry(db)
             let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", client.name), ("bundleIDs", client.bundleIDs.joined(separator: " "))])
             _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "client.created", body: body))], at: client.createdAt)
@@ -154,7 +181,7 @@ extension SQLiteStore {
         try await read { db in try Row.fetchAll(db, sql: "SELECT * FROM api_clients ORDER BY created_at, name").map { try Self.client(from: $0) } }
     }
 
-    public func revokeClient(name: String, actor: String) async throws -> APIClientRecord {
+    public func revokeClient(name: String, actor: String, authenticator: RegistryRowAuthenticator) async throws -> APIClientRecord {
         try await write { db in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM api_clients WHERE name = ?", arguments: [name]) else {
                 throw StoreError(.notFound, "no client named '\(name)'")
@@ -163,11 +190,31 @@ extension SQLiteStore {
             guard client.revokedAt == nil else { throw StoreError(.conflict, "client '\(name)' is already revoked") }
             let now = Date()
             try db.execute(sql: "UPDATE api_clients SET revoked_at = ? WHERE client_id = ?", arguments: [now.unixMilliseconds, client.clientID])
+            try Self.reauthenticateClient(db, clientID: client.clientID, authenticator)
             try Self.bumpRegistry(db)
             let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", name)])
             _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "client.revoked", body: body))], at: now)
             client.revokedAt = Self.date(now.unixMilliseconds)
-            return client
+            return authenticator.authenticated(client)
+        }
+    }
+
+    public func authenticateRegistry(authenticator: RegistryRowAuthenticator, actor: String) async throws -> RegistryAuthenticationSummary {
+        try await write { db in
+            guard try !Self.rowsAuthenticated(db) else { throw KeyRegistry.alreadyAuthenticated }
+            let keys = try Row.fetchAll(db, sql: "SELECT * FROM signing_keys WHERE registry_mac IS NULL ORDER BY position").map { try Self.key(from: $0) }
+            for key in keys {
+                try db.execute(sql: "UPDATE signing_keys SET registry_mac = ? WHERE key_id = ?", arguments: [authenticator.mac(for: key), key.keyID])
+            }
+            let clients = try Row.fetchAll(db, sql: "SELECT * FROM api_clients WHERE registry_mac IS NULL ORDER BY created_at, name").map { try Self.client(from: $0) }
+            for client in clients {
+                try db.execute(sql: "UPDATE api_clients SET registry_mac = ? WHERE client_id = ?", arguments: [authenticator.mac(for: client), client.clientID])
+            }
+            try db.execute(sql: "INSERT INTO meta (name, value) VALUES (?, ?)", arguments: [RegistryRowsMarker.name, RegistryRowsMarker.value])
+            try Self.bumpRegistry(db)
+            let summary = RegistryAuthenticationSummary(keyIDs: keys.map(\.keyID), clientNames: clients.map(\.name))
+            _ = try Self.appendAudit(db, [AuditAppend(entry: KeyRegistry.authenticationAuditEntry(summary, actor: actor))], at: Date())
+            return summary
         }
     }
 }

@@ -64,8 +64,23 @@ extension SQLiteStore {
         migrator.registerMigration("v3") { db in
             try Self.migrateAppleHistory(db)
         }
+        // Registry rows carry a MAC under the master key (RegistryRowAuthenticator). A store
+        // with no key or client yet is authenticated from the start; an older one waits for
+        // `offer-signer store authenticate`.
+        migrator.registerMigration("v4") { db in
+            try db.execute(sql: """
+                ALTER TABLE signing_keys ADD COLUMN registry_mac TEXT;
+                ALTER TABLE api_clients ADD COLUMN registry_mac TEXT;
+                """)
+            try db.execute(
+                sql: """
+                    INSERT INTO meta (name, value) SELECT ?, ?
+                    WHERE NOT EXISTS (SELECT 1 FROM signing_keys) AND NOT EXISTS (SELECT 1 FROM api_clients)
+                    """,
+                arguments: [RegistryRowsMarker.name, RegistryRowsMarker.value])
+        }
         // The scheduled notification catch-up's watermark per app and environment.
-        migrator.registerMigration("v4-notification-recovery") { db in
+        migrator.registerMigration("v5-notification-recovery") { db in
             try db.execute(sql: NotificationRecoverySchema.createTable)
         }
         return migrator

@@ -86,6 +86,8 @@ public final class SQLiteStore: OfferSignerStore {
     /// Binds the store to a master key on first use; afterwards refuses any other key.
     public func bindMasterKey(_ masterKey: MasterKey) async throws {
         let check = masterKey.checkValue
+        let auditKey = AuditSigningKey.derived(from: masterKey)
+        let sealed = auditKey.sealed(with: masterKey)
         try await write { db in
             if let stored = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE name = 'master_key_check'") {
                 guard stored == check else {
@@ -93,6 +95,9 @@ public final class SQLiteStore: OfferSignerStore {
                 }
             } else {
                 try db.execute(sql: "INSERT INTO meta (name, value) VALUES ('master_key_check', ?)", arguments: [check])
+                // A new store gets its audit-signing key (derived) with its master key; an older
+                // or tampered one is left to `auditSigningKey`, which refuses.
+                try Self.storeDerivedAuditKeyIfFresh(db, key: auditKey, sealed: sealed, refuse: false)
             }
         }
     }

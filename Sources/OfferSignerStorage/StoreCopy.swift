@@ -25,8 +25,15 @@ public struct StoreCopyRegistry: Sendable, Equatable {
     public var keys: [SigningKeyRecord]
     public var clients: [APIClientRecord]
     public var auditSigningKey: SealedAuditSigningKey?
+    /// Whether the source's rows carry MACs (its ``RegistryRowsMarker``); MACs are copied as they
+    /// are (the master key stays the same).
+    public var rowsAuthenticated: Bool
 
-    public init(masterKeyCheck: String?, registryVersion: Int64, keys: [SigningKeyRecord], clients: [APIClientRecord], auditSigningKey: SealedAuditSigningKey?) {
+    public init(
+        masterKeyCheck: String?, registryVersion: Int64, keys: [SigningKeyRecord], clients: [APIClientRecord], auditSigningKey: SealedAuditSigningKey?,
+        rowsAuthenticated: Bool = true
+    ) {
+        self.rowsAuthenticated = rowsAuthenticated
         self.masterKeyCheck = masterKeyCheck
         self.registryVersion = registryVersion
         self.keys = keys

@@ -31,12 +31,15 @@ public struct SigningKeyRecord: Sendable, Equatable {
     public var revokedAt: Date?
     /// The AES-GCM sealed PKCS#8 PEM (nonce ‖ ciphertext ‖ tag). Secret at rest.
     public var sealedPrivateKey: Data
+    /// The row's MAC under the master key (see ``RegistryRowAuthenticator``); nil when the row has none.
+    public var registryMAC: String?
 
     public init(
         keyID: String, bundleID: String, issuerID: String?, state: SigningKeyState, origin: String, publicKeyPEM: String,
         fingerprint: String, importedAt: Date, activatedAt: Date? = nil, retiredAt: Date? = nil, revokedAt: Date? = nil,
-        sealedPrivateKey: Data
+        sealedPrivateKey: Data, registryMAC: String? = nil
     ) {
+        self.registryMAC = registryMAC
         self.keyID = keyID
         self.bundleID = bundleID
         self.issuerID = issuerID
@@ -63,8 +66,11 @@ public struct APIClientRecord: Sendable, Equatable {
     public var secretHash: String
     public var createdAt: Date
     public var revokedAt: Date?
+    /// The row's MAC under the master key (see ``RegistryRowAuthenticator``); nil when the row has none.
+    public var registryMAC: String?
 
-    public init(clientID: String, name: String, bundleIDs: [String], secretHash: String, createdAt: Date, revokedAt: Date? = nil) {
+    public init(clientID: String, name: String, bundleIDs: [String], secretHash: String, createdAt: Date, revokedAt: Date? = nil, registryMAC: String? = nil) {
+        self.registryMAC = registryMAC
         self.clientID = clientID
         self.name = name
         self.bundleIDs = bundleIDs
@@ -225,12 +231,23 @@ public struct RegistrySnapshot: Sendable {
     public var version: Int64
     public var keys: [SigningKeyRecord]
     public var clients: [APIClientRecord]
+    /// Whether the store's rows were given MACs (a new store, or `store authenticate`
+    /// was run): the marker `registry_rows_authenticated` in `meta`. It only decides whether
+    /// `serve` starts; each row's own MAC decides whether the row is used.
+    public var rowsAuthenticated: Bool
 
-    public init(version: Int64, keys: [SigningKeyRecord], clients: [APIClientRecord]) {
+    public init(version: Int64, keys: [SigningKeyRecord], clients: [APIClientRecord], rowsAuthenticated: Bool = true) {
         self.version = version
         self.keys = keys
         self.clients = clients
+        self.rowsAuthenticated = rowsAuthenticated
     }
+}
+
+/// The `meta` entry that says the registry rows carry MACs.
+public enum RegistryRowsMarker {
+    public static let name = "registry_rows_authenticated"
+    public static let value = "v1"
 }
 
 /// Builds audit bodies for operations (key and client changes).

@@ -11,12 +11,17 @@ struct AuditVerifyCommand: AsyncParsableCommand {
         discussion: """
             Without --checkpoints, the store's own checkpoints are used (they cannot expose an attacker who also \
             controls the store). With --checkpoints FILE (from `audit checkpoints export`, kept off the machine), its \
-            public key is trusted as given, and the store's checkpoints and key must agree with it.
+            public key is trusted as given, and the store's checkpoints and key must agree with it. The checkpoint \
+            file beside the master key (--checkpoint-file, default <master-key-file>.checkpoint when --master-key-file \
+            or OFFER_SIGNER_MASTER_KEY_FILE is given) is trusted the same way: the store's chain must extend it.
             """
     )
     @OptionGroup var store: StoreOptions
     @Option(help: "A checkpoints export (from `offer-signer audit checkpoints export`) kept off this machine.")
     var checkpoints: String?
+    @OptionGroup var checkpointFileOptions: CheckpointFileOptions
+    @Option(help: "The master key file, only to find the checkpoint file beside it (<master-key-file>.checkpoint); the key is not read. Env: OFFER_SIGNER_MASTER_KEY_FILE.")
+    var masterKeyFile: String?
 
     func run() async throws {
         let opened: any OfferSignerStore
@@ -31,6 +36,28 @@ struct AuditVerifyCommand: AsyncParsableCommand {
                     throw CLIFailure("checkpoints file '\(checkpoints)' \(error)")
                 }
                 trusted = AuditCheckpointSet(origin: "checkpoints file '\(checkpoints)'", publicKey: file.publicKey, checkpoints: file.checkpoints)
+            }
+            let beside = checkpointFileOptions.resolve(masterKeyFile: masterKeyFile ?? Environment.value("OFFER_SIGNER_MASTER_KEY_FILE"))
+            if let beside {
+                let file: AuditCheckpointsFile?
+                do {
+                    file = try beside.read()
+                } catch {
+                    throw CLIFailure(error.message)
+                }
+                if let file {
+                    if let existing = trusted {
+                        guard existing.publicKey == file.publicKey else {
+                            throw CLIFailure("the checkpoint file '\(beside.path)' and \(existing.origin) name different audit-signing keys")
+                        }
+                        trusted?.checkpoints += file.checkpoints
+                        trusted?.origin += " and the checkpoint file '\(beside.path)'"
+                    } else {
+                        trusted = AuditCheckpointSet(origin: "the checkpoint file '\(beside.path)'", publicKey: file.publicKey, checkpoints: file.checkpoints)
+                    }
+                } else if checkpointFileOptions.checkpointFile != nil {
+                    throw CLIFailure("the checkpoint file '\(beside.path)' does not exist")
+                }
             }
             opened = try await store.open()
         } catch let error as CLIFailure {

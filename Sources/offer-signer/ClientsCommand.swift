@@ -20,6 +20,7 @@ struct ClientsCreateCommand: AsyncParsableCommand {
         abstract: "Create an API client and print its secret once (only a hash is stored)."
     )
     @OptionGroup var store: StoreOptions
+    @OptionGroup var masterKey: MasterKeyOptions
     @OptionGroup var actor: ActorOptions
     @Option(help: "A unique name for the client.")
     var name: String
@@ -29,9 +30,11 @@ struct ClientsCreateCommand: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
+        let masterKey = try masterKey.load()
         let store = try await store.open(mustExist: false)
         do {
-            let (client, secret) = try await APIClientCredentials.create(in: store, name: name, bundleIDs: bundleIDs, actor: actor.resolvedActor)
+            let (client, secret) = try await APIClientCredentials.create(
+                in: store, name: name, bundleIDs: bundleIDs, actor: actor.resolvedActor, masterKey: masterKey)
             if json {
                 var writer = JSONObjectWriter()
                 writer.field("name", client.name)
@@ -86,13 +89,17 @@ struct ClientsListCommand: AsyncParsableCommand {
 struct ClientsRevokeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "revoke", abstract: "Revoke an API client; running servers refuse it within a second.")
     @OptionGroup var store: StoreOptions
+    @OptionGroup var masterKey: MasterKeyOptions
     @OptionGroup var actor: ActorOptions
     @Option(help: "The client's name.")
     var name: String
 
     func run() async throws {
+        let masterKey = try masterKey.load()
         do {
-            let client = try await store.open().revokeClient(name: name, actor: actor.resolvedActor)
+            let store = try await store.open()
+            try await store.bindMasterKey(masterKey)
+            let client = try await store.revokeClient(name: name, actor: actor.resolvedActor, authenticator: masterKey.registryRows)
             print("revoked client '\(client.name)' (\(client.clientID))")
         } catch let error as StoreError {
             throw CLIFailure(error.message)

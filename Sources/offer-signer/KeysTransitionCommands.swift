@@ -11,11 +11,14 @@ struct KeyTransitionOptions: ParsableArguments {
     var bundleID: String?
 
     @OptionGroup var store: StoreOptions
+    @OptionGroup var masterKey: MasterKeyOptions
     @OptionGroup var actor: ActorOptions
 
     func transition(to state: SigningKeyState, force: Bool) async throws {
+        let masterKey = try masterKey.load()
         let store = try await store.open()
         do {
+            try await store.bindMasterKey(masterKey)
             if let bundleID {
                 guard let key = try await store.listKeys().first(where: { $0.keyID == keyID }) else {
                     throw StoreError(.notFound, "no key '\(keyID)' in the store")
@@ -24,7 +27,7 @@ struct KeyTransitionOptions: ParsableArguments {
                     throw StoreError(.conflict, "key '\(keyID)' belongs to \(key.bundleID), not \(bundleID); a key signs only for its own app")
                 }
             }
-            let key = try await store.transitionKey(keyID: keyID, to: state, actor: actor.resolvedActor, reason: actor.reason, force: force)
+            let key = try await store.transitionKey(keyID: keyID, to: state, actor: actor.resolvedActor, reason: actor.reason, force: force, authenticator: masterKey.registryRows)
             print("\(key.keyID) (\(key.bundleID)) is now \(key.state.rawValue); public key SHA-256 \(key.fingerprint)")
         } catch let error as StoreError {
             throw CLIFailure(error.message)

@@ -31,6 +31,7 @@ struct ServeCommand: AsyncParsableCommand {
     var port: Int?
     @OptionGroup var store: StoreOptions
     @OptionGroup var masterKey: MasterKeyOptions
+    @OptionGroup var checkpointFileOptions: CheckpointFileOptions
     @Option(help: "Largest request body in bytes. Env: OFFER_SIGNER_MAX_BODY_BYTES. Default 1048576 (evidence of a long-time subscriber needs room).")
     var maxBodyBytes: Int?
     @Option(help: "Requests per second per API client or user (0: no limit). Env: OFFER_SIGNER_CLIENT_RATE. Default 200.")
@@ -124,6 +125,10 @@ struct ServeCommand: AsyncParsableCommand {
         }
 
         var configuration = ServerConfiguration(masterKey: masterKey, logger: logger)
+        configuration.checkpointFile = checkpointFileOptions.resolve(masterKeyFile: dev ? DevelopmentSetup.masterKeyPath : self.masterKey.path)
+        if configuration.checkpointFile == nil {
+            logger.warning("no checkpoint file: the last signed audit checkpoint is kept in the database only (give --checkpoint-file, or the master key as a file)")
+        }
         configuration.host = dev ? "127.0.0.1" : host
         configuration.port = port
         configuration.developmentMode = dev
@@ -271,6 +276,7 @@ struct ServeCommand: AsyncParsableCommand {
 /// What `serve --dev` sets up on a fresh clone.
 enum DevelopmentSetup {
     static let directory = ".offer-signer-dev"
+    static let masterKeyPath = "\(directory)/master.key"
     static let keyID = "DEVKEY0001"
 
     static func prepare(storePath: String?, bundleID: String) async throws -> (storePath: String, masterKey: MasterKey) {
@@ -278,7 +284,7 @@ enum DevelopmentSetup {
         if !manager.fileExists(atPath: directory) {
             try manager.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         }
-        let masterKeyPath = "\(directory)/master.key"
+        let masterKeyPath = Self.masterKeyPath
         let masterKey: MasterKey
         if manager.fileExists(atPath: masterKeyPath) {
             masterKey = try MasterKey(text: try SecretFile.read(masterKeyPath, what: "development master key"))
@@ -290,6 +296,13 @@ enum DevelopmentSetup {
         let path = storePath ?? "\(directory)/offer-signer.sqlite"
         let store = try SQLiteStore(path: path)
         try await store.bindMasterKey(masterKey)
+        if try await !store.registrySnapshot().rowsAuthenticated {
+            // A development store made by an earlier offer-signer: upgraded in place (its only
+            // master key is the local one beside it).
+            _ = try await StoreAuthentication.run(
+                store: store, masterKey: masterKey, checkpointFile: LastCheckpointFile.beside(masterKeyFile: masterKeyPath), actor: "serve --dev")
+            CLI.printNote("upgraded the development store: its key and client rows now carry MACs under the development master key")
+        }
         if try await store.listKeys().isEmpty {
             let key = try InAppPurchaseKey.generateForDevelopment(keyID: keyID)
             _ = try await KeyRegistry.importKey(

@@ -8,8 +8,8 @@ import OfferSignerStorage
 struct StoreCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "store",
-        abstract: "Whole-store operations: copy a store between SQLite and PostgreSQL.",
-        subcommands: [StoreCopyCommand.self]
+        abstract: "Whole-store operations: copy a store between SQLite and PostgreSQL; authenticate an older store's registry rows.",
+        subcommands: [StoreCopyCommand.self, StoreAuthenticateCommand.self]
     )
 }
 

@@ -105,8 +105,11 @@ struct MasterKeyOptions: ParsableArguments {
     @Option(name: .long, help: "File holding the 32-byte master key (Base64 or hex) that seals keys in the store. Env: OFFER_SIGNER_MASTER_KEY_FILE, or the key itself in OFFER_SIGNER_MASTER_KEY.")
     var masterKeyFile: String?
 
+    /// The master key's file, when it comes from one.
+    var path: String? { masterKeyFile ?? Environment.value("OFFER_SIGNER_MASTER_KEY_FILE") }
+
     func load() throws -> MasterKey {
-        if let path = masterKeyFile ?? Environment.value("OFFER_SIGNER_MASTER_KEY_FILE") {
+        if let path {
             do {
                 return try MasterKey(text: try SecretFile.read(path, what: "master key file"))
             } catch let error as StoreError {
@@ -121,6 +124,20 @@ struct MasterKeyOptions: ParsableArguments {
             }
         }
         throw ValidationError("give --master-key-file PATH (or set OFFER_SIGNER_MASTER_KEY_FILE or OFFER_SIGNER_MASTER_KEY); create one with `openssl rand -base64 32 > master.key && chmod 600 master.key`")
+    }
+}
+
+/// `--checkpoint-file PATH` (or `OFFER_SIGNER_CHECKPOINT_FILE`): where the last signed audit
+/// checkpoint is kept outside the database; by default `<master-key-file>.checkpoint` when the
+/// master key comes from a file (see `LastCheckpointFile`).
+struct CheckpointFileOptions: ParsableArguments {
+    @Option(help: "The file that keeps the last signed audit checkpoint outside the database. Env: OFFER_SIGNER_CHECKPOINT_FILE. Default: <master-key-file>.checkpoint.")
+    var checkpointFile: String?
+
+    /// The file to use, nil when neither it nor a master key file is given.
+    func resolve(masterKeyFile: String?) -> LastCheckpointFile? {
+        if let path = checkpointFile ?? Environment.value("OFFER_SIGNER_CHECKPOINT_FILE") { return LastCheckpointFile(path: path) }
+        return masterKeyFile.map(LastCheckpointFile.beside(masterKeyFile:))
     }
 }
 

@@ -81,8 +81,8 @@ struct HostileInputTests {
         try withTemporaryDirectory { directory in
             let fixture = try StoreFixture(in: directory)
             try expectSuccess(try run(fixture.importArguments("K1", file: try fixture.key("K1"))))
-            try expectSuccess(try run(["clients", "create", "--store", fixture.store.path, "--name", "backend"]))
-            try expectSuccess(try run(["clients", "create", "--store", fixture.store.path, "--name", "worker"]))
+            try expectSuccess(try run(["clients", "create", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path, "--name", "backend"]))
+            try expectSuccess(try run(["clients", "create", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path, "--name", "worker"]))
             try sqlite(fixture.store, "UPDATE audit_log SET recorded_at = 'yesterday' WHERE seq = 2")
             try sqlite(fixture.store, "UPDATE signing_keys SET imported_at = 'long ago' WHERE key_id = 'K1'")
 

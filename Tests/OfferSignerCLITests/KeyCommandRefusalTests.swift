@@ -86,8 +86,8 @@ struct AuditCheckpointsCLITests {
             let store = fixture.store.path
             let exportFile = directory.appendingPathComponent("checkpoints.jsonl")
 
-            // Before any checkpoint there is no audit-signing key to export.
-            expectCleanFailure(try run(["audit", "checkpoints", "export", "--store", store]), mentions: ["no audit-signing key"])
+            // Before any checkpoint there is nothing to export.
+            expectCleanFailure(try run(["audit", "checkpoints", "export", "--store", store]), mentions: ["no checkpoint yet"])
 
             let created = try run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", fixture.masterKey.path])
             try expectSuccess(created, "checkpoints create")

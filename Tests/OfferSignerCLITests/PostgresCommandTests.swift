@@ -66,7 +66,7 @@ extension StoreCommandTests {
         @Test("A database whose schema is newer than this binary is refused with a clear message")
         func newerSchemaIsRefused() async throws {
             try await TestPostgres.withDatabase { database in
-                try expectSuccess(try run(["clients", "create", "--store", database.url, "--name", "backend"]))
+                try expectSuccess(try run(["clients", "list", "--store", database.url]))
                 try await TestPostgres.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (999, 0)", database: database.name)
                 let refused = try run(["clients", "list", "--store", database.url])
                 expectCleanFailure(refused, mentions: ["database schema version 999 is newer than this offer-signer knows", "upgrade offer-signer"])
@@ -79,9 +79,9 @@ extension StoreCommandTests {
                 try expectSuccess(try run(fixture.importArguments("K1", file: try fixture.key("K1"))))
                 try expectSuccess(try run(fixture.importArguments("K2", file: try fixture.key("K2"))))
                 try expectSuccess(try fixture.transition("activate", "K2"))
-                try expectSuccess(try run(["clients", "create", "--store", fixture.storeArgument, "--name", "backend"]))
+                try expectSuccess(try run(["clients", "create", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path, "--name", "backend"]))
                 try expectSuccess(try run(["audit", "checkpoints", "create", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path]))
-                try expectSuccess(try run(["clients", "revoke", "--store", fixture.storeArgument, "--name", "backend"]))
+                try expectSuccess(try run(["clients", "revoke", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path, "--name", "backend"]))
                 func everything(_ store: String) throws -> [String] {
                     try [["keys", "list", "--json"], ["clients", "list", "--json"], ["audit", "export"], ["audit", "checkpoints", "export"]].map { arguments in
                         let result = try run(arguments + ["--store", store])
@@ -119,7 +119,7 @@ extension StoreCommandTests {
         func serveOnPostgres() async throws {
             try await withStoreFixture(.postgres) { fixture in
                 try expectSuccess(try run(fixture.importArguments("SERVEPG001", file: try fixture.key("SERVEPG001")) + ["--development"]), "keys import")
-                let created = try run(["clients", "create", "--store", fixture.storeArgument, "--name", "backend", "--json"])
+                let created = try run(["clients", "create", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path, "--name", "backend", "--json"])
                 try expectSuccess(created)
                 let secret = try #require(try jsonObject(created.stdout.trimmingCharacters(in: .newlines))["secret"] as? String)
                 let port = try Self.freePort()

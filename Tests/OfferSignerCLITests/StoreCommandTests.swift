@@ -103,7 +103,7 @@ struct StoreFixture {
     }
 
     func transition(_ verb: String, _ keyID: String, _ extra: [String] = []) throws -> (status: Int32, stdout: String, stderr: String) {
-        try run(["keys", verb, keyID, "--store", storeArgument, "--actor", "tester"] + extra)
+        try run(["keys", verb, keyID, "--store", storeArgument, "--master-key-file", masterKey.path, "--actor", "tester"] + extra)
     }
 }
 
@@ -283,7 +283,7 @@ struct StoreCommandTests {
         try await withStoreFixture(backend) { fixture in
             let store = fixture.storeArgument
 
-            let created = try run(["clients", "create", "--store", store, "--name", "backend", "--bundle-id", "com.example.app", "--json", "--actor", "tester"])
+            let created = try run(["clients", "create", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "backend", "--bundle-id", "com.example.app", "--json", "--actor", "tester"])
             try expectSuccess(created)
             let text = created.stdout.trimmingCharacters(in: .newlines)
             #expect(Array(topLevelKeys(ofJSONObject: text).prefix(3)) == ["name", "clientID", "secret"], "\(text)")
@@ -295,13 +295,13 @@ struct StoreCommandTests {
             #expect(secret.hasPrefix("os_") && secret.count >= 32, "\(secret)")
             #expect(client["bundleIDs"] as? [String] == ["com.example.app"])
 
-            let plain = try run(["clients", "create", "--store", store, "--name", "worker"])
+            let plain = try run(["clients", "create", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "worker"])
             try expectSuccess(plain)
             let plainSecret = try #require(plain.stdout.split(separator: "\n").map(String.init).first { $0.hasPrefix("os_") }, "\(plain.stdout)")
             #expect(plainSecret != secret)
 
             // A duplicate name is refused.
-            expectCleanFailure(try run(["clients", "create", "--store", store, "--name", "backend", "--json"]), mentions: ["backend", "exists"])
+            expectCleanFailure(try run(["clients", "create", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "backend", "--json"]), mentions: ["backend", "exists"])
 
             let listed = try run(["clients", "list", "--store", store, "--json"])
             try expectSuccess(listed)
@@ -321,15 +321,15 @@ struct StoreCommandTests {
             #expect(!everything.contains(String(secret.dropFirst(3))))
 
             // Revoking.
-            let revoked = try run(["clients", "revoke", "--store", store, "--name", "backend", "--actor", "tester"])
+            let revoked = try run(["clients", "revoke", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "backend", "--actor", "tester"])
             try expectSuccess(revoked)
             #expect(revoked.stdout.contains(clientID))
             let afterRevoke = try jsonArray(try run(["clients", "list", "--store", store, "--json"]).stdout)
             #expect(afterRevoke.first { $0["name"] as? String == "backend" }?["revokedAt"] is String)
             #expect(afterRevoke.first { $0["name"] as? String == "worker" }?["revokedAt"] is NSNull)
             #expect(try run(["clients", "list", "--store", store]).stdout.contains("revoked"))
-            expectCleanFailure(try run(["clients", "revoke", "--store", store, "--name", "nobody"]), mentions: ["nobody"])
-            expectCleanFailure(try run(["clients", "create", "--store", store, "--name", "backend"]), mentions: ["backend"])
+            expectCleanFailure(try run(["clients", "revoke", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "nobody"]), mentions: ["nobody"])
+            expectCleanFailure(try run(["clients", "create", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "backend"]), mentions: ["backend"])
 
             try expectSuccess(try run(["audit", "verify", "--store", store]))
         }
@@ -341,7 +341,7 @@ struct StoreCommandTests {
             try expectSuccess(try run(fixture.importArguments("K1", file: try fixture.key("K1"))))  // 1
             try expectSuccess(try run(fixture.importArguments("K2", file: try fixture.key("K2"))))  // 2
             try expectSuccess(try fixture.transition("activate", "K2"))  // 3
-            try expectSuccess(try run(["clients", "create", "--store", fixture.storeArgument, "--name", "backend"]))  // 4
+            try expectSuccess(try run(["clients", "create", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path, "--name", "backend"]))  // 4
             try expectSuccess(try fixture.transition("revoke", "K1"))  // 5
             let store = fixture.storeArgument
 

@@ -40,7 +40,7 @@ struct ClientErrorMappingTests {
             // Revoked while the app runs: the next call is unauthorized.
             let valid = try makeClient(port: port, token: secret, counter: CallCounter())
             _ = try await valid.signPromotionalOffer(productID: "pro.monthly", offerID: "WINBACK50", appAccountToken: Self.token)
-            _ = try await server.store.revokeClient(name: "app-backend", actor: "test")
+            _ = try await server.store.revokeClient(name: "app-backend", actor: "test", authenticator: server.masterKey.registryRows)
             // The server learns of the revocation at its next registry poll (every 50 ms here, later
             // on a loaded machine): wait for it with a call that signs nothing.
             let revokedBy = ContinuousClock.now + .seconds(10)

@@ -78,8 +78,20 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     try await store.prepareForServing()
     let metrics = ServerMetrics()
     metrics.rateLimits([("client", configuration.clientRateLimit), ("app_account_token", configuration.appAccountTokenRateLimit)])
-    let keyRing = KeyRingHolder(store: store, masterKey: configuration.masterKey, interval: configuration.registryPollInterval, logger: logger)
+    let keyRing = KeyRingHolder(
+        store: store, masterKey: configuration.masterKey, interval: configuration.registryPollInterval, logger: logger,
+        onRejectedRows: { metrics.registryRowsRejected($0) })
     try await keyRing.reload()
+    // Without the marker and without a single row whose MAC verifies: a store made before MACs.
+    // With rows that verify, the marker was removed by someone else: rows without a valid MAC are
+    // refused anyway, so it serves (and says so).
+    if !keyRing.ring.rowsAuthenticated && keyRing.ring.authenticRows > 0 {
+        logger.error("the marker that this store's registry rows carry MACs was removed outside offer-signer; rows without a valid MAC are refused")
+    }
+    guard keyRing.ring.rowsAuthenticated || keyRing.ring.authenticRows > 0 else {
+        throw ServerConfigurationError(
+            "the store's key and client rows carry no MACs yet (it was made by an earlier offer-signer): check them with `offer-signer keys list` and `offer-signer clients list`, then run `offer-signer store authenticate --store … --master-key-file …` once")
+    }
     let committer = AuditCommitter(
         store: store, batchLimit: configuration.auditBatchLimit, commitDelay: configuration.auditCommitDelay, metrics: metrics, logger: logger)
     let authenticator = RequestAuthenticator(developmentMode: configuration.developmentMode, userJWT: userJWT, limiter: RateLimiter(limit: configuration.clientRateLimit))
@@ -132,8 +144,12 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     router.get("/healthz") { _, _ in
         Response.json(#"{"status":"ok"}"#)
     }
+    let checkpointer = AuditCheckpointer(
+        store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery,
+        lockTimeout: configuration.storeTimeout, logger: logger, checkpointFile: configuration.checkpointFile,
+        onRefusal: { metrics.auditCheckpointRefused() })
     let readiness = ReadinessMonitor(
-        store: store, keyRing: keyRing, auditHealth: committer.health, timeout: configuration.storeTimeout,
+        store: store, keyRing: keyRing, auditHealth: committer.health, checkpointRefusal: { checkpointer.refusal }, timeout: configuration.storeTimeout,
         interval: configuration.readinessInterval, operatorToken: configuration.operatorToken, logger: logger)
     await readiness.refresh()
     router.get("/readyz") { request, _ in
@@ -165,7 +181,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
             additionalChannelHandlers: [RequestDeadlineHandler(timeout: idleTimeout, onTimeout: { metrics.connectionTimedOut() })],
             idleTimeout: idleTimeout))
     var services: [any Service] = [
-        AuditCheckpointer(store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery, lockTimeout: configuration.storeTimeout, logger: logger),
+        checkpointer,
         keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger), readiness,
     ]
     if let appleHistory { services.append(contentsOf: [appleHistory, historyRecorder] as [any Service]) }

@@ -33,6 +33,9 @@ final class ReadinessMonitor: Service, Sendable {
     let store: any OfferSignerStore
     let keyRing: KeyRingHolder
     let auditHealth: AuditCommitHealth
+    /// Why the audit checkpointer refuses to sign, if it does (``AuditCheckpointer/refusal``):
+    /// an operator's detail; signing goes on, so the instance stays ready.
+    let checkpointRefusal: @Sendable () -> String?
     let timeout: Duration
     let interval: Duration
     let operatorToken: OperatorToken?
@@ -41,12 +44,14 @@ final class ReadinessMonitor: Service, Sendable {
     private let lastLogged = Mutex<[String]?>(nil)
 
     init(
-        store: any OfferSignerStore, keyRing: KeyRingHolder, auditHealth: AuditCommitHealth, timeout: Duration, interval: Duration,
+        store: any OfferSignerStore, keyRing: KeyRingHolder, auditHealth: AuditCommitHealth,
+        checkpointRefusal: @escaping @Sendable () -> String? = { nil }, timeout: Duration, interval: Duration,
         operatorToken: OperatorToken?, logger: Logger
     ) {
         self.store = store
         self.keyRing = keyRing
         self.auditHealth = auditHealth
+        self.checkpointRefusal = checkpointRefusal
         self.timeout = timeout
         self.interval = interval
         self.operatorToken = operatorToken
@@ -113,8 +118,6 @@ final class ReadinessMonitor: Service, Sendable {
         for bundle in ring.configuredBundles.sorted() where ring.activeKeys[bundle] == nil {
             problems.append("\(bundle) has no usable active key")
         }
-        // Further checks for operators go here (each one a line of `problems`), for example
-        // registry rows refused because their MAC does not verify.
         return problems
     }
 
@@ -134,13 +137,15 @@ final class ReadinessMonitor: Service, Sendable {
             throw APIProblem.unauthorized("GET /readyz?detail needs Authorization: Bearer <operator token> (--operator-token-file)")
         }
         // The operator's view: the same status, with every detail (as members of the problem
-        // document when not ready). Further operator details go into `details` here (for
-        // example a count of registry rows refused because their MAC does not verify), their
-        // reasons into `problems(ring:)`.
+        // document when not ready). Registry rows refused because their MAC does not verify
+        // (see KeyRing) and a checkpointer that refuses to sign (see AuditCheckpointer) are
+        // details, not reasons to be unready: signing with the rows that verify goes on.
         var details: [String: String] = [
             "problems": "[" + problems.map(JSONObjectWriter.quoted).joined(separator: ",") + "]",
             "registryVersion": String(ring.version),
             "apps": String(ring.configuredBundles.count),
+            "registryRowsRejected": String(ring.rejectedRows.count),
+            "auditCheckpointRefused": checkpointRefusal() != nil ? "true" : "false",
         ]
         if let checkedAt = storeCheck.withLock({ $0?.checkedAt }) {
             details["storeCheckedAt"] = JSONObjectWriter.quoted(Date.rfc3339(milliseconds: checkedAt.unixMilliseconds))

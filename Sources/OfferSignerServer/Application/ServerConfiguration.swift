@@ -59,6 +59,10 @@ public struct ServerConfiguration: Sendable {
     public var checkpointEveryRecords: Int = 10_000
     /// …or after this long, whichever comes first (only when the chain grew), and on shutdown.
     public var checkpointEvery: Duration = .seconds(300)
+    /// Where the last checkpoint this deployment signed is kept outside the database (see
+    /// ``LastCheckpointFile``); `serve` uses `<master-key-file>.checkpoint` unless told otherwise.
+    /// Nil: only the store keeps it.
+    public var checkpointFile: LastCheckpointFile?
     /// A connection must deliver a complete request (head and body) within this long of the
     /// server starting to wait for one (the connection opening, or the previous response
     /// written), or it is closed; so idle keep-alive connections and clients that send a request

@@ -9,6 +9,8 @@ import Synchronization
 /// status; `offer_signatures_issued_total` by format and key; `audit_commit_duration_seconds`,
 /// `audit_commit_entries_total` and `audit_commit_failures_total`;
 /// `offer_signer_rejections_total` by reason code; `offer_signer_connections_timed_out_total`;
+/// `offer_signer_registry_rows_rejected` (rows of the loaded registry whose MAC did not verify) and
+/// `offer_signer_audit_checkpoint_refusals_total`;
 /// `offer_signer_rate_limit_per_second` and
 /// `offer_signer_rate_limit_burst` by limit, with `scope="instance"`: each instance keeps its
 /// own buckets, so with N instances behind a load balancer the effective limit is N times these.
@@ -47,6 +49,8 @@ final class ServerMetrics: Sendable {
     private let auditEntries: Counter
     private let auditFailures: Counter
     private let connectionsTimedOut: Counter
+    private let rowsRejected: Gauge
+    private let checkpointRefusals: Counter
 
     private static func name(_ name: String, unit: String, help: String) -> MetricNameDescriptor {
         MetricNameDescriptor(metricName: name, unitName: unit, helpText: help)
@@ -58,6 +62,23 @@ final class ServerMetrics: Sendable {
         auditFailures = registry.makeCounter(descriptor: Self.name("audit_commit_failures", unit: "total", help: "Audit records that could not be committed (their signatures were withheld)"), labels: [])
         connectionsTimedOut = registry.makeCounter(
             descriptor: Self.name("offer_signer_connections_timed_out", unit: "total", help: "Connections closed because a complete request did not arrive within the idle timeout"), labels: [])
+        rowsRejected = registry.makeGauge(
+            descriptor: Self.name(
+                "offer_signer_registry_rows_rejected", unit: "",
+                help: "Key and client rows of the loaded registry left out because their MAC under the master key is missing or does not verify"))
+        checkpointRefusals = registry.makeCounter(
+            descriptor: Self.name("offer_signer_audit_checkpoint_refusals", unit: "total", help: "Audit checkpoints refused: the chain does not extend the last signed checkpoint, or the audit-signing key row is missing or not the master key's"),
+            labels: [])
+    }
+
+    /// A checkpoint the audit checkpointer refused to sign.
+    func auditCheckpointRefused() {
+        checkpointRefusals.increment()
+    }
+
+    /// The number of registry rows the loaded key ring left out (see `KeyRing.rejectedRows`).
+    func registryRowsRejected(_ count: Int) {
+        rowsRejected.set(Int64(count))
     }
 
     func request(route: String, method: String, status: Int, duration: Duration) {

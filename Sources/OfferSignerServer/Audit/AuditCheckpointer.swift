@@ -15,9 +15,22 @@ import Synchronization
 /// service list, so on shutdown (services stop in reverse order) it stops last, after the HTTP
 /// server and the audit committer have drained, and its final checkpoint covers every record
 /// the server wrote.
+///
+/// A checkpoint it refuses to sign (the chain no longer extends the last signed checkpoint, the
+/// audit-signing key row is gone or replaced) is reported: logged, counted
+/// (`offer_signer_audit_checkpoint_refusals_total`) and kept as ``refusal`` for readiness, until
+/// a checkpoint is signed again. It checks the key once at start, so a deleted key row is
+/// reported at once, not at the first due checkpoint.
 final class AuditCheckpointer: Service, Sendable {
     private let store: any OfferSignerStore
     private let masterKey: MasterKey
+    private let checkpointFile: LastCheckpointFile?
+    private let onRefusal: @Sendable () -> Void
+    private let lastRefusal = Mutex<String?>(nil)
+    /// The last checkpoint this process signed: the next must extend it.
+    private let lastSigned = Mutex<AuditCheckpoint?>(nil)
+    /// Why the last attempt to checkpoint was refused; nil once one succeeds.
+    var refusal: String? { lastRefusal.withLock { $0 } }
     private let everyRecords: Int64
     private let every: Duration
     private let lockTimeout: Duration
@@ -25,9 +38,14 @@ final class AuditCheckpointer: Service, Sendable {
     /// When this process started: before the store has any checkpoint, the interval runs from here.
     private let started = Mutex(Date())
 
-    init(store: any OfferSignerStore, masterKey: MasterKey, everyRecords: Int, every: Duration, lockTimeout: Duration = .seconds(3), logger: Logger) {
+    init(
+        store: any OfferSignerStore, masterKey: MasterKey, everyRecords: Int, every: Duration, lockTimeout: Duration = .seconds(3), logger: Logger,
+        checkpointFile: LastCheckpointFile? = nil, onRefusal: @escaping @Sendable () -> Void = {}
+    ) {
         self.store = store
         self.masterKey = masterKey
+        self.checkpointFile = checkpointFile
+        self.onRefusal = onRefusal
         self.everyRecords = Int64(max(1, everyRecords))
         self.every = every > .zero ? every : .seconds(300)
         self.lockTimeout = lockTimeout
@@ -36,6 +54,7 @@ final class AuditCheckpointer: Service, Sendable {
 
     func run() async throws {
         started.withLock { $0 = Date() }
+        await checkSigningKey()
         let tick = min(every, .seconds(1))
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
@@ -57,6 +76,24 @@ final class AuditCheckpointer: Service, Sendable {
         // so the checkpoint runs in a task of its own, which does not inherit the cancellation,
         // and this one waits for it.
         await Task { await self.checkpoint(reason: "shutdown") }.value
+    }
+
+    /// Checks that the store's audit-signing key is the master key's (and present when the log
+    /// is not empty), reporting a refusal when not.
+    func checkSigningKey() async {
+        do {
+            _ = try await store.auditSigningKey(masterKey: masterKey)
+        } catch let error as StoreError where error.code == .conflict {
+            refused(error)
+        } catch {
+            logger.error("audit-signing key check failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func refused(_ error: StoreError) {
+        lastRefusal.withLock { $0 = error.message }
+        onRefusal()
+        logger.error("audit checkpoint refused", metadata: ["error": "\(error.message)"])
     }
 
     /// Why a checkpoint is due now ("records" or "interval"), from the store's head and its
@@ -81,14 +118,19 @@ final class AuditCheckpointer: Service, Sendable {
                 if reason != "shutdown" {
                     guard try await self.dueReason(now: Date()) != nil else { return nil }
                 }
-                return try await AuditCheckpointing.create(in: self.store, masterKey: self.masterKey)
+                return try await AuditCheckpointing.create(
+                    in: self.store, masterKey: self.masterKey, checkpointFile: self.checkpointFile, lastSigned: self.lastSigned.withLock { $0 })
             }
             if let checkpoint = written {
+                lastRefusal.withLock { $0 = nil }
+                lastSigned.withLock { $0 = checkpoint }
                 logger.info("audit checkpoint signed", metadata: [
                     "sequence": "\(checkpoint.sequence)", "head_hash": "\(checkpoint.headHash)",
                     "key_fingerprint": "\(checkpoint.keyFingerprint)", "reason": "\(reason)",
                 ])
             }
+        } catch let error as StoreError where error.code == .conflict {
+            refused(error)
         } catch where Task.isCancelled {
             // Shutdown interrupted a periodic checkpoint; the final one (in a task of its own) follows.
             logger.debug("audit checkpoint interrupted by shutdown", metadata: ["reason": "\(reason)"])

@@ -11,15 +11,19 @@ import OfferSignerStorage
 public enum APIClientCredentials {
     public static let prefix = "os_"
 
-    /// Creates a client and returns it with its secret (shown once, never stored).
-    public static func create(in store: any OfferSignerStore, name: String, bundleIDs: [String], actor: String) async throws -> (client: APIClientRecord, secret: String) {
+    /// Creates a client and returns it with its secret (shown once, never stored). The row is
+    /// stored with its MAC under `masterKey` (which must be the store's).
+    public static func create(
+        in store: any OfferSignerStore, name: String, bundleIDs: [String], actor: String, masterKey: MasterKey
+    ) async throws -> (client: APIClientRecord, secret: String) {
         try OfferFieldValidator.validateIdentifier(name, field: "name")
         for bundleID in bundleIDs { try OfferFieldValidator.validateIdentifier(bundleID, field: "bundleID") }
         let clientID = Encoding.hex(SymmetricKey(size: .bits128).withUnsafeBytes { Array($0.prefix(6)) })
         let random = SymmetricKey(size: .bits256).withUnsafeBytes { Data($0) }
         let secret = "\(prefix)\(clientID)_\(Encoding.base64URL(random))"
         let client = APIClientRecord(clientID: clientID, name: name, bundleIDs: bundleIDs, secretHash: hash(secret), createdAt: Date())
-        return (try await store.createClient(client, actor: actor), secret)
+        try await store.bindMasterKey(masterKey)
+        return (try await store.createClient(client, actor: actor, authenticator: masterKey.registryRows), secret)
     }
 
     /// Lowercase hex SHA-256 of a secret.

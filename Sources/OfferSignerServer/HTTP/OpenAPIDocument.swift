@@ -250,6 +250,8 @@ public enum OpenAPIDocument {
                       registryVersion: {type: integer}
                       apps: {type: integer}
                       storeCheckedAt: {type: string}
+                      registryRowsRejected: {type: integer, description: 'Key and client rows left out because their MAC under the master key does not verify (with ?detail)'}
+                      auditCheckpointRefused: {type: boolean, description: 'The audit checkpointer refuses to sign: the chain does not extend the last signed checkpoint, or the audit-signing key row is missing or replaced (with ?detail)'}
             '401': {$ref: '#/components/responses/Problem'}
             '503': {$ref: '#/components/responses/Problem'}
       /metrics:

@@ -15,13 +15,25 @@ struct ActiveSigningKey: Sendable {
 
 /// What a running server signs with and whom it trusts, built from one registry snapshot.
 ///
-/// Rule: only keys in state `active` sign; only clients that are not revoked authenticate.
+/// Rule: only keys in state `active` sign; only clients that are not revoked authenticate; and
+/// only rows whose MAC under the master key verifies count at all (see
+/// ``RegistryRowAuthenticator``): a row without one, or with one that does not verify, was
+/// written or changed by someone without the master key, and is left out (a client cannot
+/// authenticate, a key does not sign, its bundle is not "configured" by it). MACs are checked
+/// here, once per snapshot, never per request.
 struct KeyRing: Sendable {
     var version: Int64
     var activeKeys: [String: ActiveSigningKey]
     var clients: [String: APIClientRecord]
     /// Bundle IDs with any key at all (an app is "configured" once it has a key).
     var configuredBundles: Set<String>
+    /// The rows left out because their MAC is missing or does not verify ("key KEYID",
+    /// "client NAME (CLIENTID)"): no secrets.
+    var rejectedRows: [String] = []
+    /// Whether the store's rows were ever given MACs (see ``RegistrySnapshot/rowsAuthenticated``).
+    var rowsAuthenticated = true
+    /// Rows whose MAC verified.
+    var authenticRows = 0
 
     static let empty = KeyRing(version: 0, activeKeys: [:], clients: [:], configuredBundles: [])
 
@@ -32,11 +44,23 @@ struct KeyRing: Sendable {
         self.configuredBundles = configuredBundles
     }
 
-    /// Unseals the active keys of a snapshot. A key that cannot be opened is skipped and
-    /// reported, so one bad row does not take the service down.
+    /// Unseals the active keys of a snapshot whose rows verify. A key that cannot be opened is
+    /// skipped and reported, so one bad row does not take the service down.
     init(snapshot: RegistrySnapshot, masterKey: MasterKey, logger: Logger) {
+        let authenticator = masterKey.registryRows
+        var rejected: [String] = []
+        let keys = snapshot.keys.filter { record in
+            if authenticator.isAuthentic(record) { return true }
+            rejected.append("key \(record.keyID)")
+            return false
+        }
+        let authenticClients = snapshot.clients.filter { record in
+            if authenticator.isAuthentic(record) { return true }
+            rejected.append("client \(record.name) (\(record.clientID))")
+            return false
+        }
         var active: [String: ActiveSigningKey] = [:]
-        for record in snapshot.keys where record.state == .active {
+        for record in keys where record.state == .active {
             do {
                 let pem = try masterKey.open(record.sealedPrivateKey, context: record.keyID)
                 let key = try InAppPurchaseKey(keyID: record.keyID, pemRepresentation: pem)
@@ -46,8 +70,11 @@ struct KeyRing: Sendable {
             }
         }
         var clients: [String: APIClientRecord] = [:]
-        for client in snapshot.clients where !client.isRevoked { clients[client.clientID] = client }
-        self.init(version: snapshot.version, activeKeys: active, clients: clients, configuredBundles: Set(snapshot.keys.map(\.bundleID)))
+        for client in authenticClients where !client.isRevoked { clients[client.clientID] = client }
+        self.init(version: snapshot.version, activeKeys: active, clients: clients, configuredBundles: Set(keys.map(\.bundleID)))
+        rejectedRows = rejected
+        rowsAuthenticated = snapshot.rowsAuthenticated
+        authenticRows = keys.count + authenticClients.count
     }
 }
 
@@ -64,12 +91,15 @@ final class KeyRingHolder: Service, Sendable {
     private let masterKey: MasterKey
     private let interval: Duration
     private let logger: Logger
+    /// Called with the number of rejected rows each time a ring is loaded.
+    private let onRejectedRows: @Sendable (Int) -> Void
 
-    init(store: any OfferSignerStore, masterKey: MasterKey, interval: Duration, logger: Logger) {
+    init(store: any OfferSignerStore, masterKey: MasterKey, interval: Duration, logger: Logger, onRejectedRows: @escaping @Sendable (Int) -> Void = { _ in }) {
         self.store = store
         self.masterKey = masterKey
         self.interval = interval
         self.logger = logger
+        self.onRejectedRows = onRejectedRows
     }
 
     var ring: KeyRing { current.withLock { $0 } }
@@ -78,13 +108,23 @@ final class KeyRingHolder: Service, Sendable {
     func reload() async throws {
         let snapshot = try await store.registrySnapshot()
         let ring = KeyRing(snapshot: snapshot, masterKey: masterKey, logger: logger)
-        let swapped = current.withLock { current -> Bool in
+        let swapped = current.withLock { current -> (previousVersion: Int64, swapped: Bool) in
             // The poller and the listener may both reload; the later registry version wins.
-            guard ring.version >= current.version else { return false }
+            guard ring.version >= current.version else { return (current.version, false) }
+            let previous = current.version
             current = ring
-            return true
+            return (previous, true)
         }
-        if swapped {
+        if swapped.swapped {
+            onRejectedRows(ring.rejectedRows.count)
+            // Once per row per registry version (the poller and the listener may both load one).
+            if swapped.previousVersion != ring.version {
+                for row in ring.rejectedRows {
+                    logger.error(
+                        "registry row refused: its MAC under the master key is missing or does not verify (written or changed outside offer-signer)",
+                        metadata: ["row": "\(row)", "registry_version": "\(ring.version)"])
+                }
+            }
             logger.info("key ring loaded", metadata: ["registry_version": "\(ring.version)", "active_keys": "\(ring.activeKeys.values.map(\.keyID).sorted())"])
         }
     }

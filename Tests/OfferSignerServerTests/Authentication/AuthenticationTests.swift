@@ -78,7 +78,7 @@ struct AuthenticationTests {
             var headers: HTTPFields = [.contentType: "application/json", .authorization: "Basic dXNlcjpwYXNz"]
             expectProblem(try await client.execute(uri: "/v1/offers/signatures", method: .post, headers: headers, body: ByteBuffer(string: Self.body)), .unauthorized, "unauthorized")
             #expect(try await client.postJSON("/v1/offers/signatures", Self.body, bearer: secret).status == .created)
-            _ = try await server.store.revokeClient(name: "backend", actor: "test")
+            _ = try await server.store.revokeClient(name: "backend", actor: "test", authenticator: server.masterKey.registryRows)
             try await server.waitForRegistry(client)
             expectProblem(try await client.postJSON("/v1/offers/signatures", Self.body, bearer: secret), .unauthorized, "unauthorized")
             headers[.authorization] = nil

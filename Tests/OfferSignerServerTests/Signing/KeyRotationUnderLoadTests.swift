@@ -82,7 +82,7 @@ struct KeyRotationUnderLoadTests {
                 group.addTask {
                     try await Task.sleep(for: .seconds(1))
                     while signedBefore.count.load(ordering: .relaxed) < 120 && !loadEnd.reached { try await Task.sleep(for: .milliseconds(20)) }
-                    _ = try await store.transitionKey(keyID: "ROTATED001", to: .active, actor: "test", reason: "rotation under load", force: false)
+                    _ = try await store.transitionKey(keyID: "ROTATED001", to: .active, actor: "test", reason: "rotation under load", force: false, authenticator: server.masterKey.registryRows)
                     let activatedAt = Date().unixMilliseconds
                     loadEnd.set(ContinuousClock.now + .seconds(2))
                     return .activated(atMillis: activatedAt)

@@ -273,7 +273,7 @@ struct SigningEndpointTests {
         try await server.live { client in
             let before = try await client.postJSON("/v1/offers/signatures", #"{"productID":"p","offerID":"o"}"#, bearer: secret)
             #expect((before.json["legacy"] as? [String: Any])?["keyID"] as? String == "TESTKEY000")
-            _ = try await server.store.transitionKey(keyID: "ROTATED001", to: .active, actor: "test", reason: "rotation", force: false)
+            _ = try await server.store.transitionKey(keyID: "ROTATED001", to: .active, actor: "test", reason: "rotation", force: false, authenticator: server.masterKey.registryRows)
             try await server.waitForRegistry(client)
             let after = try await client.postJSON("/v1/offers/signatures", #"{"productID":"p","offerID":"o"}"#, bearer: server.keys.isEmpty ? "" : secret)
             #expect(after.status == .created)
@@ -301,7 +301,7 @@ struct OperationalEndpointTests {
             #expect(metrics.text.contains("http_request_duration_seconds"))
             #expect(metrics.text.contains(#"offer_signer_rejections_total{reason="not_found"} 1"#))
             // Retire the only key: not ready any more.
-            _ = try await server.store.transitionKey(keyID: "TESTKEY000", to: .retired, actor: "test", reason: nil, force: true)
+            _ = try await server.store.transitionKey(keyID: "TESTKEY000", to: .retired, actor: "test", reason: nil, force: true, authenticator: server.masterKey.registryRows)
             try await server.waitForRegistry(client, orNotReady: true)
             expectProblem(try await client.execute(uri: "/readyz", method: .get), .serviceUnavailable, "not_ready")
         }

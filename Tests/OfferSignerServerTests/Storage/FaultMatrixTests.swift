@@ -42,7 +42,7 @@ struct FaultFixture {
         self.configuration = configuration
         key = try InAppPurchaseKey.generateForDevelopment(keyID: "FAULTKEY01")
         _ = try await KeyRegistry.importKey(key, bundleID: "com.example.app", issuerID: TestServer.issuerID, development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
-        secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test").secret
+        secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test", masterKey: masterKey).secret
     }
 
     /// Runs the real server on loopback for the duration of `test`.

@@ -59,7 +59,7 @@ struct PostgresInstancesTests {
         }
 
         func createClient(name: String) async throws -> String {
-            try await APIClientCredentials.create(in: stores[0], name: name, bundleIDs: [], actor: "test").secret
+            try await APIClientCredentials.create(in: stores[0], name: name, bundleIDs: [], actor: "test", masterKey: masterKey).secret
         }
 
         /// Runs both servers live and hands `body` their ports.
@@ -165,7 +165,7 @@ extension PostgresInstancesTests {
             #expect(try await Self.sign(ports[1], secret: revoked, body: body).0 == .created)
 
             // Activate through instance A's store; B must sign with the new key within 1 s.
-            _ = try await stores[0].transitionKey(keyID: "ROTATED001", to: .active, actor: "test", reason: "rotation", force: false)
+            _ = try await stores[0].transitionKey(keyID: "ROTATED001", to: .active, actor: "test", reason: "rotation", force: false, authenticator: deployment.masterKey.registryRows)
             let activated = ContinuousClock.now
             var keyID: String?
             while keyID != "ROTATED001" && ContinuousClock.now - activated < .seconds(5) {
@@ -178,7 +178,7 @@ extension PostgresInstancesTests {
             #expect(keyID == "ROTATED001" && activationTook < .seconds(1), "instance B signed with \(keyID ?? "?") \(activationTook) after the activation")
 
             // Revoke through A's store; both must refuse it within 1 s.
-            _ = try await stores[0].revokeClient(name: "leaver", actor: "test")
+            _ = try await stores[0].revokeClient(name: "leaver", actor: "test", authenticator: deployment.masterKey.registryRows)
             let revokedAt = ContinuousClock.now
             for port in ports {
                 var status = HTTPResponse.Status.created
@@ -226,7 +226,7 @@ extension PostgresInstancesTests {
         _ = try await KeyRegistry.importKey(
             try InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY000"), bundleID: "com.example.app", issuerID: TestServer.issuerID,
             development: true, into: stores[0], masterKey: masterKey, actor: "test", reason: nil)
-        let secret = try await APIClientCredentials.create(in: stores[0], name: "load", bundleIDs: [], actor: "test").secret
+        let secret = try await APIClientCredentials.create(in: stores[0], name: "load", bundleIDs: [], actor: "test", masterKey: masterKey).secret
         let first = try await buildApplication(configuration: configuration, store: stores[0])
         let second = try await buildApplication(configuration: configuration, store: stores[1])
 
@@ -362,7 +362,7 @@ extension PostgresInstancesTests {
         _ = try await KeyRegistry.importKey(
             try InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY000"), bundleID: "com.example.app", issuerID: TestServer.issuerID,
             development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
-        let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test").secret
+        let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test", masterKey: masterKey).secret
         let application = try await buildApplication(configuration: configuration, store: store)
         let body = #"{"productID":"p","offerID":"o"}"#
         let nonce = { @Sendable (text: String) -> String? in

@@ -58,7 +58,7 @@ struct PostgresKillTests {
         _ = try await KeyRegistry.importKey(
             try InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY000"), bundleID: "com.example.app", issuerID: TestServer.issuerID,
             development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
-        let secret = try await APIClientCredentials.create(in: store, name: "load", bundleIDs: [], actor: "test").secret
+        let secret = try await APIClientCredentials.create(in: store, name: "load", bundleIDs: [], actor: "test", masterKey: masterKey).secret
 
         let executable = try Self.executable()
         var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("OFFER_SIGNER_") }

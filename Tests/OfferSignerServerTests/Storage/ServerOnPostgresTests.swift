@@ -19,7 +19,7 @@ struct ServerOnPostgresTests {
             let masterKey = MasterKey.generate().key
             let key = try InAppPurchaseKey.generateForDevelopment(keyID: "PGKEY00001")
             _ = try await KeyRegistry.importKey(key, bundleID: "com.example.app", issuerID: TestServer.issuerID, development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
-            let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test").secret
+            let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test", masterKey: masterKey).secret
             var configuration = ServerConfiguration(masterKey: masterKey, logger: StoreFixture.quietLogger)
             configuration.host = "127.0.0.1"
             configuration.port = 0

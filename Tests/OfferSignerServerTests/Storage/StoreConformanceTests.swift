@@ -35,7 +35,7 @@ struct StoreConformanceTests {
 
             await #expect { _ = try await Self.importKey(store, masterKey, id: "KEYAAAAAA1") } throws: { ($0 as? StoreError)?.code == .duplicate }
 
-            let activated = try await store.transitionKey(keyID: "KEYAAAAAA2", to: .active, actor: "ops", reason: "rotation", force: false)
+            let activated = try await store.transitionKey(keyID: "KEYAAAAAA2", to: .active, actor: "ops", reason: "rotation", force: false, authenticator: masterKey.registryRows)
             #expect(activated.state == .active && activated.activatedAt != nil)
             let keys = try await store.listKeys()
             #expect(keys.map(\.keyID) == ["KEYAAAAAA1", "KEYAAAAAA2", "KEYBBBBBB1"], "import order")
@@ -43,15 +43,15 @@ struct StoreConformanceTests {
             #expect(keys.allSatisfy { $0.sealedPrivateKey.count > 0 })
             #expect(keys[0].sealedPrivateKey == first.sealedPrivateKey, "sealed bytes are stored as they are")
 
-            await #expect { _ = try await store.transitionKey(keyID: "KEYAAAAAA2", to: .retired, actor: "ops", reason: nil, force: false) } throws: {
+            await #expect { _ = try await store.transitionKey(keyID: "KEYAAAAAA2", to: .retired, actor: "ops", reason: nil, force: false, authenticator: masterKey.registryRows) } throws: {
                 ($0 as? StoreError)?.code == .conflict
             }
-            await #expect { _ = try await store.transitionKey(keyID: "NOSUCHKEY1", to: .active, actor: "ops", reason: nil, force: false) } throws: {
+            await #expect { _ = try await store.transitionKey(keyID: "NOSUCHKEY1", to: .active, actor: "ops", reason: nil, force: false, authenticator: masterKey.registryRows) } throws: {
                 ($0 as? StoreError)?.code == .notFound
             }
-            let revoked = try await store.transitionKey(keyID: "KEYAAAAAA1", to: .revoked, actor: "ops", reason: "leaked", force: false)
+            let revoked = try await store.transitionKey(keyID: "KEYAAAAAA1", to: .revoked, actor: "ops", reason: "leaked", force: false, authenticator: masterKey.registryRows)
             #expect(revoked.state == .revoked && revoked.revokedAt != nil)
-            await #expect { _ = try await store.transitionKey(keyID: "KEYAAAAAA1", to: .active, actor: "ops", reason: nil, force: false) } throws: {
+            await #expect { _ = try await store.transitionKey(keyID: "KEYAAAAAA1", to: .active, actor: "ops", reason: nil, force: false, authenticator: masterKey.registryRows) } throws: {
                 ($0 as? StoreError)?.code == .conflict
             }
 
@@ -75,9 +75,9 @@ struct StoreConformanceTests {
             try await store.bindMasterKey(masterKey)
             await #expect { try await store.bindMasterKey(MasterKey.generate().key) } throws: { ($0 as? StoreError)?.code == .masterKeyMismatch }
 
-            let created = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: ["com.example.app", "com.example.other"], actor: "ops")
-            _ = try await APIClientCredentials.create(in: store, name: "all-apps", bundleIDs: [], actor: "ops")
-            await #expect { _ = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "ops") } throws: {
+            let created = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: ["com.example.app", "com.example.other"], actor: "ops", masterKey: masterKey)
+            _ = try await APIClientCredentials.create(in: store, name: "all-apps", bundleIDs: [], actor: "ops", masterKey: masterKey)
+            await #expect { _ = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "ops", masterKey: masterKey) } throws: {
                 ($0 as? StoreError)?.code == .duplicate
             }
             let listed = try await store.listClients()
@@ -85,10 +85,10 @@ struct StoreConformanceTests {
             #expect(listed.first { $0.name == "backend" } == created.client.withMillisecondTimes)
             #expect(listed.first { $0.name == "all-apps" }?.bundleIDs == [])
 
-            let revoked = try await store.revokeClient(name: "backend", actor: "ops")
+            let revoked = try await store.revokeClient(name: "backend", actor: "ops", authenticator: masterKey.registryRows)
             #expect(revoked.isRevoked)
-            await #expect { _ = try await store.revokeClient(name: "backend", actor: "ops") } throws: { ($0 as? StoreError)?.code == .conflict }
-            await #expect { _ = try await store.revokeClient(name: "nobody", actor: "ops") } throws: { ($0 as? StoreError)?.code == .notFound }
+            await #expect { _ = try await store.revokeClient(name: "backend", actor: "ops", authenticator: masterKey.registryRows) } throws: { ($0 as? StoreError)?.code == .conflict }
+            await #expect { _ = try await store.revokeClient(name: "nobody", actor: "ops", authenticator: masterKey.registryRows) } throws: { ($0 as? StoreError)?.code == .notFound }
             #expect(try await store.listClients().first { $0.name == "backend" }?.isRevoked == true)
             #expect(try await store.auditRecords(after: 0, limit: 10).map(\.kind) == ["client.created", "client.created", "client.revoked"])
         }
@@ -149,6 +149,8 @@ struct StoreConformanceTests {
         try await StoreFixture.with(backend) { fixture in
             let store = fixture.store
             let masterKey = MasterKey.generate().key
+            // Bound before the first record, as every writer does (the audit-signing key row is made then).
+            try await store.bindMasterKey(masterKey)
             _ = try await store.appendAudit(AuditServiceLifecycleTests.entries(10), at: Date())
             _ = try await AuditCheckpointing.create(in: store, masterKey: masterKey)
             _ = try await store.appendAudit(AuditServiceLifecycleTests.entries(5), at: Date())

@@ -50,9 +50,9 @@ struct StoreCopyTests {
             let masterKey = MasterKey.generate().key
             _ = try await StoreConformanceTests.importKey(store, masterKey, id: "KEYCOPY001")
             _ = try await StoreConformanceTests.importKey(store, masterKey, id: "KEYCOPY002")
-            _ = try await store.transitionKey(keyID: "KEYCOPY002", to: .active, actor: "ops", reason: nil, force: false)
-            _ = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: ["com.example.app"], actor: "ops")
-            _ = try await store.revokeClient(name: "backend", actor: "ops")
+            _ = try await store.transitionKey(keyID: "KEYCOPY002", to: .active, actor: "ops", reason: nil, force: false, authenticator: masterKey.registryRows)
+            _ = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: ["com.example.app"], actor: "ops", masterKey: masterKey)
+            _ = try await store.revokeClient(name: "backend", actor: "ops", authenticator: masterKey.registryRows)
             // 12,000 signatures (two ledger rows for some, none for notes) in groups, checkpoints along the way.
             for group in 0..<40 {
                 var appends: [AuditAppend] = []

@@ -77,7 +77,7 @@ struct TestServer {
     }
 
     func createClient(name: String, bundleIDs: [String] = []) async throws -> String {
-        try await APIClientCredentials.create(in: store, name: name, bundleIDs: bundleIDs, actor: "test").secret
+        try await APIClientCredentials.create(in: store, name: name, bundleIDs: bundleIDs, actor: "test", masterKey: masterKey).secret
     }
 
     /// Number of rows in the ledger of issued signatures.

@@ -1,0 +1,59 @@
+import Foundation
+
+/// The last checkpoint a deployment signed, kept outside the database: by default a file beside
+/// the master key (`<master-key-file>.checkpoint`), so someone who can write the database but
+/// not the master key's directory cannot make it forget what it signed.
+///
+/// Rules: the file is a checkpoints export (``AuditCheckpointsFile``) with the audit-signing
+/// public key and one checkpoint, so `audit verify --checkpoints` reads it too; it is replaced
+/// atomically (a temporary file in the same directory, synced, then renamed), mode 600; it only
+/// moves forward (a checkpoint of fewer records than the one it holds is not written).
+public struct LastCheckpointFile: Sendable {
+    public let path: String
+
+    public init(path: String) {
+        self.path = path
+    }
+
+    /// The default location for a master key read from `masterKeyFile`.
+    public static func beside(masterKeyFile: String) -> LastCheckpointFile {
+        LastCheckpointFile(path: masterKeyFile + ".checkpoint")
+    }
+
+    /// What the file holds; nil when there is no file yet.
+    public func read() throws(StoreError) -> AuditCheckpointsFile? {
+        guard FileManager.default.fileExists(atPath: path) else { return nil }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw StoreError(.unavailable, "cannot read the checkpoint file '\(path)'")
+        }
+        do {
+            return try AuditCheckpointsFile(text: String(decoding: data, as: UTF8.self))
+        } catch {
+            throw StoreError(.conflict, "the checkpoint file '\(path)' is not a checkpoints export: \(error)")
+        }
+    }
+
+    /// The last checkpoint the file holds, if any.
+    public func lastCheckpoint() throws(StoreError) -> AuditCheckpoint? {
+        try read()?.checkpoints.max { $0.sequence < $1.sequence }
+    }
+
+    /// Replaces the file with `checkpoint` (unless it holds a later one).
+    public func write(_ checkpoint: AuditCheckpoint, publicKey: AuditSigningPublicKey) throws(StoreError) {
+        if let last = try lastCheckpoint(), last.sequence > checkpoint.sequence { return }
+        let text = AuditCheckpointsFile(publicKey: publicKey, checkpoints: [checkpoint]).text
+        let directory = (path as NSString).deletingLastPathComponent
+        let temporary = (directory.isEmpty ? "." : directory) + "/." + (path as NSString).lastPathComponent + ".\(UUID().uuidString).tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard fd >= 0 else { throw StoreError(.unavailable, "cannot write the checkpoint file '\(path)': \(String(cString: strerror(errno)))") }
+        let bytes = Array(text.utf8)
+        let written = bytes.withUnsafeBytes { Foundation.write(fd, $0.baseAddress, $0.count) }
+        let synced = fsync(fd) == 0
+        close(fd)
+        guard written == bytes.count, synced, rename(temporary, path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            unlink(temporary)
+            throw StoreError(.unavailable, "cannot write the checkpoint file '\(path)': \(reason)")
+        }
+    }
+}

@@ -1,0 +1,86 @@
+import Foundation
+import TestPostgres
+import Testing
+
+/// The CLI side of "the master key guards everything": registry changes need it, a store made
+/// before registry MACs is upgraded once by `store authenticate` (and `serve` refuses it before),
+/// the checkpoint file beside the master key catches deleted checkpoints, and an export is only
+/// ever appended to. Docs/Security.md's threat model names these tests.
+@Suite("The master key guards the registry and the audit (CLI)")
+struct MasterKeyGuardCLITests {
+    @Test("audit verify with the checkpoint file beside the master key fails once checkpoints and the audit key are deleted by SQL; no checkpoint is signed", arguments: CLIStoreBackend.testedCases)
+    func deletedCheckpointsFailVerify(backend: CLIStoreBackend) async throws {
+        try await withStoreFixture(backend) { fixture in
+            let store = fixture.storeArgument
+            let masterKey = fixture.masterKey.path
+            try expectSuccess(try run(fixture.importArguments("K1", file: try fixture.key("K1"))))
+            try expectSuccess(try run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", masterKey]))
+            #expect(FileManager.default.fileExists(atPath: masterKey + ".checkpoint"), "the checkpoint file beside the master key")
+            let intact = try run(["audit", "verify", "--store", store, "--master-key-file", masterKey])
+            try expectSuccess(intact)
+            #expect(intact.stdout.hasPrefix("intact: 1 records"), "\(intact.stdout)")
+
+            try await fixture.execute("DELETE FROM audit_checkpoints")
+            try await fixture.execute("DELETE FROM audit_signing_key")
+            // The store alone is fooled; the file beside the master key is not.
+            try expectSuccess(try run(["audit", "verify", "--store", store]), "the store alone cannot tell")
+            expectCleanFailure(try run(["audit", "verify", "--store", store, "--master-key-file", masterKey]), exitCode: 1, mentions: ["key row was deleted"])
+            expectCleanFailure(
+                try run(["audit", "verify", "--store", store, "--checkpoint-file", masterKey + ".checkpoint"]), exitCode: 1, mentions: ["checkpoints were deleted"])
+            expectCleanFailure(try run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", masterKey]), mentions: ["refusing to sign a checkpoint"])
+            #expect(try run(["audit", "checkpoints", "export", "--store", store]).status != 0)
+        }
+    }
+
+    @Test("audit checkpoints export appends to an existing export, and fails when the store's checkpoints do not extend it", arguments: CLIStoreBackend.testedCases)
+    func exportAppends(backend: CLIStoreBackend) async throws {
+        try await withStoreFixture(backend) { fixture in
+            let store = fixture.storeArgument
+            let masterKey = fixture.masterKey.path
+            let export = fixture.directory.appendingPathComponent("checkpoints.jsonl")
+            try expectSuccess(try run(fixture.importArguments("K1", file: try fixture.key("K1"))))
+            try expectSuccess(try run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", masterKey]))
+            try expectSuccess(try run(["audit", "checkpoints", "export", "--store", store, "--output", export.path]))
+            let first = try String(contentsOf: export, encoding: .utf8)
+            try expectSuccess(try run(fixture.importArguments("K2", file: try fixture.key("K2"))))
+            try expectSuccess(try run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", masterKey]))
+            try expectSuccess(try run(["audit", "checkpoints", "export", "--store", store, "--output", export.path]))
+            let second = try String(contentsOf: export, encoding: .utf8)
+            #expect(second.hasPrefix(first), "appended, not rewritten")
+            #expect(second.split(separator: "\n").count == 3, "\(second)")
+
+            try await fixture.execute("DELETE FROM audit_checkpoints WHERE seq = 1")
+            expectCleanFailure(try run(["audit", "checkpoints", "export", "--store", store, "--output", export.path]), mentions: ["do not extend", "deleted"])
+            #expect(try String(contentsOf: export, encoding: .utf8) == second, "left as it was")
+        }
+    }
+
+    @Test("Registry changes need the master key; a store without registry MACs is refused by serve until store authenticate, which runs once", arguments: CLIStoreBackend.testedCases)
+    func upgradeNeedsTheMasterKey(backend: CLIStoreBackend) async throws {
+        try await withStoreFixture(backend) { fixture in
+            let store = fixture.storeArgument
+            let masterKey = fixture.masterKey.path
+            try expectSuccess(try run(fixture.importArguments("K1", file: try fixture.key("K1"))))
+            expectCleanFailure(try run(["clients", "create", "--store", store, "--name", "backend"]), mentions: ["--master-key-file"])
+            try expectSuccess(try run(["clients", "create", "--store", store, "--master-key-file", masterKey, "--name", "backend"]))
+            // Another master key is refused (its MACs would never verify).
+            let other = fixture.directory.appendingPathComponent("other.key")
+            try writeFile(Data((0..<32).map { _ in UInt8.random(in: 0...255) }).base64EncodedString() + "\n", to: other, mode: 0o600)
+            expectCleanFailure(try run(["clients", "create", "--store", store, "--master-key-file", other.path, "--name", "intruder"]), mentions: ["master key"])
+
+            // As a store made by an earlier offer-signer: no MACs, no marker.
+            try await fixture.execute("UPDATE signing_keys SET registry_mac = NULL")
+            try await fixture.execute("UPDATE api_clients SET registry_mac = NULL")
+            try await fixture.execute("DELETE FROM meta WHERE name = 'registry_rows_authenticated'")
+            expectCleanFailure(
+                try run(["serve", "--store", store, "--master-key-file", masterKey, "--port", "0"]), mentions: ["offer-signer store authenticate"])
+            let upgraded = try run(["store", "authenticate", "--store", store, "--master-key-file", masterKey, "--actor", "tester"])
+            try expectSuccess(upgraded)
+            #expect(upgraded.stdout.contains("authenticated 1 key row(s): K1") && upgraded.stdout.contains("authenticated 1 client row(s): backend"), "\(upgraded.stdout)")
+            expectCleanFailure(try run(["store", "authenticate", "--store", store, "--master-key-file", masterKey]), mentions: ["already"])
+            let audit = try run(["audit", "export", "--store", store])
+            #expect(audit.stdout.contains("registry.authenticated"), "audited")
+            try expectSuccess(try run(["audit", "verify", "--store", store]))
+        }
+    }
+}
