@@ -20,7 +20,7 @@ struct ReadinessTests {
             _ = try await KeyRegistry.importKey(
                 try InAppPurchaseKey.generateForDevelopment(keyID: "READYKEY01"), bundleID: "com.example.app", issuerID: TestServer.issuerID,
                 development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
-            let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test").secret
+            let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test", masterKey: masterKey).secret
             var configuration = ServerConfiguration(masterKey: masterKey, logger: StoreFixture.quietLogger)
             configuration.host = "127.0.0.1"
             configuration.port = 0
@@ -85,7 +85,7 @@ struct ReadinessTests {
             #expect(detailed.status == .ok)
             #expect(detailed.json["registryVersion"] is Int && detailed.json["apps"] as? Int == 1 && detailed.json["storeCheckedAt"] is String, "\(detailed.text)")
             // Not ready (the only key retired): the caller learns that, not which app.
-            _ = try await server.store.transitionKey(keyID: "TESTKEY000", to: .retired, actor: "test", reason: nil, force: true)
+            _ = try await server.store.transitionKey(keyID: "TESTKEY000", to: .retired, actor: "test", reason: nil, force: true, authenticator: server.masterKey.registryRows)
             try await server.waitForRegistry(client, orNotReady: true)
             let notReady = try await client.execute(uri: "/readyz", method: .get)
             expectProblem(notReady, .serviceUnavailable, "not_ready")

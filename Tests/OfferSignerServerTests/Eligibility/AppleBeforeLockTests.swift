@@ -32,7 +32,7 @@ struct AppleBeforeLockTests {
             let key = try InAppPurchaseKey.generateForDevelopment(keyID: "SLOWAPPLE1")
             _ = try await KeyRegistry.importKey(
                 key, bundleID: Self.bundleID, issuerID: TestServer.issuerID, development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
-            let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test").secret
+            let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test", masterKey: masterKey).secret
             let fake = FakeAppStoreServerAPI(bundleID: Self.bundleID, keyID: key.keyID, issuerID: TestServer.issuerID, publicKey: key.publicKey)
             let users = (0..<50).map { index in
                 SubscriptionFixture(

@@ -173,7 +173,7 @@ struct AppleReadingScenarioTests {
             let key = try InAppPurchaseKey.generateForDevelopment(keyID: "SCENARIO01")
             _ = try await KeyRegistry.importKey(
                 key, bundleID: Self.bundleID, issuerID: TestServer.issuerID, development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
-            let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test").secret
+            let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test", masterKey: masterKey).secret
             var configuration = ServerConfiguration(masterKey: masterKey, logger: StoreFixture.quietLogger)
             configuration.host = "127.0.0.1"
             configuration.port = 0

@@ -72,7 +72,7 @@ struct DatabaseWriterAttackTests {
 
     /// The value of a metric without labels in `/metrics`, nil when absent.
     static func metric(_ client: any TestClientProtocol, _ name: String) async throws -> Double? {
-        let text = try await client.execute(uri: "/metrics", method: .get).text
+        let text = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
         for line in text.split(separator: "\n") where line.hasPrefix(name + " ") {
             return Double(line.dropFirst(name.count + 1))
         }
