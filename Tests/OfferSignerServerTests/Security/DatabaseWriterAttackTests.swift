@@ -42,6 +42,7 @@ struct DatabaseWriterAttackTests {
                 configuration.clientRateLimit = .unlimited
                 configuration.appAccountTokenRateLimit = .unlimited
                 configuration.storeTimeout = .seconds(60)
+                configuration.operatorToken = TestServer.operatorToken
                 var target = Target(fixture: fixture, masterKey: masterKey, directory: directory, configuration: configuration)
                 target.configuration.checkpointFile = target.checkpointFile
                 for (index, bundle) in bundles.enumerated() {
