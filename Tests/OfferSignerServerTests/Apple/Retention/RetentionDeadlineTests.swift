@@ -73,11 +73,18 @@ struct RetentionDeadlineTests {
                 #expect(answer.elapsed < Self.budget + .milliseconds(1500), "answered after \(answer.elapsed)")
             }
 
+            let metrics = try await h.client.execute(uri: "/metrics", method: .get).text
+            #expect(metrics.contains(#"retention_fallbacks_total{reason="deadline"} 2"#), "\(metrics.split(separator: "\n").filter { $0.contains("retention") })")
+
             // A commit after the release: the writer is serial, so once the probe's signature is
-            // committed, whatever the writer held has landed and nothing queued remains.
-            let probeID = UUID().uuidString.lowercased()
-            let probed = try await h.post(try h.request(probe.originalTransactionID, requestIdentifier: probeID))
-            #expect(RetentionHarness.members(probed) == ["promotionalOffer"], "\(probed.text)")
+            // committed, whatever the writer held has landed and nothing queued remains. (A probe
+            // that itself misses the deadline on a loaded machine proves nothing: ask again.)
+            var probed = false
+            for _ in 0..<5 where !probed {
+                let answer = try await h.post(try h.request(probe.originalTransactionID))
+                probed = RetentionHarness.members(answer) == ["promotionalOffer"]
+            }
+            #expect(probed, "the probe's signature was committed")
             let ours: Set<String> = [firstID, secondID]
             func nonces(_ kind: String) async throws -> [String] {
                 try await h.audited(kind).compactMap { $0["nonce"] as? String }.filter(ours.contains)
@@ -109,8 +116,6 @@ struct RetentionDeadlineTests {
                 #expect(rows.isEmpty, "no ledger row counts a signature the customer never saw: \(rows)")
             }
             #expect(try await h.store.verifiedChain().isIntact)
-            let metrics = try await h.client.execute(uri: "/metrics", method: .get).text
-            #expect(metrics.contains(#"retention_fallbacks_total{reason="deadline"} 2"#), "\(metrics.split(separator: "\n").filter { $0.contains("retention") })")
 
             // With the store quick again, each customer's next page view gets the offer: a
             // withdrawn or unwritten signature counted for nothing (the rule allows one a year).
