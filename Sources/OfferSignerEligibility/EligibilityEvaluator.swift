@@ -43,8 +43,9 @@ public struct EligibilityEvaluator: Sendable {
         /// The history is Apple's (its App Store Server API, or a complete stored history kept by
         /// its notifications): the redemptions Apple recorded, transactions with `offerType` 2 and
         /// the offer's `offerIdentifier` (JWSTransactionDecodedPayload `offerType`,
-        /// `offerIdentifier`). Signatures issued and not redeemed do not count: a cancelled payment
-        /// sheet or a Retention Messaging page view uses nothing up.
+        /// `offerIdentifier`), and a renewal info naming the offer for the next renewal (a pending
+        /// redemption, see `redemptions(in:where:)`). Signatures issued and not redeemed do not
+        /// count: a cancelled payment sheet or a Retention Messaging page view uses nothing up.
         case applesRecord
         /// The history is the app's evidence, which may leave a redemption out: the larger of the
         /// verified redemptions and our ledger's attempts. Signatures for the same offer within one
