@@ -53,8 +53,7 @@ public struct RetentionProductPlan: Sendable, Hashable, Encodable {
 /// (https://developer.apple.com/documentation/retentionmessaging/locale) says a locale is a
 /// "locale short code" and "The locale string is case-sensitive"; its examples use `en-US`.
 /// Locales are nevertheless compared case-insensitively, `_` as `-`: a tolerance of ours, so a
-/// catalog key spelled `en_us` still matches Apple's `en-US` (no two locales Apple lists differ
-/// only in case).
+/// catalog key spelled `en_us` still matches Apple's `en-US`.
 public struct LocalizedMessageIdentifier: Sendable, Hashable, Encodable {
     /// The message for any locale not listed (a UUID, lowercased).
     public var defaultIdentifier: String
