@@ -16,6 +16,9 @@ struct CustomerHistory {
     let paidPeriods: [Period]
     /// The paid periods within the latest continuous run of the subscription.
     let paidPeriodsOfLatestRun: [Period]
+    /// The continuous runs of the subscription: its periods, free ones included, merged where they
+    /// follow each other within a day; oldest first.
+    let runs: [Period]
     let latestGroupTransaction: VerifiedTransaction?
     /// Storefront of the latest group transaction (or of the latest transaction at all).
     let storefront: String?
@@ -69,11 +72,18 @@ struct CustomerHistory {
         }
 
         // Paid periods: not free, not family-shared, less the refunded share (at the period's end).
+        // A Sandbox period lasts its nominal duration at Sandbox months (`RuleTime.sandboxNominalMonths`).
         let periods = group
             .filter { !$0.isFreePeriod && !$0.isFamilyShared }
             .compactMap { transaction -> Period? in
                 guard let expires = serviceEnd(transaction), expires > transaction.purchaseDate else { return nil }
-                let kept = expires.timeIntervalSince(transaction.purchaseDate) * (1 - transaction.refundedShare)
+                var length = expires.timeIntervalSince(transaction.purchaseDate)
+                if transaction.environment == .sandbox {
+                    let period = transaction.expiresDate.map { $0.timeIntervalSince(transaction.purchaseDate) } ?? length
+                    // An upgraded period that ended early keeps its share of the nominal period.
+                    length = RuleTime.sandboxNominalMonths(observed: period) * RuleTime.sandboxMonth * (period > 0 ? length / period : 1)
+                }
+                let kept = length * (1 - transaction.refundedShare)
                 guard kept > 0 else { return nil }
                 return (transaction.purchaseDate, transaction.purchaseDate.addingTimeInterval(kept))
             }
@@ -85,7 +95,8 @@ struct CustomerHistory {
             guard let end = serviceEnd(transaction), end > transaction.purchaseDate else { return nil }
             return (transaction.purchaseDate, end)
         }
-        if let run = Self.merged(service, joiningGapsUpTo: 86_400).last {
+        runs = Self.merged(service, joiningGapsUpTo: 86_400)
+        if let run = runs.last {
             paidPeriodsOfLatestRun = paidPeriods.compactMap { period in
                 let start = max(period.start, run.start)
                 let end = min(period.end, run.end)

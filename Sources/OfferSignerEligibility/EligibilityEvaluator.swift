@@ -30,7 +30,8 @@ import Foundation
 ///   the subscriber last had an active subscription"); only a refund is `refunded` or removes paid
 ///   time, and a prorated one only its `revocationPercentage` (see `VerifiedTransaction.refundedShare`).
 /// - Months are measured by `RuleTime`: calendar months in UTC (Jan 31 + 1 month = Feb 28/29), in
-///   Sandbox Apple's accelerated renewal rate (a month is 5 minutes).
+///   Sandbox Apple's accelerated renewal rate (a month of a rule is 5 minutes; an observed Sandbox
+///   period counts as the nominal duration Apple's table maps it to, see `RuleTime.sandboxNominalMonths`).
 /// - Every comparison with "now" allows `rules.clockSkewSeconds` (default 60) in the customer's
 ///   favour (see `OfferRules.clockSkewSeconds`).
 /// - Redemptions are counted as `RedemptionCounting` says.
@@ -42,8 +43,9 @@ public struct EligibilityEvaluator: Sendable {
         /// The history is Apple's (its App Store Server API, or a complete stored history kept by
         /// its notifications): the redemptions Apple recorded, transactions with `offerType` 2 and
         /// the offer's `offerIdentifier` (JWSTransactionDecodedPayload `offerType`,
-        /// `offerIdentifier`). Signatures issued and not redeemed do not count: a cancelled payment
-        /// sheet or a Retention Messaging page view uses nothing up.
+        /// `offerIdentifier`), and a renewal info naming the offer for the next renewal (a pending
+        /// redemption, see `redemptions(in:where:)`). Signatures issued and not redeemed do not
+        /// count: a cancelled payment sheet or a Retention Messaging page view uses nothing up.
         case applesRecord
         /// The history is the app's evidence, which may leave a redemption out: the larger of the
         /// verified redemptions and our ledger's attempts. Signatures for the same offer within one
@@ -177,21 +179,23 @@ public struct EligibilityEvaluator: Sendable {
             }
         }
 
-        // Redemptions of this offer: Apple's record, and on the app's evidence our ledger's attempts.
-        let redemptions = Self.redemptions(in: history.bundleTransactions) {
-            $0.offerType == .promotional && $0.offerIdentifier == offer.offerID
-        }
+        // Redemptions of this offer: Apple's record (a pending one in a renewal info included), and
+        // on the app's evidence our ledger's attempts.
+        let isThisOffer = { (type: AppleOfferType?, identifier: String?) in type == .promotional && identifier == offer.offerID }
+        let redemptions = Self.redemptions(in: history, where: isThisOffer)
         let attempts = counting == .applesRecord ? [] : Self.attempts(ledger.filter { $0.offerID == offer.offerID })
         // The attempt still open may be a payment sheet being retried: it does not count yet.
         let closedAttempts = attempts.filter { $0.start.addingTimeInterval(Self.signatureLifetime) <= now }
 
-        // waitBetweenOffersMonths: from the end of the last redemption (or attempt).
+        // waitBetweenOffersMonths: from the end of the subscription that followed the last
+        // redemption, or of the redemption itself (`waitFrom`), or from the last attempt.
         if let wait = rules.waitBetweenOffersMonths, wait > 0 {
-            var dates = redemptions.map(\.end) + closedAttempts.map(\.last)
+            let waitStart = { (redemption: Redemption) in Self.waitStart(after: redemption, in: history, from: rules.waitFrom, reached: reached) }
+            var dates = redemptions.map(waitStart) + closedAttempts.map(\.last)
             if rules.waitScope == .anyWinBack {
-                dates += Self.redemptions(in: history.bundleTransactions) {
-                    $0.offerType == .winBack || ($0.offerType == .promotional && $0.offerIdentifier.map(winBackOfferIDs.contains) == true)
-                }.map(\.end)
+                dates += Self.redemptions(in: history) { type, identifier in
+                    type == .winBack || (type == .promotional && identifier.map(winBackOfferIDs.contains) == true)
+                }.map(waitStart)
                 if counting == .issuedAttempts {
                     dates += Self.attempts(ledger.filter { $0.offerID != offer.offerID && winBackOfferIDs.contains($0.offerID) }).map(\.last)
                 }
@@ -288,6 +292,39 @@ extension EligibilityEvaluator {
             }
         }
         return redemptions
+    }
+
+    /// The redemptions of an offer in a customer's history: those of its transactions (see
+    /// `redemptions(in:where:)`), and a pending one for each renewal info of the group whose
+    /// `offerType` and `offerIdentifier` name the offer (Apple's JWSRenewalInfoDecodedPayload,
+    /// appstoreserverlibrary/models/JWSRenewalInfoDecodedPayload.py: the offer that applies at the
+    /// next renewal, e.g. one the customer accepted through Retention Messaging). A pending
+    /// redemption starts and, as far as is known, ends at `renewalDate` (the offer's period has not
+    /// begun); it is left out when auto-renew is off (the renewal will not happen) and when the
+    /// subscription's latest transaction already redeems the offer (the renewal continues that
+    /// redemption, or has been recorded).
+    static func redemptions(in history: CustomerHistory, where isOffer: (AppleOfferType?, String?) -> Bool) -> [Redemption] {
+        var redemptions = Self.redemptions(in: history.bundleTransactions) { isOffer($0.offerType, $0.offerIdentifier) }
+        for info in history.renewalInfos where isOffer(info.offerType, info.offerIdentifier) && info.autoRenewEnabled != false {
+            let chain = history.group.filter { $0.originalTransactionID == info.originalTransactionID }
+            let latest = chain.max { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }
+            if let latest, isOffer(latest.offerType, latest.offerIdentifier) { continue }
+            guard let renewal = info.renewalDate ?? latest?.expiresDate else { continue }
+            redemptions.append(Redemption(start: renewal, end: renewal))
+        }
+        return redemptions
+    }
+
+    /// From when `waitBetweenOffersMonths` runs after `redemption` (see `OfferRules.waitFrom`): with
+    /// `subscriptionEnd`, the end of the run of the subscription that contains the redemption's
+    /// start, once that run has ended by `reached`; otherwise (`offerEnd`, a run still active, a
+    /// pending redemption, a redemption outside the offer's group) the redemption's end.
+    static func waitStart(after redemption: Redemption, in history: CustomerHistory, from: OfferRules.WaitFrom, reached: Date) -> Date {
+        guard from == .subscriptionEnd,
+            let run = history.runs.first(where: { $0.start <= redemption.start && redemption.start < $0.end }),
+            run.end <= reached
+        else { return redemption.end }
+        return max(run.end, redemption.end)
     }
 
     /// When each redemption of an offer began (see `redemptions(in:where:)`).

@@ -33,6 +33,7 @@ import Foundation
 ///         "lapsedMonths": { "min": 1, "max": 12 },  // integers >= 0, at least one, min <= max
 ///         "waitBetweenOffersMonths": 6,             // integer >= 0
 ///         "waitScope": "offer",                     // "offer" (default) | "any-win-back"; needs waitBetweenOffersMonths
+///         "waitFrom": "subscription-end",           // "subscription-end" (default) | "offer-end"; needs waitBetweenOffersMonths
 ///         "maxRedemptions": 1,                      // integer >= 1
 ///         "excludeFamilyShared": true,              // booleans, default false
 ///         "excludeRefunded": true,
@@ -235,7 +236,7 @@ struct CatalogParser {
     static let offerKeys = ["offerID", "bundleID", "productIDs", "subscriptionGroupID", "kind", "description", "rules", "historySource"]
     static let appKeys = ["appAppleID", "environments", "appStoreServerAPI", "notificationHistory", "retention", "subscriptionGroups"]
     static let ruleKeys = [
-        "minPaidMonths", "lapsedMonths", "waitBetweenOffersMonths", "waitScope", "maxRedemptions",
+        "minPaidMonths", "lapsedMonths", "waitBetweenOffersMonths", "waitScope", "waitFrom", "maxRedemptions",
         "excludeFamilyShared", "excludeRefunded", "excludeBillingRetry", "storefronts", "environment",
         "deferToAppleWinBack", "paidTime", "clockSkewSeconds",
     ]
@@ -400,6 +401,15 @@ struct CatalogParser {
                 throw error("rules.waitScope", .invalidValue("has no effect without \"waitBetweenOffersMonths\""))
             }
             rules.waitScope = scope
+        }
+        if let value = object["waitFrom"] {
+            guard case .string(let raw) = value, let waitFrom = OfferRules.WaitFrom(rawValue: raw) else {
+                throw error("rules.waitFrom", .invalidValue("expected one of: subscription-end, offer-end"))
+            }
+            guard rules.waitBetweenOffersMonths != nil else {
+                throw error("rules.waitFrom", .invalidValue("has no effect without \"waitBetweenOffersMonths\""))
+            }
+            rules.waitFrom = waitFrom
         }
         rules.maxRedemptions = try integer(object["maxRedemptions"], path: "rules.maxRedemptions", minimum: 1)
         rules.excludeFamilyShared = try bool(object["excludeFamilyShared"], path: "rules.excludeFamilyShared")

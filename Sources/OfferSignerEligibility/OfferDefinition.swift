@@ -82,21 +82,34 @@ public struct OfferRules: Sendable, Encodable, Hashable {
     /// (`currently_subscribed`, or `no_history` without history).
     public var lapsedMonths: MonthRange?
     /// `waitBetweenOffersMonths`: months that must pass since the customer's last redemption of this
-    /// offer (or of any win-back offer, see `waitScope`) ended — `redeemed_too_recently` with
-    /// `eligibleFrom`. Apple's `customerEligibilityWaitBetweenOffersInMonths` ("The minimum time
-    /// between the end of the customer's subscription and the customer redeeming the same offer
-    /// again", App Store Connect API `WinBackOfferCreateRequest`): the wait runs from the end of the
-    /// redemption's discounted period(s), the last one of a pay-as-you-go offer over several periods.
+    /// offer (or of any win-back offer, see `waitScope`) before another — `redeemed_too_recently`
+    /// with `eligibleFrom`. Apple's `customerEligibilityWaitBetweenOffersInMonths`. From when the
+    /// wait runs is `waitFrom`.
     ///
     /// On Apple's history a redemption is a transaction with `offerType` 2 and this
-    /// `offerIdentifier`; signatures issued and not redeemed do not count. On the app's evidence
-    /// only (which may leave a redemption out), each signature attempt in our ledger also counts,
-    /// from its issue time (see `EligibilityEvaluator.RedemptionCounting`).
+    /// `offerIdentifier`, or a renewal info with them (an offer the customer accepted that applies
+    /// at the next renewal: a pending redemption, from `renewalDate`); signatures issued and not
+    /// redeemed do not count. On the app's evidence only (which may leave a redemption out), each
+    /// signature attempt in our ledger also counts, from its issue time (see
+    /// `EligibilityEvaluator.RedemptionCounting`).
     public var waitBetweenOffersMonths: Int?
     /// `waitScope`: which redemptions `waitBetweenOffersMonths` looks at. Default `offer`.
     public var waitScope: WaitScope
+    /// `waitFrom`: from when `waitBetweenOffersMonths` runs. Apple is inconsistent: the App Store
+    /// Connect API's `WinBackOfferCreateRequest.Data.Attributes` says of
+    /// `customerEligibilityWaitBetweenOffersInMonths` "The minimum time between the end of the
+    /// customer's subscription and the customer redeeming the same offer again", while
+    /// `WinBackOffer.Attributes` carries another sentence for the same attribute (see
+    /// Docs/Eligibility.md). The default, `subscription-end`, follows the create request's text:
+    /// the wait runs from the end of the customer's subscription that followed the redemption
+    /// (the expiry of the continuous run of periods, within a day of each other, that contains the
+    /// redemption's start); while that run is still active there is no subscription end yet and
+    /// the wait runs from the redemption's end (a win-back offer is not offered then anyway: the
+    /// customer is subscribed). `offer-end`: from the end of the redemption's discounted
+    /// period(s), the last one of a pay-as-you-go offer over several periods.
+    public var waitFrom: WaitFrom
     /// `maxRedemptions`: at most this many redemptions of this offer per customer (`max_redemptions`).
-    /// On Apple's history: the redemptions Apple recorded. On the app's evidence only: the larger of
+    /// On Apple's history: the redemptions Apple recorded, a pending one in a renewal info included. On the app's evidence only: the larger of
     /// the verified redemptions and our ledger's attempts (signatures for the offer within one
     /// signature lifetime, 24 h, are one attempt; the attempt still open does not count).
     public var maxRedemptions: Int?
@@ -131,6 +144,7 @@ public struct OfferRules: Sendable, Encodable, Hashable {
         lapsedMonths: MonthRange? = nil,
         waitBetweenOffersMonths: Int? = nil,
         waitScope: WaitScope = .offer,
+        waitFrom: WaitFrom = .subscriptionEnd,
         maxRedemptions: Int? = nil,
         excludeFamilyShared: Bool = false,
         excludeRefunded: Bool = false,
@@ -147,6 +161,7 @@ public struct OfferRules: Sendable, Encodable, Hashable {
         self.lapsedMonths = lapsedMonths
         self.waitBetweenOffersMonths = waitBetweenOffersMonths
         self.waitScope = waitScope
+        self.waitFrom = waitFrom
         self.maxRedemptions = maxRedemptions
         self.excludeFamilyShared = excludeFamilyShared
         self.excludeRefunded = excludeRefunded
@@ -186,6 +201,15 @@ public struct OfferRules: Sendable, Encodable, Hashable {
         /// Redemptions of any win-back offer: this offer, catalog offers of kind `win-back` (when the
         /// evaluator knows the catalog), and Apple's own win-back offers (`offerType` 4).
         case anyWinBack = "any-win-back"
+    }
+
+    /// `waitFrom` values.
+    public enum WaitFrom: String, Sendable, Codable, Hashable, CaseIterable {
+        /// From the end of the subscription that followed the redemption (Apple's
+        /// `WinBackOfferCreateRequest` text; the default).
+        case subscriptionEnd = "subscription-end"
+        /// From the end of the redemption's discounted period(s).
+        case offerEnd = "offer-end"
     }
 
     /// `storefronts`: `{"allow": [...]}` or `{"deny": [...]}` (exactly one). Codes are stored uppercased.

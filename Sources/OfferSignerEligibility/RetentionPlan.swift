@@ -49,8 +49,11 @@ public struct RetentionProductPlan: Sendable, Hashable, Encodable {
 /// plan may name a message per locale.
 ///
 /// Rule (`identifier(for:)`): the message of the request's locale (`en-US`), else of its language
-/// alone (`en`), else the default. Locales are compared case-insensitively, `_` as `-` (Apple is
-/// silent on the exact spelling of `userLocale`; its examples use `en-US`).
+/// alone (`en`), else the default. Apple's `locale` page
+/// (https://developer.apple.com/documentation/retentionmessaging/locale) says a locale is a
+/// "locale short code" and "The locale string is case-sensitive"; its examples use `en-US`.
+/// Locales are nevertheless compared case-insensitively, `_` as `-`: a tolerance of ours, so a
+/// catalog key spelled `en_us` still matches Apple's `en-US`.
 public struct LocalizedMessageIdentifier: Sendable, Hashable, Encodable {
     /// The message for any locale not listed (a UUID, lowercased).
     public var defaultIdentifier: String
@@ -98,18 +101,21 @@ public struct RetentionOfferChoice: Sendable, Hashable, Encodable {
 }
 
 /// Apple's `billingPlanType` of a switch-plan suggestion (`AlternateProduct.billingPlanType`):
-/// how the suggested subscription is billed. An open set, as Apple's.
+/// how the suggested subscription is billed. Apple's model may gain values, but the catalog
+/// accepts only the values Apple's model lists today (`known`).
 ///
 /// Apple: https://developer.apple.com/documentation/retentionmessaging/billingplantype, and
 /// `appstoreserverlibrary/models/BillingPlanType.py` of Apple's App Store Server Library for
-/// Python (`BILLED_UPFRONT`, `MONTHLY`; a monthly-billed subscription with a 12-month commitment).
+/// Python, which lists `BILLED_UPFRONT` and `MONTHLY` without describing them. That `MONTHLY` is a
+/// monthly-billed subscription with a 12-month commitment is our reading of the names, not
+/// Apple's text.
 public struct AlternateProductBillingPlanType: RawRepresentable, Sendable, Hashable, Encodable {
     public var rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
 
     /// `BILLED_UPFRONT`: the whole period is billed at once.
     public static let billedUpfront = AlternateProductBillingPlanType(rawValue: "BILLED_UPFRONT")
-    /// `MONTHLY`: billed monthly (a 12-month commitment).
+    /// `MONTHLY`: billed monthly (a 12-month commitment, by our reading of the name).
     public static let monthly = AlternateProductBillingPlanType(rawValue: "MONTHLY")
     /// The values Apple's library knows today; the catalog accepts only these.
     public static let known: [AlternateProductBillingPlanType] = [.billedUpfront, .monthly]

@@ -11,15 +11,31 @@ import Foundation
 /// - Sandbox: Apple's accelerated renewal rate, so that a tester reaches a win-back offer in
 ///   minutes. Apple's table ("Subscription renewal period → Renewal time": 1 week → 3 minutes,
 ///   1 month → 5 minutes, 2 months → 10 minutes, 3 months → 15 minutes, 6 months → 30 minutes,
-///   1 year → 1 hour) is the default rate of the sandbox (StoreKit Test
-///   `SKTestSession.TimeRate.monthlyRenewalEveryFiveMinutes`: "The sandbox environment also supports
-///   this subscription renewal rate"; App Store Connect Help, "Manage Sandbox Apple Account
-///   settings": a tester's renewal rate can be changed, and it also sets the length of billing retry
-///   and grace periods). A month of a rule is then `sandboxMonth` (5 minutes: the table is
-///   5 minutes per month from 1 to 12 months).
+///   1 year → 1 hour) is StoreKit Test's `SKTestSession.TimeRate.monthlyRenewalEveryFiveMinutes`,
+///   of which Apple's page says only "The sandbox environment also supports this subscription
+///   renewal rate" (App Store Connect Help, "Manage Sandbox Apple Account settings": a tester's
+///   renewal rate can be changed, and it also sets the length of billing retry and grace periods).
+///   Apple does not call it the sandbox's default; it is the rate these rules assume. A month of a
+///   rule (a threshold such as `lapsedMonths` or a wait) is then `sandboxMonth` (5 minutes: the
+///   table is 5 minutes per month from 1 to 12 months). Paid time is not read at that rate: the
+///   table is not linear (a week is 3 minutes, not 5 × 7/30), so an observed Sandbox period counts
+///   as the nominal duration of the nearest entry of the table (`sandboxNominalMonths`: 3 minutes is
+///   a week, about 0.23 months, not 0.6). Apple is silent on how to read other renewal rates.
 public struct RuleTime: Sendable, Hashable {
     /// A month's length in Sandbox at Apple's default renewal rate.
     public static let sandboxMonth: TimeInterval = 300
+
+    /// Apple's Sandbox table: the observed length of a period (seconds) and the period it stands for
+    /// (months; a week is 7 days of a mean Gregorian month, 365.2425 / 12 days).
+    public static let sandboxTable: [(observed: TimeInterval, months: Double)] = [
+        (180, 7 / (365.2425 / 12)), (300, 1), (600, 2), (900, 3), (1800, 6), (3600, 12),
+    ]
+
+    /// The nominal months of one observed Sandbox subscription period: those of the entry of
+    /// `sandboxTable` whose renewal time is nearest to `observed` (a tie goes to the shorter).
+    public static func sandboxNominalMonths(observed: TimeInterval) -> Double {
+        sandboxTable.min { abs($0.observed - observed) < abs($1.observed - observed) }?.months ?? observed / sandboxMonth
+    }
 
     /// `nil`: calendar months; otherwise a month is this many seconds.
     public let fixedMonth: TimeInterval?

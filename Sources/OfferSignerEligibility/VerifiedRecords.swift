@@ -50,8 +50,9 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
     /// `transactionReason`: a purchase, or a renewal by the App Store.
     public var transactionReason: AppleTransactionReason?
     /// `revocationReason`: `1` refunded for an issue with the app, `0` for another reason (Apple's
-    /// `RevocationReason`: "The reason that the App Store refunded the transaction or revoked it
-    /// from Family Sharing", appstoreserverlibrary/models/RevocationReason.py).
+    /// `RevocationReason`, appstoreserverlibrary/models/RevocationReason.py; the field's description,
+    /// "The reason that the App Store refunded the transaction or revoked it from Family Sharing",
+    /// is `JWSTransactionDecodedPayload.revocationReason`'s, appstoreserverlibrary/models/JWSTransactionDecodedPayload.py).
     public var revocationReason: Int?
     /// `revocationType`: `REFUND_FULL`, `REFUND_PRORATED` or `FAMILY_REVOKE` (Apple's
     /// `RevocationType`, appstoreserverlibrary/models/RevocationType.py).
@@ -215,6 +216,19 @@ public struct VerifiedRenewalInfo: Sendable, Codable, Hashable {
     public var environment: AppleEnvironment
     /// `signedDate`.
     public var signedDate: Date?
+    /// `offerType`: the type of the subscription offer that applies at the next renewal (Apple's
+    /// `JWSRenewalInfoDecodedPayload.offerType`; a promotional offer is `2`). Set once the customer
+    /// accepted an offer that starts at the renewal (a Retention Messaging offer, for one).
+    public var offerType: AppleOfferType?
+    /// `offerIdentifier`: that offer's identifier (for a promotional offer, the offer ID we signed).
+    public var offerIdentifier: String?
+    /// `offerDiscountType`: that offer's payment mode.
+    public var offerDiscountType: AppleOfferDiscountType?
+    /// `offerPeriod`: that offer's duration, an ISO 8601 duration (e.g. `P3M`); kept as Apple sends it.
+    public var offerPeriod: String?
+    /// `renewalDate`: when the subscription renews next (Apple: "The UNIX time, in milliseconds,
+    /// that the most recent auto-renewable subscription purchase expires").
+    public var renewalDate: Date?
 
     public init(
         originalTransactionID: String?,
@@ -226,8 +240,18 @@ public struct VerifiedRenewalInfo: Sendable, Codable, Hashable {
         eligibleWinBackOfferIDs: [String] = [],
         environment: AppleEnvironment,
         signedDate: Date? = nil,
-        expirationIntent: Int? = nil
+        expirationIntent: Int? = nil,
+        offerType: AppleOfferType? = nil,
+        offerIdentifier: String? = nil,
+        offerDiscountType: AppleOfferDiscountType? = nil,
+        offerPeriod: String? = nil,
+        renewalDate: Date? = nil
     ) {
+        self.offerType = offerType
+        self.offerIdentifier = offerIdentifier
+        self.offerDiscountType = offerDiscountType
+        self.offerPeriod = offerPeriod
+        self.renewalDate = renewalDate
         self.expirationIntent = expirationIntent
         self.originalTransactionID = originalTransactionID
         self.productID = productID

@@ -70,6 +70,11 @@ struct RenewalInfoPayload: Decodable {
     var environment: String
     var signedDate: Double?
     var expirationIntent: Int?
+    var offerType: Int?
+    var offerIdentifier: String?
+    var offerDiscountType: String?
+    var offerPeriod: String?
+    var renewalDate: Double?
 
     func verified(environment: AppleEnvironment) -> VerifiedRenewalInfo {
         VerifiedRenewalInfo(
@@ -82,7 +87,12 @@ struct RenewalInfoPayload: Decodable {
             eligibleWinBackOfferIDs: eligibleWinBackOfferIds ?? [],
             environment: environment,
             signedDate: signedDate.map(date),
-            expirationIntent: expirationIntent
+            expirationIntent: expirationIntent,
+            offerType: offerType.map(AppleOfferType.init(rawValue:)),
+            offerIdentifier: offerIdentifier,
+            offerDiscountType: offerDiscountType.map(AppleOfferDiscountType.init(rawValue:)),
+            offerPeriod: offerPeriod,
+            renewalDate: renewalDate.map(date)
         )
     }
 }

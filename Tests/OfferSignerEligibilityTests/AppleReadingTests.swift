@@ -3,7 +3,7 @@ import Foundation
 import Testing
 
 /// The rules read as Apple defines its terms (issue 29): redemptions as Apple records them, churn,
-/// waits from the offer's end, revocation types, free periods, clock skew, Sandbox time.
+/// waits from the subscription's end (or the offer's), pending offers in renewal infos, revocation types, free periods, clock skew, Sandbox time.
 @Suite("Eligibility rules on Apple's definitions")
 struct AppleReadingTests {
     typealias F = Fixture
@@ -96,11 +96,12 @@ struct AppleReadingTests {
         #expect(Self.evaluate(F.offer(.any, rules: OfferRules()), Self.lapsed, renewals: [Self.renewal(autoRenew: true)]).reasons == [])
     }
 
-    // MARK: Waits from the offer's end
+    // MARK: Waits and pending redemptions
 
-    @Test("The wait runs from the end of the offer's last discounted period (pay as you go over 3 months)")
-    func waitRunsFromTheOffersEnd() {
+    @Test("The wait runs from the end of the subscription that followed the redemption (the default), or of the offer's last discounted period (waitFrom offer-end)")
+    func waitRunsFromTheSubscriptionsEnd() {
         let start = F.monthsAgo(5)
+        // Pay as you go over 3 months, then a month at the full price; the subscription ended a month ago.
         let offerPeriods = (0..<3).map { month in
             var period = F.transaction(
                 "p\(month)", start: F.months(month, from: start), end: F.months(month + 1, from: start), offerType: .promotional,
@@ -108,11 +109,54 @@ struct AppleReadingTests {
             period.transactionReason = month == 0 ? .purchase : .renewal
             return period
         }
-        let decision = Self.evaluate(
-            F.offer(rules: OfferRules(waitBetweenOffersMonths: 6)), F.paidMonths(3, endingAt: start) + offerPeriods, counting: .applesRecord)
-        #expect(decision.reasons == [.redeemedTooRecently])
-        #expect(decision.eligibleFrom == F.months(6, from: F.months(3, from: start)))
+        var fullPrice = F.transaction("p3", start: F.months(3, from: start), end: F.months(4, from: start))
+        fullPrice.transactionReason = .renewal
+        let history = F.paidMonths(3, endingAt: start) + offerPeriods + [fullPrice]
+        let subscriptionEnd = Self.evaluate(F.offer(rules: OfferRules(waitBetweenOffersMonths: 6)), history, counting: .applesRecord)
+        #expect(subscriptionEnd.reasons == [.redeemedTooRecently])
+        #expect(subscriptionEnd.eligibleFrom == F.months(6, from: F.months(4, from: start)))
+        let offerEnd = Self.evaluate(F.offer(rules: OfferRules(waitBetweenOffersMonths: 6, waitFrom: .offerEnd)), history, counting: .applesRecord)
+        #expect(offerEnd.reasons == [.redeemedTooRecently])
+        #expect(offerEnd.eligibleFrom == F.months(6, from: F.months(3, from: start)))
         #expect(EligibilityEvaluator.redemptions(in: offerPeriods) { $0.offerIdentifier == "wb1" }.count == 1)
+        // A subscription still running has no end yet: the wait runs from the offer's end.
+        var running = F.transaction("p4", start: F.months(4, from: start), end: F.months(6, from: start))
+        running.transactionReason = .renewal
+        let active = Self.evaluate(F.offer(.any, rules: OfferRules(waitBetweenOffersMonths: 6)), history + [running], counting: .applesRecord)
+        #expect(active.eligibleFrom == F.months(6, from: F.months(3, from: start)))
+        // A later run (after a lapse) is another subscription: the wait runs from the end of the redemption's run.
+        let later = F.transaction("q0", start: F.months(5, from: start).addingTimeInterval(3 * 86_400), end: F.now.addingTimeInterval(-86_400))
+        let resubscribed = Self.evaluate(F.offer(.any, rules: OfferRules(waitBetweenOffersMonths: 6)), history + [later], counting: .applesRecord)
+        #expect(resubscribed.eligibleFrom == F.months(6, from: F.months(4, from: start)))
+    }
+
+    @Test("An offer the customer accepted for the next renewal (renewal info offerType 2 and its identifier) is a pending redemption")
+    func pendingOfferInRenewalInfo() {
+        // A subscriber whose period renews in ten days; the renewal info says wb1 applies then.
+        let renewal = F.now.addingTimeInterval(10 * 86_400)
+        let subscribed = F.paidMonths(6, endingAt: renewal)
+        func info(autoRenew: Bool = true, offerType: AppleOfferType? = .promotional, offerID: String? = "wb1") -> VerifiedRenewalInfo {
+            VerifiedRenewalInfo(
+                originalTransactionID: "1000", productID: F.monthly, autoRenewProductID: F.monthly, autoRenewEnabled: autoRenew,
+                environment: .production, offerType: offerType, offerIdentifier: offerID, offerDiscountType: .payUpFront, offerPeriod: "P1M",
+                renewalDate: renewal)
+        }
+        let retention = F.offer(.retention, rules: Self.oncePerYear)
+        let pending = Self.evaluate(retention, subscribed, renewals: [info()], counting: .applesRecord)
+        #expect(pending.reasons == [.redeemedTooRecently, .maxRedemptions])
+        let waitOnly = Self.evaluate(F.offer(.retention, rules: OfferRules(waitBetweenOffersMonths: 12)), subscribed, renewals: [info()], counting: .applesRecord)
+        #expect(waitOnly.eligibleFrom == F.months(12, from: renewal))
+        // Not this offer, not a promotional offer, or auto-renew off (no renewal): nothing pending.
+        #expect(Self.evaluate(retention, subscribed, renewals: [info(offerID: "other")], counting: .applesRecord).reasons == [])
+        #expect(Self.evaluate(retention, subscribed, renewals: [info(offerType: .winBack)], counting: .applesRecord).reasons == [])
+        #expect(Self.evaluate(retention, subscribed, renewals: [info(autoRenew: false)], counting: .applesRecord).reasons == [])
+        // Once the renewal is recorded, the transaction and the renewal info are one redemption.
+        var renewed = F.transaction("r1", start: renewal, end: F.months(1, from: renewal), offerType: .promotional, offerID: "wb1", discount: .payUpFront)
+        renewed.transactionReason = .renewal
+        let twice = F.offer(.retention, rules: OfferRules(maxRedemptions: 2))
+        #expect(Self.evaluate(twice, subscribed + [renewed], renewals: [info()], now: renewal.addingTimeInterval(60), counting: .applesRecord).reasons == [])
+        // On the app's evidence it counts too (Apple signed it).
+        #expect(Self.evaluate(retention, subscribed, renewals: [info()]).reasons == [.redeemedTooRecently, .maxRedemptions])
     }
 
     // MARK: Revocations
@@ -213,7 +257,7 @@ struct AppleReadingTests {
         #expect(Self.evaluate(F.offer(rules: OfferRules(clockSkewSeconds: 0)), ending).reasons == [.currentlySubscribed])
     }
 
-    @Test("Sandbox time: a month of a rule is 5 minutes, Apple's sandbox renewal rate")
+    @Test("Sandbox time: a month of a rule is 5 minutes, the rate of Apple's sandbox table")
     func sandboxTime() {
         let minute: TimeInterval = 60
         let now = F.now
@@ -239,6 +283,30 @@ struct AppleReadingTests {
         #expect(Self.evaluate(offer, production, now: now).reasons == [.paidTooShort, .lapsedTooRecently])
     }
 
+    @Test("Sandbox paid time: each observed period counts as its nominal duration in Apple's table (3 minutes is a week, not 0.6 months)")
+    func sandboxPeriodsAtTheirNominalDuration() {
+        let minute: TimeInterval = 60
+        let end = F.now.addingTimeInterval(-12 * minute)
+        func periods(_ count: Int, of length: TimeInterval) -> [VerifiedTransaction] {
+            (0..<count).map { index in
+                F.transaction(
+                    "w\(index)", start: end.addingTimeInterval(Double(index - count) * length), end: end.addingTimeInterval(Double(index - count + 1) * length),
+                    environment: .sandbox)
+            }
+        }
+        #expect(abs(RuleTime.sandboxNominalMonths(observed: 3 * minute) - 7 / (365.2425 / 12)) < 1e-9)
+        #expect(RuleTime.sandboxNominalMonths(observed: 5 * minute + 20) == 1)
+        #expect(RuleTime.sandboxNominalMonths(observed: 58 * minute) == 12)
+        let threeMonths = F.offer(rules: OfferRules(minPaidMonths: 3))
+        // Five weekly periods (15 minutes observed) are about 1.15 months, not 3.
+        #expect(Self.evaluate(threeMonths, periods(5, of: 3 * minute)).reasons == [.paidTooShort])
+        // Fourteen weeks are about 3.2 months.
+        #expect(Self.evaluate(threeMonths, periods(14, of: 3 * minute)).reasons == [])
+        // One quarterly period (15 minutes) is 3 months; a yearly one (an hour) is 12.
+        #expect(Self.evaluate(threeMonths, periods(1, of: 15 * minute)).reasons == [])
+        #expect(Self.evaluate(F.offer(rules: OfferRules(minPaidMonths: 12)), periods(1, of: 60 * minute)).reasons == [])
+    }
+
     // MARK: Catalog
 
     @Test("The catalog reads paidTime and clockSkewSeconds, and refuses bad values")
@@ -257,5 +325,9 @@ struct AppleReadingTests {
         #expect(throws: OfferCatalogError.self) { try catalog(#"{"paidTime": "lifetime"}"#) }
         #expect(throws: OfferCatalogError.self) { try catalog(#"{"clockSkewSeconds": 7200}"#) }
         #expect(throws: OfferCatalogError.self) { try catalog(#"{"clockSkewSeconds": -1}"#) }
+        #expect(try catalog(#"{"waitBetweenOffersMonths": 6}"#).offers[0].rules?.waitFrom == .subscriptionEnd)
+        #expect(try catalog(#"{"waitBetweenOffersMonths": 6, "waitFrom": "offer-end"}"#).offers[0].rules?.waitFrom == .offerEnd)
+        #expect(throws: OfferCatalogError.self) { try catalog(#"{"waitBetweenOffersMonths": 6, "waitFrom": "redemption"}"#) }
+        #expect(throws: OfferCatalogError.self) { try catalog(#"{"waitFrom": "offer-end"}"#) }
     }
 }

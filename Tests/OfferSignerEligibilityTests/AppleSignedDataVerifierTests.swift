@@ -355,6 +355,35 @@ struct AppleSignedDataVerifierTests {
     }
 }
 
+extension AppleSignedDataVerifierTests {
+    @Test("A renewal info with an offer for the next renewal decodes offerType, offerIdentifier, offerDiscountType, offerPeriod and renewalDate as Apple spells them, and counts as a pending redemption")
+    func pendingOfferInRenewalInfoDecodes() async throws {
+        let chain = try chain()
+        let renewalDate = Fixture.months(1, from: Self.now)
+        // Shaped as JWSRenewalInfoDecodedPayload (appstoreserverlibrary/models/JWSRenewalInfoDecodedPayload.py).
+        var renewal = Self.renewalPayload()
+        renewal["autoRenewStatus"] = 1
+        renewal.removeValue(forKey: "expirationIntent")
+        renewal["offerType"] = 2
+        renewal["offerIdentifier"] = "wb1"
+        renewal["offerDiscountType"] = "PAY_UP_FRONT"
+        renewal["offerPeriod"] = "P3M"
+        renewal["renewalDate"] = TestAppleChain.milliseconds(renewalDate)
+        // The current period, at the full price (no offer of its own): only the renewal info names wb1.
+        var transaction = Self.transactionPayload()
+        transaction["expiresDate"] = TestAppleChain.milliseconds(renewalDate)
+        for key in ["offerType", "offerIdentifier", "offerDiscountType"] { transaction.removeValue(forKey: key) }
+        let evidence = await verifier(chain).verify(
+            signedTransactions: [try chain.signJWS(transaction)], signedRenewalInfos: [try chain.signJWS(renewal)], now: Self.now)
+        let info = try #require(evidence.renewalInfos.first)
+        #expect(info.offerType == .promotional && info.offerIdentifier == "wb1" && info.offerDiscountType == .payUpFront)
+        #expect(info.offerPeriod == "P3M" && info.renewalDate == renewalDate)
+        let decision = EligibilityEvaluator().evaluate(
+            Fixture.offer(.retention, rules: OfferRules(maxRedemptions: 1)), evidence: evidence, ledger: [], now: Self.now, counting: .applesRecord)
+        #expect(decision.reasons == [.maxRedemptions])
+    }
+}
+
 /// The chain validation cache must save work without weakening any check.
 @Suite("Apple chain validation cache")
 struct AppleChainValidationCacheTests {

@@ -46,6 +46,8 @@ struct AppleReadingScenarioTests {
            "kind": "win-back", "historySource": "apple", "rules": {"minPaidMonths": 3}},
           {"offerID": "wb_wait", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
            "kind": "win-back", "historySource": "apple", "rules": {"waitBetweenOffersMonths": 2}},
+          {"offerID": "wb_wait_offer_end", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
+           "kind": "win-back", "historySource": "apple", "rules": {"waitBetweenOffersMonths": 2, "waitFrom": "offer-end"}},
           {"offerID": "wb_skew", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
            "kind": "win-back", "historySource": "apple", "rules": {"waitBetweenOffersMonths": 1, "waitScope": "any-win-back"}},
           {"offerID": "wb_noskew", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
@@ -319,17 +321,24 @@ struct AppleReadingScenarioTests {
 
     // MARK: Time
 
-    @Test("The wait runs from the end of the offer's last discounted period", arguments: StoreBackend.testedCases)
-    func waitFromTheOffersEnd(backend: StoreBackend) async throws {
-        var redeemed = Subscriber(original: "750000001", periods: Self.months(5, endingAt: now.addingTimeInterval(-10 * 86_400)))
-        redeemed.extra[3] = ["offerType": 2, "offerIdentifier": "wb_wait", "offerDiscountType": "PAY_AS_YOU_GO", "price": 4990, "transactionReason": "PURCHASE"]
-        redeemed.extra[4] = ["offerType": 2, "offerIdentifier": "wb_wait", "offerDiscountType": "PAY_AS_YOU_GO", "price": 4990]
-        let subscriber = redeemed
+    @Test("The wait runs from the end of the subscription that followed the redemption; with waitFrom offer-end, from the offer's last discounted period", arguments: StoreBackend.testedCases)
+    func waitFromTheSubscriptionsEnd(backend: StoreBackend) async throws {
+        // Pay as you go over periods 2 and 3, then period 4 at the full price; one subscriber per offer.
+        let customers = [("wb_wait", "750000001"), ("wb_wait_offer_end", "750000002")].map { offerID, original in
+            var redeemed = Subscriber(original: original, periods: Self.months(5, endingAt: now.addingTimeInterval(-10 * 86_400)))
+            redeemed.extra[2] = ["offerType": 2, "offerIdentifier": offerID, "offerDiscountType": "PAY_AS_YOU_GO", "price": 4990, "transactionReason": "PURCHASE"]
+            redeemed.extra[3] = ["offerType": 2, "offerIdentifier": offerID, "offerDiscountType": "PAY_AS_YOU_GO", "price": 4990]
+            return (offerID, redeemed)
+        }
         try await withServer(backend) { client, secret, _ in
-            try await follow(subscriber, renewalInfo: subscriber.renewalInfo(autoRenew: false, expirationIntent: 1, at: now), last: ("EXPIRED", "VOLUNTARY"), client: client)
-            let decision = try await decide(["wb_wait"], for: subscriber, client: client, secret: secret)["wb_wait"]
-            #expect(decision?["reasons"] as? [String] == ["redeemed_too_recently"], "\(String(describing: decision))")
-            #expect(Self.eligibleFrom(decision) == Self.utc.date(byAdding: .month, value: 2, to: subscriber.periods[4].end), "\(String(describing: decision))")
+            for (offerID, customer) in customers {
+                try await follow(customer, renewalInfo: customer.renewalInfo(autoRenew: false, expirationIntent: 1, at: now), last: ("EXPIRED", "VOLUNTARY"), client: client)
+                let decision = try await decide([offerID], for: customer, client: client, secret: secret)[offerID]
+                #expect(decision?["reasons"] as? [String] == ["redeemed_too_recently"], "\(offerID): \(String(describing: decision))")
+                // The subscription's end (period 4), or the offer's (period 3).
+                let from = offerID == "wb_wait" ? customer.periods[4].end : customer.periods[3].end
+                #expect(Self.eligibleFrom(decision) == Self.utc.date(byAdding: .month, value: 2, to: from), "\(offerID): \(String(describing: decision))")
+            }
         }
     }
 

@@ -255,8 +255,12 @@ struct EligibilityIntegrationTests {
             #expect(try await client.postJSON("/v1/offers/eligibility", question, bearer: secret).status == .ok)
             let limited = try await client.postJSON("/v1/offers/eligibility", question, bearer: secret)
             expectProblem(limited, .tooManyRequests, "rate_limited")
-            // 100 s for a whole token at 0.01/s, or 99 when the machine took a second or more between the requests.
-            #expect(["99", "100"].contains(limited.headers[.retryAfter] ?? ""))
+            // The eligibility limiter's window: 100 s for a whole token at 0.01/s, less the time the
+            // machine took since the bucket emptied (96 was seen on a loaded machine). Above 50 it is
+            // this limiter's: the client limiter is unlimited here, and the time a loaded machine
+            // takes between the requests is seconds, not minutes.
+            let retryAfter = Int(limited.headers[.retryAfter] ?? "")
+            #expect(retryAfter.map { (51...100).contains($0) } == true, "Retry-After \(limited.headers[.retryAfter] ?? "none")")
             // Another customer is not affected, and this one can still get a signature.
             let other = #"{"appAccountToken":"0ad246b5-54d1-4e1b-88d4-ab934587435f","evidence":{}}"#
             #expect(try await client.postJSON("/v1/offers/eligibility", other, bearer: secret).status == .ok)

@@ -6,6 +6,7 @@ import HummingbirdTesting
 import Logging
 import NIOCore
 import OfferSignerCore
+import OfferSignerEligibility
 import OfferSignerPostgres
 import OfferSignerServer
 import OfferSignerStorage
@@ -124,7 +125,11 @@ struct PostgresInstancesTests {
 }
 
 extension PostgresInstancesTests {
-    @Test("Twelve parallel requests for an offer allowed once a year, spread over two instances: one 201, eleven 403")
+    /// On the app's evidence, signatures for one customer and offer within 24 h are one attempt
+    /// (a cancelled payment sheet may be retried), so parallel requests on fresh evidence are all
+    /// signed; what must hold across instances is that a redemption the evidence shows refuses
+    /// every one of them, and that every signature handed out is audited once and in the ledger.
+    @Test("Twelve parallel requests over two instances: with a redemption in the evidence all twelve 403 and nothing issued; on fresh evidence all twelve 201, each audited once, one attempt in the ledger")
     func eligibilityAcrossInstances() async throws {
         let chain = try TestAppleChain()
         let deployment = try await Deployment.make(instances: 2) { configuration in
@@ -132,20 +137,52 @@ extension PostgresInstancesTests {
                 catalogJSON: Data(EligibilityIntegrationTests.catalog.utf8), trustedRootPEMs: [try! chain.root.serializeAsPEM().pemString])
         }
         let secret = try await deployment.createClient(name: "backend")
-        let evidence = EligibilityIntegrationTests.evidenceJSON(try EligibilityIntegrationTests.history(chain))
-        let body = #"{"productID":"pro.monthly","offerID":"wb1","appAccountToken":"\#(EligibilityIntegrationTests.token)","evidence":\#(evidence)}"#
-        let statuses = try await deployment.live { ports -> [HTTPResponse.Status] in
-            try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
-                for index in 0..<12 {
-                    group.addTask { try await Self.sign(ports[index % 2], secret: secret, body: body).0 }
-                }
-                return try await group.reduce(into: []) { $0.append($1) }
-            }
+        func body(_ transactions: [String]) -> String {
+            #"{"productID":"pro.monthly","offerID":"wb1","appAccountToken":"\#(EligibilityIntegrationTests.token)","evidence":\#(EligibilityIntegrationTests.evidenceJSON(transactions))}"#
         }
-        #expect(statuses.filter { $0 == .created }.count == 1, "\(statuses)")
-        #expect(statuses.filter { $0 == .forbidden }.count == 11, "\(statuses)")
-        let issued = try await deployment.stores[0].issuedSignatures(appAccountToken: EligibilityIntegrationTests.token, bundleID: "com.example.app")
-        #expect(issued.count == 1)
+        let redeemed = body(try EligibilityIntegrationTests.history(chain, redeemedLast: true))
+        let fresh = body(try EligibilityIntegrationTests.history(chain))
+        let (refused, signed) = try await deployment.live { ports -> ([(HTTPResponse.Status, String)], [(HTTPResponse.Status, String)]) in
+            func twelve(_ body: String) async throws -> [(HTTPResponse.Status, String)] {
+                try await withThrowingTaskGroup(of: (HTTPResponse.Status, String).self) { group in
+                    for index in 0..<12 {
+                        group.addTask { try await Self.sign(ports[index % 2], secret: secret, body: body) }
+                    }
+                    return try await group.reduce(into: []) { $0.append($1) }
+                }
+            }
+            return (try await twelve(redeemed), try await twelve(fresh))
+        }
+
+        // The evidence shows wb1 redeemed two months ago (waitBetweenOffersMonths 12): every request refused.
+        #expect(refused.count == 12)
+        for (status, text) in refused {
+            #expect(status == .forbidden, "\(text)")
+            #expect(text.contains("redeemed_too_recently"), "\(text)")
+        }
+        let store = deployment.stores[0]
+
+        // Fresh evidence: all twelve signed, each nonce audited exactly once, all in the ledger as one attempt.
+        #expect(signed.map(\.0) == Array(repeating: .created, count: 12), "\(signed.map(\.1))")
+        let nonces = signed.compactMap { _, text in
+            ((try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])?["legacy"] as? [String: Any])?["nonce"] as? String
+        }
+        #expect(nonces.count == 12 && Set(nonces).count == 12)
+        var recordsPerNonce: [String: Int] = [:]
+        for record in try await store.auditRecords(after: 0, limit: 10_000) where record.kind == "signature.issued" {
+            let body = try JSONSerialization.jsonObject(with: Data(record.body.utf8)) as? [String: Any]
+            if let nonce = body?["nonce"] as? String { recordsPerNonce[nonce, default: 0] += 1 }
+        }
+        #expect(recordsPerNonce.count == 12, "only the twelve fresh-evidence signatures were audited: \(recordsPerNonce.count)")
+        #expect(nonces.allSatisfy { recordsPerNonce[$0] == 1 }, "every nonce handed out is in exactly one audit record")
+        let issued = try await store.issuedSignatures(appAccountToken: EligibilityIntegrationTests.token, bundleID: "com.example.app")
+        #expect(Set(issued.map(\.signature.nonce)) == Set(nonces))
+        #expect(issued.allSatisfy { $0.signature.offerID == "wb1" })
+        // One attempt: every issuance within one signature lifetime (24 h) of the first.
+        let times = issued.map(\.signature.issuedAt)
+        if let first = times.min(), let last = times.max() {
+            #expect(last.timeIntervalSince(first) < EligibilityEvaluator.signatureLifetime)
+        }
         await deployment.close()
     }
 

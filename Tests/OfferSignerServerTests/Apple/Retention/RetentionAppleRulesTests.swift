@@ -162,6 +162,28 @@ struct RetentionAppleRulesTests {
         }
     }
 
+    @Test("An offer accepted for the next renewal (renewal info offerType 2, offerIdentifier) is a redemption: the next page view gets the fallback", arguments: StoreBackend.testedCases)
+    func acceptedOfferInRenewalInfo(_ backend: StoreBackend) async throws {
+        try await RetentionHarness.run(backend, catalog: Self.catalog(port:)) { h in
+            let customer = h.subscriber(months: 6, id: "720000001", token: "55555555-aaaa-4aaa-8aaa-000720000001")
+            try await h.notify(customer)
+            let first = try await h.post(try h.request(customer.originalTransactionID))
+            #expect(RetentionHarness.members(first) == ["promotionalOffer"], "\(first.text)")
+            // The customer accepted it: Apple's renewal info now carries the offer for the next
+            // renewal (JWSRenewalInfoDecodedPayload offerType, offerIdentifier, offerDiscountType,
+            // offerPeriod, renewalDate), as Apple sends it with the next notification.
+            let last = customer.periodStarts.count - 1
+            let accepted = try h.notification(customer, index: last, renewalInfo: [
+                "offerType": 2, "offerIdentifier": "retain_50", "offerDiscountType": "PAY_UP_FRONT", "offerPeriod": "P1M",
+                "renewalDate": TestAppleChain.milliseconds(customer.expiry(last)), "signedDate": TestAppleChain.milliseconds(h.now),
+            ])
+            #expect(try await h.client.postJSON("/v1/apple/notifications", accepted).status == .ok)
+            let next = try await h.post(try h.request(customer.originalTransactionID))
+            #expect(next.status == .ok, "\(next.text)")
+            #expect(RetentionHarness.members(next) == ["alternateProduct"], "the fallback, not another offer: \(next.text)")
+        }
+    }
+
     @Test("appAppleId is checked in Production only, as Apple's SignedDataVerifier does", arguments: StoreBackend.testedCases)
     func appAppleIDInProductionOnly(_ backend: StoreBackend) async throws {
         try await RetentionHarness.run(backend, catalog: Self.catalog(port:)) { h in

@@ -31,23 +31,30 @@ struct RetentionDeadlineTests {
         """#
     }
 
+    /// Which of the two requests the writer takes into the held commit depends on scheduling (on
+    /// a loaded machine the second may get there first, or both may share one group, or neither
+    /// may get there before its deadline), so the test asserts what holds in every case: an
+    /// entry still queued at its deadline is never written, an entry the writer had taken lands
+    /// late and is then withdrawn, and no signature the customer never saw stays counted.
     @Test(
-        "Commits held past the deadline: both answers are the fallback within it; the queued signature is never written, the one committed late is withdrawn and counts for nothing",
+        "Commits held past the deadline: both answers are the fallback within it; a signature never written or written late and withdrawn, none left in the ledger",
         arguments: StoreBackend.testedCases)
     func commitSlowerThanTheDeadline(_ backend: StoreBackend) async throws {
         try await RetentionHarness.run(backend, catalog: Self.catalog(port:), configure: { $0.retention.budget = Self.budget }) { h in
             let first = h.subscriber(months: 6, id: "600000001", token: "11111111-aaaa-4aaa-8aaa-000000000001")
             let second = h.subscriber(months: 6, id: "600000002", token: "11111111-aaaa-4aaa-8aaa-000000000002")
+            let probe = h.subscriber(months: 6, id: "600000009", token: "11111111-aaaa-4aaa-8aaa-000000000009")
             try await h.notify(first)
             try await h.notify(second)
+            try await h.notify(probe)
             let firstID = UUID().uuidString.lowercased()
             let secondID = UUID().uuidString.lowercased()
             let firstBody = try h.request(first.originalTransactionID, requestIdentifier: firstID)
             let secondBody = try h.request(second.originalTransactionID, requestIdentifier: secondID)
 
             let hold = try await h.holdAuditWrites()
-            // The first request's commit is taken by the writer, which then waits for the lock;
-            // the second one's is queued behind it.
+            // Usually the first request's commit is taken by the writer, which then waits for the
+            // lock, and the second one's is queued behind it; the assertions do not rely on it.
             async let firstAnswer = h.postConcurrently(firstBody)
             try await Task.sleep(for: .milliseconds(150))
             async let secondAnswer = h.postConcurrently(secondBody)
@@ -60,41 +67,63 @@ struct RetentionDeadlineTests {
                 #expect(answer.status == .ok)
                 #expect(Array(answer.json.keys) == ["message"], "the fallback: \(answer.json)")
                 #expect((answer.json["message"] as? [String: Any])?["messageIdentifier"] as? String == Self.fallbackMessage)
-                // The server answers at its 500 ms deadline; the rest is slack for loopback on a
-                // loaded machine (the commits waited about a second longer).
-                #expect(answer.elapsed < .milliseconds(1000), "answered after \(answer.elapsed)")
+                // The server answers at its deadline, not when the store lets the commit through
+                // (which the test holds back until both answers are in); 1.5 s of slack for
+                // loopback and scheduling on a loaded CI machine.
+                #expect(answer.elapsed < Self.budget + .milliseconds(1500), "answered after \(answer.elapsed)")
             }
 
-            // The first request's group lands once the lock is released, and is then withdrawn:
-            // the withdrawal's record first, then the ledger row goes (both under the customer's lock).
-            let firstToken = try #require(first.appAccountToken)
-            let deadline = ContinuousClock.now + .seconds(30)
-            while ContinuousClock.now < deadline {
-                let withdrawnYet = try await !h.audited("signature.withdrawn").isEmpty
-                if withdrawnYet, try await h.store.issuedSignatures(appAccountToken: firstToken, bundleID: RetentionHarness.bundleID).isEmpty { break }
-                try await Task.sleep(for: .milliseconds(50))
-            }
-            let issued = try await h.audited("signature.issued")
-            let withdrawn = try await h.audited("signature.withdrawn")
-            #expect(issued.filter { $0["nonce"] as? String == secondID }.isEmpty, "the queued signature was never written")
-            #expect(try await h.audited("retention.answered").filter { $0["requestIdentifier"] as? String == secondID }.isEmpty)
-            #expect(issued.map { $0["nonce"] as? String } == [firstID], "the first one's commit was under way at its deadline: \(issued)")
-            #expect(withdrawn.map { $0["nonce"] as? String } == [firstID], "and is withdrawn: \(withdrawn)")
-            #expect(withdrawn.first?["reason"] as? String == "answered_after_deadline")
-            #expect(withdrawn.first?["retentionRequestIdentifier"] as? String == firstID)
-            for customer in [first, second] {
-                let ledger = try await h.store.issuedSignatures(appAccountToken: try #require(customer.appAccountToken), bundleID: RetentionHarness.bundleID)
-                #expect(ledger.isEmpty, "no ledger row counts a signature the customer never saw: \(ledger)")
-            }
-            #expect(try await h.store.verifiedChain().isIntact)
             let metrics = try await h.client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
             #expect(metrics.contains(#"retention_fallbacks_total{reason="deadline"} 2"#), "\(metrics.split(separator: "\n").filter { $0.contains("retention") })")
 
-            // With the store quick again, the customer's next page view gets the offer: the
-            // withdrawn signature counted for nothing (the rule allows one a year).
-            let again = try await h.post(try h.request(first.originalTransactionID))
-            #expect(again.status == .ok, "\(again.text)")
-            #expect(RetentionHarness.members(again) == ["promotionalOffer"], "\(again.text)")
+            // A commit after the release: the writer is serial, so once the probe's signature is
+            // committed, whatever the writer held has landed and nothing queued remains. (A probe
+            // that itself misses the deadline on a loaded machine proves nothing: ask again.)
+            var probed = false
+            for _ in 0..<5 where !probed {
+                let answer = try await h.post(try h.request(probe.originalTransactionID))
+                probed = RetentionHarness.members(answer) == ["promotionalOffer"]
+            }
+            #expect(probed, "the probe's signature was committed")
+            let ours: Set<String> = [firstID, secondID]
+            func nonces(_ kind: String) async throws -> [String] {
+                try await h.audited(kind).compactMap { $0["nonce"] as? String }.filter(ours.contains)
+            }
+            // A late commit is followed by the withdrawal's record, then the ledger row's removal
+            // (both under the customer's lock).
+            func ledger(_ customer: SubscriptionFixture) async throws -> [IssuedSignatureRecord] {
+                try await h.store.issuedSignatures(appAccountToken: try #require(customer.appAccountToken), bundleID: RetentionHarness.bundleID)
+            }
+            let deadline = ContinuousClock.now + .seconds(30)
+            while ContinuousClock.now < deadline {
+                let settled = try await Set(nonces("signature.withdrawn")) == Set(nonces("signature.issued"))
+                if settled, try await ledger(first).isEmpty, try await ledger(second).isEmpty { break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            let issued = try await nonces("signature.issued")
+            let withdrawn = try await h.audited("signature.withdrawn").filter { ($0["nonce"] as? String).map(ours.contains) == true }
+            #expect(issued.count == Set(issued).count, "each at most once: \(issued)")
+            #expect(withdrawn.compactMap { $0["nonce"] as? String }.sorted() == issued.sorted(), "exactly the issued ones are withdrawn: \(withdrawn), issued \(issued)")
+            for record in withdrawn {
+                #expect(record["reason"] as? String == "answered_after_deadline")
+                #expect(record["retentionRequestIdentifier"] as? String == record["nonce"] as? String)
+            }
+            // An answer's record lands with its signature's (one group), or neither does.
+            let answered = try await h.audited("retention.answered").compactMap { $0["requestIdentifier"] as? String }.filter(ours.contains)
+            #expect(Set(answered).isSubset(of: Set(issued)), "answered \(answered), issued \(issued)")
+            for customer in [first, second] {
+                let rows = try await ledger(customer)
+                #expect(rows.isEmpty, "no ledger row counts a signature the customer never saw: \(rows)")
+            }
+            #expect(try await h.store.verifiedChain().isIntact)
+
+            // With the store quick again, each customer's next page view gets the offer: a
+            // withdrawn or unwritten signature counted for nothing (the rule allows one a year).
+            for customer in [first, second] {
+                let again = try await h.post(try h.request(customer.originalTransactionID))
+                #expect(again.status == .ok, "\(again.text)")
+                #expect(RetentionHarness.members(again) == ["promotionalOffer"], "\(again.text)")
+            }
         }
     }
 

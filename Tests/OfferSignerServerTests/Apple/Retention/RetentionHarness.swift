@@ -90,14 +90,20 @@ struct RetentionHarness: Sendable {
     }
 
     /// One notification body as Apple sends it, about transaction `index` of `customer`.
-    func notification(_ customer: SubscriptionFixture, index: Int, appAppleID: Int64? = Self.appAppleID, bundleID: String = Self.bundleID, signer: TestAppleChain? = nil) throws -> String {
+    /// `renewalInfo`: fields added to (or replacing those of) the renewal info.
+    func notification(
+        _ customer: SubscriptionFixture, index: Int, appAppleID: Int64? = Self.appAppleID, bundleID: String = Self.bundleID, signer: TestAppleChain? = nil,
+        renewalInfo extra: [String: any Sendable] = [:]
+    ) throws -> String {
+        var renewalInfo: [String: Any] = [
+            "originalTransactionId": customer.originalTransactionID, "productId": customer.productID, "autoRenewProductId": customer.productID,
+            "autoRenewStatus": 1, "environment": customer.environment, "signedDate": TestAppleChain.milliseconds(customer.periodStarts[index]),
+        ]
+        renewalInfo.merge(extra) { $1 }
         var data: [String: Any] = [
             "bundleId": bundleID, "environment": customer.environment,
             "signedTransactionInfo": try chain.signJWS(customer.transactionPayload(index)),
-            "signedRenewalInfo": try chain.signJWS([
-                "originalTransactionId": customer.originalTransactionID, "productId": customer.productID, "autoRenewProductId": customer.productID,
-                "autoRenewStatus": 1, "environment": customer.environment, "signedDate": TestAppleChain.milliseconds(customer.periodStarts[index]),
-            ]),
+            "signedRenewalInfo": try chain.signJWS(renewalInfo),
         ]
         if let appAppleID { data["appAppleId"] = appAppleID }
         var payload: [String: Any] = [
