@@ -44,6 +44,7 @@ struct AppleBeforeLockTests {
             let root = try chain.root.serializeAsPEM().pemString
             try await fake.run { applePort in
                 var configuration = ServerConfiguration(masterKey: masterKey, logger: StoreFixture.quietLogger)
+                configuration.operatorToken = TestServer.operatorToken
                 configuration.host = "127.0.0.1"
                 configuration.port = 0
                 configuration.clientRateLimit = .unlimited

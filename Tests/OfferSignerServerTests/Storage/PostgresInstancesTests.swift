@@ -38,6 +38,7 @@ struct PostgresInstancesTests {
             var logger = Logger(label: "offer-signer-test")
             logger.logLevel = .critical
             var configuration = ServerConfiguration(masterKey: masterKey, logger: logger)
+            configuration.operatorToken = TestServer.operatorToken
             configuration.host = "127.0.0.1"
             configuration.port = 0
             configuration.clientRateLimit = .unlimited

@@ -21,6 +21,7 @@ struct ServerOnPostgresTests {
             _ = try await KeyRegistry.importKey(key, bundleID: "com.example.app", issuerID: TestServer.issuerID, development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
             let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test", masterKey: masterKey).secret
             var configuration = ServerConfiguration(masterKey: masterKey, logger: StoreFixture.quietLogger)
+            configuration.operatorToken = TestServer.operatorToken
             configuration.host = "127.0.0.1"
             configuration.port = 0
             configuration.registryPollInterval = .milliseconds(50)

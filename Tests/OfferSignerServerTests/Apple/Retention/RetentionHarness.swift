@@ -44,6 +44,7 @@ struct RetentionHarness: Sendable {
             _ = try await KeyRegistry.importKey(
                 key, bundleID: bundleID, issuerID: TestServer.issuerID, development: true, into: fixture.store, masterKey: masterKey, actor: "test", reason: nil)
             var configuration = ServerConfiguration(masterKey: masterKey, logger: StoreFixture.quietLogger)
+            configuration.operatorToken = TestServer.operatorToken
             configuration.host = "127.0.0.1"
             configuration.port = 0
             configuration.registryPollInterval = .milliseconds(50)
