@@ -299,7 +299,8 @@ extension PostgresStore {
         let logger = self.logger
         let query: PostgresQuery = """
             SELECT DISTINCT offer_id, issued_at FROM issued_signatures
-            WHERE app_account_token = \(appAccountToken) AND bundle_id = \(bundleID) AND client <> \(LedgerIssuance.pageViewClient) ORDER BY issued_at
+            WHERE app_account_token = \(appAccountToken) AND bundle_id = \(bundleID) AND client <> \(LedgerIssuance.pageViewClient)
+                AND format <> \(LedgerIssuance.introEligibilityFormat) ORDER BY issued_at
             """
         return try await onLockConnection("reading the ledger") { connection in
             try await connection.query(query, logger: logger).collect()

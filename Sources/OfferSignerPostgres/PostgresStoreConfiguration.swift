@@ -204,7 +204,15 @@ public struct PostgresStoreConfiguration: Sendable, Equatable, CustomStringConve
     /// Unix socket directory.
     public static func isLocal(host: String) -> Bool {
         let lower = host.lowercased()
-        return lower == "localhost" || lower.hasSuffix(".localhost") || lower == "::1" || lower.hasPrefix("127.") || host.hasPrefix("/")
+        return lower == "localhost" || lower.hasSuffix(".localhost") || lower == "::1" || lower == "[::1]" || isIPv4Loopback(lower) || host.hasPrefix("/")
+    }
+
+    /// An IPv4 address in 127.0.0.0/8 written as one (four decimal parts of 0–255): a DNS name
+    /// such as `127.db.example.net` is not loopback, and gets the remote default.
+    static func isIPv4Loopback(_ host: String) -> Bool {
+        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 4, parts[0] == "127" else { return false }
+        return parts.allSatisfy { part in part.count <= 3 && !part.isEmpty && part.allSatisfy(\.isASCII) && UInt8(part) != nil }
     }
 
     /// What to warn about at start, when the connection to a database across the network can be

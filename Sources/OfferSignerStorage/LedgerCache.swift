@@ -98,7 +98,7 @@ final class LedgerCache: Sendable {
                     state.appends &+= 1
                     state.lastAppend[customer] = state.appends
                     // Not a ledger issuance (see `LedgerIssuance.pageViewClient`): nothing to add.
-                    guard signature.client != LedgerIssuance.pageViewClient, var issuances = state.entries[customer] else { continue }
+                    guard signature.client != LedgerIssuance.pageViewClient, signature.format != LedgerIssuance.introEligibilityFormat, var issuances = state.entries[customer] else { continue }
                     // The database keeps milliseconds.
                     let issuance = LedgerIssuance(
                         offerID: signature.offerID,

@@ -171,8 +171,8 @@ extension SQLiteStore {
         try pointRead { db in
             let rows = try Row.fetchCursor(
                 db.cachedStatement(
-                    sql: "SELECT DISTINCT offer_id, issued_at FROM issued_signatures WHERE app_account_token = ? AND bundle_id = ? AND client <> ? ORDER BY issued_at"),
-                arguments: [appAccountToken, bundleID, LedgerIssuance.pageViewClient])
+                    sql: "SELECT DISTINCT offer_id, issued_at FROM issued_signatures WHERE app_account_token = ? AND bundle_id = ? AND client <> ? AND format <> ? ORDER BY issued_at"),
+                arguments: [appAccountToken, bundleID, LedgerIssuance.pageViewClient, LedgerIssuance.introEligibilityFormat])
             var issuances: [LedgerIssuance] = []
             while let row = try rows.next() {
                 // By position: the columns are the two selected (a lookup by name costs more than the read).

@@ -212,13 +212,18 @@ public struct IssuedSignatureRecord: Sendable, Equatable {
 /// Rule: signatures answered to Apple's Retention Messaging requests (client `pageViewClient`)
 /// are not issuances the rules count: Apple sends such a request each time the subscriber views the
 /// subscription page, whether or not the offer is ever shown or redeemed ("Retention Messaging API";
-/// the redemption, if any, is in Apple's history). `ledgerIssuances` leaves them out.
+/// the redemption, if any, is in Apple's history). `ledgerIssuances` leaves them out, and so
+/// introductory-offer eligibility signatures (format `introEligibilityFormat`): they carry
+/// Apple's introductory-offer decision for the app's backend, not the promotional offer the
+/// request names, so they are no attempt at that offer.
 public struct LedgerIssuance: Sendable, Hashable {
     public var offerID: String
     public var issuedAt: Date
 
     /// The ledger's `client` of Retention Messaging answers (the server's `RetentionController.client`).
     public static let pageViewClient = "apple-retention"
+    /// The ledger's `format` of introductory-offer eligibility signatures (`SignatureFormat.introEligibility`).
+    public static let introEligibilityFormat = "intro-eligibility"
 
     public init(offerID: String, issuedAt: Date) {
         self.offerID = offerID

@@ -273,14 +273,22 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         if let problemCode {
             metrics.rejection(problemCode)
             let metadata: Logger.Metadata = ["code": "\(problemCode)", "status": "\(response.status.code)", "path": "\(request.uri.path)"]
-            if response.status.code >= 500 {
+            // A genuine fault is logged every time; a refusal a caller can cause at will (a 4xx,
+            // or a 503 for an overloaded endpoint or an unready instance) goes through the rate
+            // limit, so nobody can flood the log with requests.
+            let callerCaused = response.status.code < 500 || problemCode == "overloaded" || problemCode == "not_ready"
+            if !callerCaused {
                 context.logger.error("request refused", metadata: metadata)
             } else {
                 switch refusalLog.admit() {
                 case .log(let suppressedBefore):
                     var metadata = metadata
                     if suppressedBefore > 0 { metadata["suppressed_before"] = "\(suppressedBefore)" }
-                    context.logger.notice("request refused", metadata: metadata)
+                    if response.status.code >= 500 {
+                        context.logger.warning("request refused", metadata: metadata)
+                    } else {
+                        context.logger.notice("request refused", metadata: metadata)
+                    }
                 case .suppress:
                     break
                 }

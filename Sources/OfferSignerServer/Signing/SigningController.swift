@@ -94,8 +94,11 @@ struct SigningController: Sendable {
 
         // Eligibility, for offers whose catalog entry has rules: decided and committed one request
         // at a time per customer, since the rules count the signatures already in the customer's
-        // ledger (a request without an appAccountToken has no ledger, so nothing to wait for).
-        if let eligibility, let offer {
+        // ledger (a request without an appAccountToken has no ledger, so nothing to wait for). An
+        // introductory-offer eligibility carries Apple's introductory-offer decision, not the
+        // promotional offer the request names: that offer's rules do not apply to it, and the
+        // ledger does not count it (`LedgerIssuance.introEligibilityFormat`).
+        if let eligibility, let offer, !formats.contains(.introEligibility) {
             let decideAndIssue = {
                 let decision = try await checkEligibility(
                     offer, request: signatureRequest, bundleID: bundleID, token: token, principal: principal,

@@ -74,7 +74,7 @@ struct LedgerReadTests {
         }
     }
 
-    @Test("A Retention Messaging answer (a page view) is no ledger issuance, read from the database or the cache", arguments: StoreBackend.testedCases)
+    @Test("A Retention Messaging answer (a page view) and an introductory-offer eligibility are no ledger issuances, read from the database or the cache", arguments: StoreBackend.testedCases)
     func retentionAnswersAreNotIssuances(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in
             let store = fixture.store
@@ -82,14 +82,17 @@ struct LedgerReadTests {
             #expect(try await store.ledgerIssuances(appAccountToken: Self.token, bundleID: Self.bundle).isEmpty)
             let viewed = AppleHistoryStoreTests.signature("n-view", at: Self.base, client: LedgerIssuance.pageViewClient)
             let signed = AppleHistoryStoreTests.signature("n-app", offer: "winback_1", at: Self.base.addingTimeInterval(1))
-            _ = try await store.appendAudit([viewed, signed], at: Self.base)
+            // Nor is an introductory-offer eligibility: Apple's intro decision, no attempt at the offer it names.
+            let intro = AppleHistoryStoreTests.signature(
+                "n-intro", offer: "winback_1", at: Self.base.addingTimeInterval(2), format: LedgerIssuance.introEligibilityFormat)
+            _ = try await store.appendAudit([viewed, signed, intro], at: Self.base)
             let expected = [LedgerIssuance(offerID: "winback_1", issuedAt: Self.base.addingTimeInterval(1))]
             #expect(try await store.ledgerIssuances(appAccountToken: Self.token, bundleID: Self.bundle) == expected)
             let fresh = try await fixture.openAnother()
             #expect(try await fresh.ledgerIssuances(appAccountToken: Self.token, bundleID: Self.bundle) == expected)
             await fresh.close()
             // Still in the ledger of signatures (audit, redemption tracking, the offers report).
-            #expect(try await store.issuedSignatures(appAccountToken: Self.token, bundleID: Self.bundle).count == 2)
+            #expect(try await store.issuedSignatures(appAccountToken: Self.token, bundleID: Self.bundle).count == 3)
         }
     }
 

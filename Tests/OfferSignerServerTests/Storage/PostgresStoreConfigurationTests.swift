@@ -35,6 +35,11 @@ struct PostgresStoreConfigurationTests {
             #expect(configuration.weakTLSWarning == nil)
         }
         #expect(PostgresStoreConfiguration.isLocal(host: "/var/run/postgresql"))
+        // A DNS name that merely starts like a loopback address crosses the network: verify-full.
+        for name in ["127.db.example.net", "127.0.0.1.example.net", "127.0.0.256"] {
+            let configuration = try PostgresStoreConfiguration(url: "postgres://offer@\(name)/offers")
+            #expect(configuration.tlsMode == .verifyFull, "\(name)")
+        }
         let required = try PostgresStoreConfiguration(url: "postgres://offer:pw@db.example.com/offers?sslmode=require")
         #expect(required.tlsMode == .require)
         #expect(required.weakTLSWarning?.contains("does not verify") == true && required.weakTLSWarning?.contains("pw") == false)

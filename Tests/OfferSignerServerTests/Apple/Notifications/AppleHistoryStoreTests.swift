@@ -26,10 +26,12 @@ struct AppleHistoryStoreTests {
         AppleSubscriptionKey(bundleID: bundle, environment: environment, originalTransactionID: original)
     }
 
-    static func signature(_ nonce: String, offer: String = "retain_50", token: String? = Self.token, at: Date, client: String = "backend") -> AuditAppend {
+    static func signature(
+        _ nonce: String, offer: String = "retain_50", token: String? = Self.token, at: Date, client: String = "backend", format: String = "legacy"
+    ) -> AuditAppend {
         let signature = IssuedSignature(
             nonce: nonce, issuedAt: at, client: client, bundleID: bundle, productID: "pro.monthly", offerID: offer, appAccountToken: token, keyID: "KEY1234567",
-            format: "legacy")
+            format: format)
         return AuditAppend(entry: signature.auditEntry, signatures: [signature])
     }
 
