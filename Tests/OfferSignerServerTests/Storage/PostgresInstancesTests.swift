@@ -29,11 +29,13 @@ struct PostgresInstancesTests {
         var keys: [String: InAppPurchaseKey] = [:]
 
         static func make(
-            instances: Int, key: InAppPurchaseKey? = nil, configure: (inout ServerConfiguration) -> Void = { _ in }
+            instances: Int, key: InAppPurchaseKey? = nil, operationTimeout: Duration? = nil, configure: (inout ServerConfiguration) -> Void = { _ in }
         ) async throws -> Deployment {
             let database = try await TestPostgres.database()
+            var storeConfiguration = database.configuration
+            if let operationTimeout { storeConfiguration.operationTimeout = operationTimeout }
             var stores: [PostgresStore] = []
-            for _ in 0..<instances { stores.append(try await PostgresStore.open(configuration: database.configuration)) }
+            for _ in 0..<instances { stores.append(try await PostgresStore.open(configuration: storeConfiguration)) }
             let masterKey = MasterKey.generate().key
             var logger = Logger(label: "offer-signer-test")
             logger.logLevel = .critical
@@ -133,7 +135,9 @@ extension PostgresInstancesTests {
     @Test("Twelve parallel requests over two instances: with a redemption in the evidence all twelve 403 and nothing issued; on fresh evidence all twelve 201, each audited once, one attempt in the ledger")
     func eligibilityAcrossInstances() async throws {
         let chain = try TestAppleChain()
-        let deployment = try await Deployment.make(instances: 2) { configuration in
+        // Store operations may take seconds while the full suite loads the machine: this test is
+        // about the rule across instances, not about outages.
+        let deployment = try await Deployment.make(instances: 2, operationTimeout: .seconds(30)) { configuration in
             configuration.eligibility = try! EligibilityConfiguration(
                 catalogJSON: Data(EligibilityIntegrationTests.catalog.utf8), trustedRootPEMs: [try! chain.root.serializeAsPEM().pemString])
         }
