@@ -15,8 +15,9 @@ import X509
 ///
 /// A chain that failed validation is remembered apart, with its failure, under the same key (at
 /// most `failureCapacity`, the oldest dropped first), so a forged chain sent again costs a hash,
-/// not a certificate-signature verification; failures that depend on the signing time (expired,
-/// not yet valid) are not remembered. Only failures are remembered there: a key in it is never
+/// not a certificate-signature verification; failures that depend on the signing time (a
+/// certificate of the chain expired or not yet valid, or a trusted root outside its validity at
+/// that time) are not remembered. Only failures are remembered there: a key in it is never
 /// trusted.
 public final class AppleChainValidationCache: Sendable {
     struct Validity {

@@ -296,8 +296,13 @@ public struct AppleSignedDataVerifier: Sendable {
         } else {
             switch await validatedLeafKey(x5c, at: validationTime) {
             case .failure(let failure):
-                // Remembered unless it depends on the signing time (which the payload chooses).
-                if let chainCache, let cacheKey, failure.code != .certificateExpired, failure.code != .certificateNotYetValid {
+                // Remembered unless it depends on the signing time (which the payload chooses):
+                // a certificate of the chain outside its validity, or a trusted root outside its
+                // own at that time (an operator-added root with a validity gap: the same chain
+                // signed inside the root's validity must still be validated).
+                if let chainCache, let cacheKey, failure.code != .certificateExpired, failure.code != .certificateNotYetValid,
+                    trustedRoots.allSatisfy({ $0.notValidBefore <= validationTime && validationTime <= $0.notValidAfter })
+                {
                     chainCache.rememberFailure(cacheKey, failure)
                 }
                 return .failure(failure)

@@ -20,6 +20,32 @@ public struct LastCheckpointFile: Sendable {
         LastCheckpointFile(path: masterKeyFile + ".checkpoint")
     }
 
+    /// The default location beside a SQLite store (`<store>.checkpoint`), used by `serve` when
+    /// the master key comes from the environment and no `--checkpoint-file` is given.
+    public static func beside(sqliteStore path: String) -> LastCheckpointFile {
+        LastCheckpointFile(path: path + ".checkpoint")
+    }
+
+    /// Throws `unavailable` unless this process can write the file: an existing file is opened
+    /// for writing, and a file made in its directory (then removed) stands for the atomic
+    /// replacement. The service checks it at start, so an unwritable file stops it there rather
+    /// than leaving its checkpoints in the database only.
+    public func checkWritable() throws(StoreError) {
+        if FileManager.default.fileExists(atPath: path) {
+            let fd = open(path, O_WRONLY)
+            guard fd >= 0 else { throw StoreError(.unavailable, "the checkpoint file '\(path)' is not writable: \(String(cString: strerror(errno)))") }
+            close(fd)
+        }
+        let directory = (path as NSString).deletingLastPathComponent
+        let probe = (directory.isEmpty ? "." : directory) + "/." + (path as NSString).lastPathComponent + ".\(UUID().uuidString).probe"
+        let fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard fd >= 0 else {
+            throw StoreError(.unavailable, "the checkpoint file '\(path)' cannot be written (its directory): \(String(cString: strerror(errno)))")
+        }
+        close(fd)
+        unlink(probe)
+    }
+
     /// What the file holds; nil when there is no file yet.
     public func read() throws(StoreError) -> AuditCheckpointsFile? {
         guard FileManager.default.fileExists(atPath: path) else { return nil }

@@ -87,6 +87,24 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "trace, debug, info, notice, warning, error or critical. Env: OFFER_SIGNER_LOG_LEVEL. Default info.")
     var logLevel: String?
 
+    /// The checkpoint file `serve` keeps (required: see Docs/Audit.md): `--checkpoint-file`, else
+    /// beside the master key file, else (the key from `OFFER_SIGNER_MASTER_KEY`) beside a SQLite
+    /// store, said in the log; a PostgreSQL store with the key from the environment needs
+    /// `--checkpoint-file` (instances on other machines share no directory), or serve refuses.
+    func servedCheckpointFile(logger: Logger) throws -> LastCheckpointFile {
+        if let file = checkpointFileOptions.resolve(masterKeyFile: dev ? DevelopmentSetup.masterKeyPath : masterKey.path) { return file }
+        guard store.location != nil else { throw ValidationError("give --store PATH or URL (or OFFER_SIGNER_STORE), or use --dev") }
+        guard let path = store.path else {
+            _ = try masterKey.load()  // no master key at all: that error first
+            throw ValidationError(
+                "with the master key from OFFER_SIGNER_MASTER_KEY and a PostgreSQL store, give --checkpoint-file PATH (or OFFER_SIGNER_CHECKPOINT_FILE): a file, in a directory this instance can write and the database's writers cannot, that keeps the last signed audit checkpoint outside the database")
+        }
+        let file = LastCheckpointFile.beside(sqliteStore: path)
+        logger.notice(
+            "the master key comes from the environment: the last signed audit checkpoint is kept in '\(file.path)' beside the store; give --checkpoint-file in a directory the database's writers cannot write for it to protect the audit log against them")
+        return file
+    }
+
     func run() async throws {
         let levelName = logLevel ?? Environment.value("OFFER_SIGNER_LOG_LEVEL") ?? "info"
         guard let level = Logger.Level(rawValue: levelName) else { throw ValidationError("--log-level '\(levelName)' is not a log level") }
@@ -99,6 +117,8 @@ struct ServeCommand: AsyncParsableCommand {
         let idleTimeout = try requestedIdleTimeout()
         let host = host ?? Environment.value("OFFER_SIGNER_HOST") ?? "127.0.0.1"
         let port = try port ?? Self.number("OFFER_SIGNER_PORT", Int.self) ?? 8080
+        // Before the store is opened: a missing checkpoint file is a configuration error.
+        let checkpointFile = try servedCheckpointFile(logger: logger)
         let opened: any OfferSignerStore
         let devStorePath: String?
         let masterKey: MasterKey
@@ -125,10 +145,7 @@ struct ServeCommand: AsyncParsableCommand {
         }
 
         var configuration = ServerConfiguration(masterKey: masterKey, logger: logger)
-        configuration.checkpointFile = checkpointFileOptions.resolve(masterKeyFile: dev ? DevelopmentSetup.masterKeyPath : self.masterKey.path)
-        if configuration.checkpointFile == nil {
-            logger.warning("no checkpoint file: the last signed audit checkpoint is kept in the database only (give --checkpoint-file, or the master key as a file)")
-        }
+        configuration.checkpointFile = checkpointFile
         configuration.host = dev ? "127.0.0.1" : host
         configuration.port = port
         configuration.developmentMode = dev

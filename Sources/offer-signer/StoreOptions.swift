@@ -131,7 +131,7 @@ struct MasterKeyOptions: ParsableArguments {
 /// checkpoint is kept outside the database; by default `<master-key-file>.checkpoint` when the
 /// master key comes from a file (see `LastCheckpointFile`).
 struct CheckpointFileOptions: ParsableArguments {
-    @Option(help: "The file that keeps the last signed audit checkpoint outside the database. Env: OFFER_SIGNER_CHECKPOINT_FILE. Default: <master-key-file>.checkpoint.")
+    @Option(help: "The file that keeps the last signed audit checkpoint outside the database. Env: OFFER_SIGNER_CHECKPOINT_FILE. Default: <master-key-file>.checkpoint; for serve with the key in OFFER_SIGNER_MASTER_KEY, <store>.checkpoint beside a SQLite store (a PostgreSQL store needs this option then).")
     var checkpointFile: String?
 
     /// The file to use, nil when neither it nor a master key file is given.

@@ -1,4 +1,5 @@
 import Foundation
+import TestChildProcess
 import TestPostgres
 import Testing
 
@@ -81,6 +82,42 @@ struct MasterKeyGuardCLITests {
             let audit = try run(["audit", "export", "--store", store])
             #expect(audit.stdout.contains("registry.authenticated"), "audited")
             try expectSuccess(try run(["audit", "verify", "--store", store]))
+        }
+    }
+
+    @Test(
+        "serve with the master key from OFFER_SIGNER_MASTER_KEY: a PostgreSQL store needs --checkpoint-file, a file that cannot be written stops it, and a SQLite store keeps it beside the store",
+        arguments: CLIStoreBackend.testedCases)
+    func serveNeedsACheckpointFile(backend: CLIStoreBackend) async throws {
+        try await withStoreFixture(backend) { fixture in
+            let store = fixture.storeArgument
+            let environment = ["OFFER_SIGNER_MASTER_KEY": fixture.masterKeyText]
+            try expectSuccess(try run(fixture.importArguments("K1", file: try fixture.key("K1"))))
+            try expectSuccess(try run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", fixture.masterKey.path]))
+            let plainFile = fixture.directory.appendingPathComponent("plain-file")
+            try writeFile("x", to: plainFile, mode: 0o600)
+            let unwritable = try run(
+                ["serve", "--store", store, "--port", "0", "--checkpoint-file", plainFile.appendingPathComponent("checkpoint").path], environment: environment)
+            expectCleanFailure(unwritable, mentions: ["checkpoint file", "cannot be written"])
+            #expect(!unwritable.stderr.contains(fixture.masterKeyText), "the message shows the key")
+            guard backend == .sqlite else {
+                expectCleanFailure(try run(["serve", "--store", store, "--port", "0"], environment: environment), mentions: ["--checkpoint-file"])
+                return
+            }
+            // SQLite: <store>.checkpoint, said in the log; at start it takes the store's verified checkpoint.
+            let beside = store + ".checkpoint"
+            let server = try ChildProcess.spawn(
+                try CLIExecutable.url().path, ["serve", "--store", store, "--port", "0"], environment: childEnvironment(environment), captureOutput: true)
+            let deadline = ContinuousClock.now + .seconds(60)
+            while !FileManager.default.fileExists(atPath: beside), server.isRunning, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            server.terminate()
+            let ended = server.waitForExit()
+            #expect(FileManager.default.fileExists(atPath: beside), "serve did not write \(beside): \(ended.stderrText.suffix(2000))")
+            #expect(ended.stderrText.contains(beside), "the log names the file")
+            let verified = try run(["audit", "verify", "--store", store, "--checkpoint-file", beside])
+            try expectSuccess(verified)
         }
     }
 }

@@ -457,4 +457,36 @@ struct AppleChainValidationCacheTests {
         }
         #expect(failure.code == .untrustedChain)
     }
+
+    @Test("An operator-added root with a validity gap: a chain refused for an item signed before the root's validity is not remembered, so the same chain verifies an item signed inside it")
+    func failureDuringRootValidityGapIsNotRemembered() async throws {
+        let chain = try TestAppleChain()
+        // The operator's copy of the root: the same key and name, valid only from 2030 (the
+        // chain's own certificates are valid 2020-2040, so only the trusted root has the gap).
+        let rootValidFrom = Date(timeIntervalSince1970: 1_893_456_000)
+        let operatorRoot = try Certificate(
+            version: .v3, serialNumber: Certificate.SerialNumber(), publicKey: Certificate.PublicKey(chain.rootKey.publicKey),
+            notValidBefore: rootValidFrom, notValidAfter: TestAppleChain.defaultNotAfter, issuer: chain.root.subject, subject: chain.root.subject,
+            signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: nil))
+                Critical(KeyUsage(keyCertSign: true, cRLSign: true))
+                SubjectKeyIdentifier(hash: Certificate.PublicKey(chain.rootKey.publicKey))
+            },
+            issuerPrivateKey: Certificate.PrivateKey(chain.rootKey))
+        let cache = AppleChainValidationCache()
+        let verifier = AppleSignedDataVerifier(trustedRoots: [operatorRoot], bundleID: Self.bundleID, environment: .production, chainCache: cache)
+        let inGap = try chain.signJWS(AppleSignedDataVerifierTests.transactionPayload(signedDate: rootValidFrom.addingTimeInterval(-86_400)))
+        guard case .failure = await verifier.verifyTransaction(inGap, now: rootValidFrom.addingTimeInterval(86_400 * 2)) else {
+            Issue.record("a chain verified under a root that was not valid at its signing time")
+            return
+        }
+        #expect(cache.failureCount == 0, "a failure that depends on the signing time was remembered")
+        let inside = try chain.signJWS(AppleSignedDataVerifierTests.transactionPayload(signedDate: rootValidFrom.addingTimeInterval(86_400)))
+        guard case .success = await verifier.verifyTransaction(inside, now: rootValidFrom.addingTimeInterval(86_400 * 2)) else {
+            Issue.record("the same chain, signed inside the root's validity, was refused")
+            return
+        }
+        #expect(cache.count == 1)
+    }
 }

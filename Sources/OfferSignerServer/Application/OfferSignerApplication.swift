@@ -92,6 +92,9 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         throw ServerConfigurationError(
             "the store's key and client rows carry no MACs yet (it was made by an earlier offer-signer): check them with `offer-signer keys list` and `offer-signer clients list`, then run `offer-signer store authenticate --store … --master-key-file …` once")
     }
+    if let checkpointFile = configuration.checkpointFile {
+        try await prepareCheckpointFile(checkpointFile, store: store, masterKey: configuration.masterKey, logger: logger)
+    }
     let committer = AuditCommitter(
         store: store, batchLimit: configuration.auditBatchLimit, commitDelay: configuration.auditCommitDelay, metrics: metrics, logger: logger)
     let authenticator = RequestAuthenticator(developmentMode: configuration.developmentMode, userJWT: userJWT, limiter: RateLimiter(limit: configuration.clientRateLimit))
@@ -126,9 +129,14 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     router.post("/v1/offers/eligibility") { request, context in
         try await eligibilityController.decide(request, context: context)
     }
-    let appleEndpoints = ConcurrencyGate(limit: configuration.appleEndpointConcurrency)
-    router.post("/v1/apple/notifications") { request, context in
-        try await appleEndpoints.run { try await notifications.receive(request, context: context) }
+    // Each Apple endpoint has a gate of its own, taken once the body is in (read within
+    // appleEndpointBodyDeadline): slow bodies on one endpoint hold connections, not places.
+    let notificationGate = ConcurrencyGate(limit: configuration.appleEndpointConcurrency)
+    let retentionGate = ConcurrencyGate(limit: configuration.appleEndpointConcurrency)
+    router.post("/v1/apple/notifications") { request, _ in
+        let body = try await RequestBodyReader.body(
+            request, limit: ServerConfiguration.maximumNotificationBytes, deadline: configuration.appleEndpointBodyDeadline)
+        return try await notificationGate.run { try await notifications.receive(body: body) }
     }
     let retention = eligibility.map {
         RetentionController(
@@ -139,7 +147,9 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         guard let retention else {
             throw APIProblem(.notFound, code: "eligibility_not_configured", detail: "Retention Messaging needs an offers catalog with apps.<bundle>.retention (serve --offers FILE)")
         }
-        return try await appleEndpoints.run { try await retention.answer(request, context: context) }
+        let arrived = ContinuousClock.now
+        let body = try await RequestBodyReader.body(request, limit: RetentionController.maximumBodyBytes, deadline: configuration.appleEndpointBodyDeadline)
+        return try await retentionGate.run { try await retention.answer(body: body, arrived: arrived, context: context) }
     }
     router.get("/healthz") { _, _ in
         Response.json(#"{"status":"ok"}"#)
@@ -157,9 +167,10 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     }
     router.get("/metrics") { request, _ in
         // Its labels name bundles, offers and keys: for operators only (see `OperatorToken`).
-        guard let token = configuration.operatorToken, token.matches(authorization: request.headers[.authorization]) else {
+        guard let token = configuration.operatorToken else {
             throw APIProblem.unauthorized("GET /metrics needs Authorization: Bearer <operator token> (--operator-token-file)")
         }
+        try token.admit(request, what: "GET /metrics")
         return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.exposition())))
     }
     router.get("/openapi.yaml") { _, _ in
@@ -192,6 +203,27 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
             logger.notice("offer-signer listening", metadata: ["address": "\(channel.localAddress?.description ?? "?")", "dev": "\(configuration.developmentMode)"])
         },
         logger: logger)
+}
+
+/// Checks, before serving, that the checkpoint file can be written (else the service would keep
+/// its last checkpoint in the database only, which a database writer can delete: it refuses to
+/// start), then moves it forward to the store's newest checkpoint that verifies and extends it
+/// (``AuditCheckpointing/advance(_:in:masterKey:)``), so instances with files of their own converge.
+private func prepareCheckpointFile(_ file: LastCheckpointFile, store: any OfferSignerStore, masterKey: MasterKey, logger: Logger) async throws {
+    do {
+        try file.checkWritable()
+    } catch {
+        throw ServerConfigurationError("\(error.message); the last signed audit checkpoint must be kept outside the database (give --checkpoint-file PATH in a directory this process can write)")
+    }
+    do {
+        if let moved = try await AuditCheckpointing.advance(file, in: store, masterKey: masterKey) {
+            logger.info("checkpoint file moved forward to the store's latest verified checkpoint", metadata: ["sequence": "\(moved.sequence)", "file": "\(file.path)"])
+        }
+    } catch let error as StoreError where error.code == .conflict {
+        throw ServerConfigurationError("the checkpoint file '\(file.path)': \(error.message)")
+    } catch {
+        logger.error("could not move the checkpoint file forward", metadata: ["error": "\(error)", "file": "\(file.path)"])
+    }
 }
 
 /// The scheduled notification catch-up (`serve --notification-recovery-interval`), for each

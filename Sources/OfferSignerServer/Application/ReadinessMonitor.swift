@@ -133,9 +133,10 @@ final class ReadinessMonitor: Service, Sendable {
             }
             return Response.json(#"{"status":"ready"}"#)
         }
-        guard let operatorToken, operatorToken.matches(authorization: request.headers[.authorization]) else {
+        guard let operatorToken else {
             throw APIProblem.unauthorized("GET /readyz?detail needs Authorization: Bearer <operator token> (--operator-token-file)")
         }
+        try operatorToken.admit(request, what: "GET /readyz?detail")
         // The operator's view: the same status, with every detail (as members of the problem
         // document when not ready). Registry rows refused because their MAC does not verify
         // (see KeyRing) and a checkpointer that refuses to sign (see AuditCheckpointer) are
@@ -173,8 +174,37 @@ final class ReadinessMonitor: Service, Sendable {
 /// callers must not see (`GET /readyz?detail`).
 ///
 /// Rule: only its SHA-256 is kept; a presented token is hashed and compared in constant time.
+/// Wrong tokens are limited per source address (``failureLimit``: 10 at once, then one a
+/// second): beyond it, a bearer from that address is answered 429 `rate_limited` without being
+/// compared, so a guess flood is slowed to one a second per address; a right token is not
+/// counted, and other addresses are not affected.
 public struct OperatorToken: Sendable {
     private let digest: SHA256Digest
+    private let failures = RateLimiter(limit: Self.failureLimit)
+    /// Wrong tokens allowed per source address.
+    static let failureLimit = RateLimit(perSecond: 1, burst: 10)
+    /// The header the connection handler sets to the caller's address on the operator's paths
+    /// (any such header the caller sent is removed first; see `RequestDeadlineHandler`).
+    static let peerField = HTTPField.Name("x-offer-signer-peer")!
+
+    /// Whether `path` is an operator view whose requests carry ``peerField``.
+    static func isOperatorPath(_ path: String) -> Bool {
+        path.hasPrefix("/readyz") || path.hasPrefix("/metrics")
+    }
+
+    /// Admits a request carrying the operator token; throws 401 for a missing or wrong one
+    /// (counted against its source address) and 429 when that address guessed too often.
+    func admit(_ request: Request, what: String) throws(APIProblem) {
+        let peer = request.headers[Self.peerField] ?? "unknown"
+        let authorization = request.headers[.authorization]
+        if authorization != nil, case .limited(let retryAfter) = failures.wouldAllow(peer) {
+            throw APIProblem.rateLimited("too many wrong operator tokens from this address", retryAfter: retryAfter)
+        }
+        guard matches(authorization: authorization) else {
+            if authorization != nil { _ = failures.take(peer) }
+            throw APIProblem.unauthorized("\(what) needs Authorization: Bearer <operator token> (--operator-token-file)")
+        }
+    }
 
     /// At least 32 characters (the file's content without surrounding whitespace).
     public init(_ secret: String) throws(ServerConfigurationError) {

@@ -21,10 +21,13 @@ public struct ServerConfiguration: Sendable {
     /// Largest App Store Server Notification body accepted (Apple's are a few KiB per JWS, and one
     /// holds three JWS at most).
     public static let maximumNotificationBytes = 256 * 1024
-    /// Most requests the unauthenticated Apple endpoints (`/v1/apple/notifications` and
-    /// `/v1/apple/retention`, together) handle at once; beyond it they answer 503 `overloaded`
-    /// with `Retry-After` (see `ConcurrencyGate`).
+    /// Most requests each unauthenticated Apple endpoint (`/v1/apple/notifications`,
+    /// `/v1/apple/retention`: a limit each) verifies and handles at once, once their bodies are
+    /// in; beyond it they answer 503 `overloaded` with `Retry-After` (see `ConcurrencyGate`).
     public var appleEndpointConcurrency: Int = 32
+    /// Longest the Apple endpoints wait for a request's body, before taking their gate; past it,
+    /// 400 `body_incomplete` and the connection is closed (Apple sends a few KiB at once).
+    public var appleEndpointBodyDeadline: Duration = .seconds(5)
     /// How often the store is checked for `/readyz` (in the background; see `ReadinessMonitor`).
     public var readinessInterval: Duration = .seconds(1)
     /// The operator token (`--operator-token-file`): opens `GET /readyz?detail`. Without one, the
@@ -60,8 +63,12 @@ public struct ServerConfiguration: Sendable {
     /// …or after this long, whichever comes first (only when the chain grew), and on shutdown.
     public var checkpointEvery: Duration = .seconds(300)
     /// Where the last checkpoint this deployment signed is kept outside the database (see
-    /// ``LastCheckpointFile``); `serve` uses `<master-key-file>.checkpoint` unless told otherwise.
-    /// Nil: only the store keeps it.
+    /// ``LastCheckpointFile``). `serve` always gives one: `--checkpoint-file`, else
+    /// `<master-key-file>.checkpoint`, else (master key from the environment, SQLite store)
+    /// `<store>.checkpoint`; with a PostgreSQL store and the key from the environment it must be
+    /// given. Given, it must be writable at start (else the application is not built) and is
+    /// moved forward to the store's newest verified checkpoint. Nil (library use, tests): only
+    /// the store keeps it.
     public var checkpointFile: LastCheckpointFile?
     /// A connection must deliver a complete request (head and body) within this long of the
     /// server starting to wait for one (the connection opening, or the previous response

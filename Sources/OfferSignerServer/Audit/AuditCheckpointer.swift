@@ -19,14 +19,17 @@ import Synchronization
 /// A checkpoint it refuses to sign (the chain no longer extends the last signed checkpoint, the
 /// audit-signing key row is gone or replaced) is reported: logged, counted
 /// (`offer_signer_audit_checkpoint_refusals_total`) and kept as ``refusal`` for readiness, until
-/// a checkpoint is signed again. It checks the key once at start, so a deleted key row is
-/// reported at once, not at the first due checkpoint.
+/// a checkpoint is signed again. It checks the key and the signature of the store's latest
+/// checkpoint once at start, so a deleted key row or a forged checkpoint row is reported at once,
+/// not at the first due checkpoint.
 final class AuditCheckpointer: Service, Sendable {
     private let store: any OfferSignerStore
     private let masterKey: MasterKey
     private let checkpointFile: LastCheckpointFile?
     private let onRefusal: @Sendable () -> Void
     private let lastRefusal = Mutex<String?>(nil)
+    /// The store's latest checkpoint ``followStore()`` looked at last.
+    private let followedThrough = Mutex<Int64>(0)
     /// The last checkpoint this process signed: the next must extend it.
     private let lastSigned = Mutex<AuditCheckpoint?>(nil)
     /// Why the last attempt to checkpoint was refused; nil once one succeeds.
@@ -65,6 +68,7 @@ final class AuditCheckpointer: Service, Sendable {
                 }
                 do {
                     if let reason = try await self.dueReason(now: Date()) { await self.checkpoint(reason: reason) }
+                    try await self.followStore()
                 } catch {
                     self.logger.error("audit checkpoint check failed", metadata: ["error": "\(error)"])
                 }
@@ -79,10 +83,13 @@ final class AuditCheckpointer: Service, Sendable {
     }
 
     /// Checks that the store's audit-signing key is the master key's (and present when the log
-    /// is not empty), reporting a refusal when not.
+    /// is not empty), that its latest checkpoint carries that key's valid signature and that the
+    /// chain still extends the checkpoint file's, reporting a refusal when not.
     func checkSigningKey() async {
         do {
             _ = try await store.auditSigningKey(masterKey: masterKey)
+            try await AuditCheckpointing.checkLatestSignature(in: store, masterKey: masterKey)
+            if let checkpointFile { try await AuditCheckpointing.checkStoreExtends(checkpointFile, in: store) }
         } catch let error as StoreError where error.code == .conflict {
             refused(error)
         } catch {
@@ -94,6 +101,24 @@ final class AuditCheckpointer: Service, Sendable {
         lastRefusal.withLock { $0 = error.message }
         onRefusal()
         logger.error("audit checkpoint refused", metadata: ["error": "\(error.message)"])
+    }
+
+    /// Moves the checkpoint file forward when the store's latest checkpoint is newer than any
+    /// this instance looked at (another instance signed it), if it verifies and extends the
+    /// file (``AuditCheckpointing/advance(_:in:masterKey:)``): instances with files of their own
+    /// follow the deployment's last checkpoint, not only their own. Each newer checkpoint is
+    /// looked at once.
+    func followStore() async throws {
+        guard let checkpointFile, let latest = try await store.latestCheckpoint() else { return }
+        let isNew = followedThrough.withLock { followed in
+            guard latest.sequence > followed else { return false }
+            followed = latest.sequence
+            return true
+        }
+        guard isNew, (try checkpointFile.lastCheckpoint()?.sequence ?? 0) < latest.sequence else { return }
+        if let moved = try await AuditCheckpointing.advance(checkpointFile, in: store, masterKey: masterKey) {
+            logger.debug("checkpoint file moved forward to another instance's checkpoint", metadata: ["sequence": "\(moved.sequence)"])
+        }
     }
 
     /// Why a checkpoint is due now ("records" or "interval"), from the store's head and its

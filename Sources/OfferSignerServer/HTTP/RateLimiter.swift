@@ -26,6 +26,19 @@ final class RateLimiter: Sendable {
         self.limit = limit
     }
 
+    /// Whether `key` could take a token now, without taking it.
+    func wouldAllow(_ key: String, now: ContinuousClock.Instant = .now) -> Decision {
+        guard !limit.isUnlimited else { return .allowed }
+        return buckets.withLock { buckets in
+            guard let bucket = buckets[key] else { return .allowed }
+            let elapsed = Double((now - bucket.updated).components.seconds) + Double((now - bucket.updated).components.attoseconds) / 1e18
+            let tokens = min(limit.burst, bucket.tokens + max(0, elapsed) * limit.perSecond)
+            guard tokens < 1 else { return .allowed }
+            let wait = ((1 - tokens) / limit.perSecond).rounded(.up)
+            return .limited(retryAfterSeconds: wait.isFinite ? max(1, Int(min(wait, Self.longestRetryAfter))) : Int(Self.longestRetryAfter))
+        }
+    }
+
     func take(_ key: String, now: ContinuousClock.Instant = .now) -> Decision {
         guard !limit.isUnlimited else { return .allowed }
         return buckets.withLock { buckets in

@@ -59,9 +59,18 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
-        case .head:
+        case .head(var head):
             requestsInProgress += 1
             readingRequest = true
+            // The operator's views limit wrong tokens per address (see `OperatorToken`): they
+            // learn it from this header, which the caller cannot set.
+            if let path = head.path, OperatorToken.isOperatorPath(path) {
+                head.headerFields[OperatorToken.peerField] = nil
+                head.headerFields[OperatorToken.peerField] = context.channel.remoteAddress?.ipAddress ?? "unknown"
+                update(context)
+                context.fireChannelRead(wrapInboundOut(.head(head)))
+                return
+            }
         case .body:
             break
         case .end:

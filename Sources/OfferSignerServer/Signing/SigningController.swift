@@ -361,6 +361,30 @@ enum RequestBodyReader {
         }
     }
 
+    /// The body, read within `deadline` (the unauthenticated Apple endpoints, before their
+    /// gate: a client that sends its body slowly holds a connection, never a gate's place);
+    /// past it, 400 `body_incomplete` and the connection is closed.
+    static func body(_ request: Request, limit: Int, deadline: Duration) async throws -> Data {
+        let result = await withTaskGroup(of: Result<Data, any Error>?.self) { group in
+            group.addTask {
+                do { return .success(try await body(request, limit: limit)) } catch { return .failure(error) }
+            }
+            group.addTask {
+                try? await Task.sleep(for: deadline)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        guard let result else {
+            throw APIProblem(
+                .badRequest, code: "body_incomplete",
+                detail: "the request body did not arrive completely within \(deadline.components.seconds) s", headers: [.connection: "close"])
+        }
+        return try result.get()
+    }
+
     /// `application/json` or `application/*+json`, any case, parameters ignored.
     static func isJSON(mediaTypeOf contentType: String) -> Bool {
         let mediaType = contentType.lowercased().split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""

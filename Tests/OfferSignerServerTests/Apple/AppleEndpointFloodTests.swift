@@ -18,44 +18,51 @@ import Glibc
 /// endpoints, and evidence is whatever the caller sends. Real server on loopback.
 @Suite("Attacks: bounded work for unauthenticated and evidence requests", .serialized)
 struct AppleEndpointFloodTests {
-    @Test("Requests held open on the Apple endpoints beyond the limit: the next one gets 503 overloaded with Retry-After; signing is untouched; freed slots serve again")
-    func appleEndpointConcurrencyLimit() async throws {
-        let server = try await TestServer { $0.appleEndpointConcurrency = 2 }
+    @Test("40 clients sending notification bodies slowly hold no place: retention is answered, a fast notification too, signing is untouched, and each slow body is cut at the body deadline")
+    func slowBodiesHoldNoPlace() async throws {
+        let chain = try TestAppleChain()
+        let catalog = #"""
+            {"offers": [{"offerID": "wb1", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1",
+                         "kind": "win-back", "rules": {"minPaidMonths": 1}}],
+             "apps": {"com.example.app": {"environments": ["Production", "Sandbox"]}}}
+            """#
+        var server = try await TestServer {
+            $0.appleEndpointConcurrency = 32
+            $0.appleEndpointBodyDeadline = .seconds(2)
+        }
+        server.configuration.eligibility = try EligibilityConfiguration(
+            catalogJSON: Data(catalog.utf8), trustedRootPEMs: [try chain.root.serializeAsPEM().pemString])
         defer { server.cleanUp() }
         let secret = try await server.createClient(name: "backend")
-        try await server.live { client in
+        let running = server
+        try await running.live { client in
             let port = try #require(client.port)
-            // Two attackers send a notification's head and never its body: each holds a place.
+            // 40 attackers (more than the gate's 32 places) send a notification's head and one byte of its body.
             let held = try await onOwnThread { () -> [Int32] in
-                try (0..<2).map { _ in
-                    let socket = try RawSocket.connect(port: port)
+                try (0..<40).map { _ in
+                    let socket = try RawSocket.connect(port: port, receiveTimeout: .seconds(20))
                     _ = RawSocket.send(socket, "POST /v1/apple/notifications HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{")
                     return socket
                 }
             }
             defer { for socket in held { close(socket) } }
-            var refused: RawSocket.Response?
-            for _ in 0..<100 {
-                let answer = try await onOwnThread {
-                    try RawSocket.request(port: port, method: "POST", path: "/v1/apple/notifications", headers: ["Content-Type": "application/json"], body: "{}")
-                }
-                if answer.status == 503 { refused = answer; break }
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            let overloaded = try #require(refused, "the third concurrent request was not refused")
-            #expect(overloaded.json["code"] as? String == "overloaded")
-            #expect(overloaded.headers["retry-after"] == "1")
-            // Signing has no such limit and is not slowed by it.
+            let opened = ContinuousClock.now
+            try await Task.sleep(for: .milliseconds(200))
+            // Retention goes through its own gate to verification (this request is not Apple's: 400).
+            let retention = try await client.postJSON("/v1/apple/retention", #"{"signedPayload":"x.y.z"}"#)
+            #expect(retention.status == .badRequest, "\(retention.text)")
+            #expect(retention.json["code"] as? String == "retention_request_unverified")
+            // So does a notification whose body arrives at once.
+            let notification = try await client.postJSON("/v1/apple/notifications", #"{"signedPayload":"x.y.z"}"#)
+            #expect(notification.status == .badRequest, "\(notification.text)")
+            #expect(notification.json["code"] as? String == "notification_unverified")
             #expect(try await client.postJSON("/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"o"}"#, bearer: secret).status == .created)
-            for socket in held { shutdown(socket, Int32(SHUT_RDWR)) }
-            // Freed: the endpoint reads requests again (this one is not Apple's: 400, not 503).
-            var status = 0
-            for _ in 0..<200 {
-                status = Int(try await client.postJSON("/v1/apple/notifications", #"{"signedPayload":"x.y.z"}"#).status.code)
-                if status != 503 { break }
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            #expect(status == 400)
+            // The slow bodies: answered 400 body_incomplete (or closed) once the 2 s deadline passed, not at the 30 s idle timeout.
+            let answers = try await onOwnThread { held.map { RawSocket.readToEnd($0) } }
+            let elapsed = ContinuousClock.now - opened
+            #expect(elapsed < .seconds(15), "the slow bodies were held for \(elapsed)")
+            let codes = answers.compactMap { (try? RawSocket.parse($0))?.json["code"] as? String }
+            #expect(codes.allSatisfy { $0 == "body_incomplete" }, "\(codes)")
         }
     }
 

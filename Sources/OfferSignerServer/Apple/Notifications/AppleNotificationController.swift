@@ -19,8 +19,9 @@ struct AppleNotificationController: Sendable {
     /// Apple's payloads are a few KiB per JWS, three JWS at most.
     let maximumBodyBytes: Int
 
-    func receive(_ request: Request, context: some RequestContext) async throws -> Response {
-        let body = try await RequestBodyReader.body(request, limit: maximumBodyBytes)
+    /// Handles a notification whose `body` was read already (before the endpoint's gate, see
+    /// ``ConcurrencyGate``).
+    func receive(body: Data) async throws -> Response {
         let signedPayload = try Self.signedPayload(body)
         switch try await intake.receive(signedPayload: signedPayload) {
         case .failure(let refusal):

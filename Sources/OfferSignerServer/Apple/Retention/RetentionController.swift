@@ -92,9 +92,11 @@ struct RetentionController: Sendable {
         var logger: Logger
     }
 
-    func answer(_ request: Request, context: some RequestContext) async throws -> Response {
-        let deadline = ContinuousClock.now + configuration.budget
-        let (verified, app, plan) = try await verify(request)
+    /// Answers a request whose `body` was read already (before the endpoint's gate, see
+    /// ``ConcurrencyGate``); the budget runs from `arrived`, when reading it began.
+    func answer(body: Data, arrived: ContinuousClock.Instant, context: some RequestContext) async throws -> Response {
+        let deadline = arrived + configuration.budget
+        let (verified, app, plan) = try await verify(body: body)
         let locale = verified.userLocale
         guard let productPlan = plan.products[verified.productID] else {
             return answered(nil, userLocale: locale, reason: "unknown_product")
@@ -141,8 +143,7 @@ struct RetentionController: Sendable {
 
     /// The request, verified, with its app and plan. Nothing about the configuration is looked
     /// at before the signature verified.
-    private func verify(_ request: Request) async throws -> (VerifiedRetentionRequest, AppStoreAppSettings, RetentionPlan) {
-        let body = try await RequestBodyReader.body(request, limit: Self.maximumBodyBytes)
+    private func verify(body: Data) async throws -> (VerifiedRetentionRequest, AppStoreAppSettings, RetentionPlan) {
         let signedPayload = try AppleNotificationController.signedPayload(body)
         let now = Date()
         let verifier = AppleSignedDataVerifier(
