@@ -87,7 +87,8 @@ struct EligibilityService: Sendable {
     /// The complete stored history of the subscription `transactionID` belongs to, in the first of
     /// the app's environments that has one (nil when none is complete).
     /// A history decoded before is used while the store still reports it at that version (one
-    /// short read); otherwise it is read whole and decoded. A history that may have missed a
+    /// short read); otherwise it is read whole and each item's stored JWS verified again
+    /// (``DecodedHistoryCache``: a database writer's edit of the decoded column is not believed). A history that may have missed a
     /// notification (see `StoredHistoryFreshness`) is not used.
     func storedHistory(transactionID: String, app: AppStoreAppSettings, now: Date) async throws -> VerifiedHistory? {
         for environment in app.environments {
@@ -101,7 +102,9 @@ struct EligibilityService: Sendable {
             let stored = try await StoreDeadline.run("stored history read", timeout: storeTimeout) { [store] in
                 try await store.appleHistory(bundleID: app.bundleID, environment: environment.rawValue, transactionID: transactionID)
             }
-            if let stored, stored.isComplete, let history = decodedHistories.remember(stored) {
+            if let stored, stored.isComplete,
+                let history = await decodedHistories.remember(stored, trustedRoots: configuration.trustedRoots, chainCache: chainCache, now: now)
+            {
                 return StoredHistoryFreshness.isCurrent(history, updatedAt: stored.updatedAt, now: now) ? history : nil
             }
         }

@@ -1,14 +1,16 @@
+import Crypto
 import Foundation
 import OfferSignerEligibility
 import OfferSignerEvidence
 import OfferSignerStorage
 import Synchronization
+import X509
 
 /// Converts between verified Apple data and what the store keeps of it.
 ///
 /// Rule: only verified items are ever stored (a notification or an App Store Server API answer
-/// whose every JWS verified), and what is read back is trusted as verified; the JWS is stored
-/// beside the decoded form so an operator can verify an item again.
+/// whose every JWS verified); the JWS is stored beside the decoded form, and a history read back
+/// for an eligibility decision is verified again from it (``DecodedHistoryCache``).
 enum AppleHistoryConversion {
     private static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
@@ -194,22 +196,44 @@ enum StoredHistoryFreshness {
 /// Stored histories already decoded, so a subscription asked about again is neither read whole
 /// nor decoded again.
 ///
-/// Rule: an entry is used only while the store reports the history at the very version
+/// Rules: an entry is used only while the store reports the history at the very version
 /// (`updatedAt`) it was decoded from; every write of a history moves that on (see
 /// ``OfferSignerStore/appleHistoryVersion(bundleID:environment:transactionID:)``). At most
 /// `capacity` subscriptions are kept (when full, the cache starts over).
+///
+/// What is decided on comes from the stored JWS, verified again, never from the `decoded`
+/// column (which anyone who can write the database could edit): each item's JWS must verify
+/// (chain to a trusted root, Apple's marker OIDs, ES256, the subscription's bundle and
+/// environment) and name the transaction (or, for a renewal info, the subscription) its row is
+/// stored under; otherwise the whole history is refused (nil: the caller asks Apple or the app's
+/// evidence instead), and the refusal is counted. A JWS verified once is known by the SHA-256 of
+/// its text and not verified again (at most `verifiedCapacity` kept); the hot path, a history
+/// at an unchanged version, costs no verification at all.
 final class DecodedHistoryCache: Sendable {
     private struct Entry {
         var updatedAt: Date
         var history: VerifiedHistory
     }
 
-    private let entries = Mutex<[AppleSubscriptionKey: Entry]>([:])
-    private let capacity: Int
-
-    init(capacity: Int = 20_000) {
-        self.capacity = max(1, capacity)
+    /// What a stored JWS verified to.
+    private enum Verified {
+        case transaction(VerifiedTransaction)
+        case renewalInfo(VerifiedRenewalInfo)
     }
+
+    private let entries = Mutex<[AppleSubscriptionKey: Entry]>([:])
+    private let verified = Mutex<[SHA256Digest: Verified]>([:])
+    private let refusals = Mutex(0)
+    private let capacity: Int
+    private let verifiedCapacity: Int
+
+    init(capacity: Int = 20_000, verifiedCapacity: Int = 200_000) {
+        self.capacity = max(1, capacity)
+        self.verifiedCapacity = max(1, verifiedCapacity)
+    }
+
+    /// Stored histories refused because an item's JWS did not verify or did not match its row.
+    var refusedHistories: Int { refusals.withLock { $0 } }
 
     /// The history decoded before at exactly `version`.
     func history(at version: StoredAppleHistoryVersion) -> VerifiedHistory? {
@@ -219,13 +243,54 @@ final class DecodedHistoryCache: Sendable {
         }
     }
 
-    /// Decodes a history read whole (nil when an item cannot be read back) and keeps it for its version.
-    func remember(_ stored: StoredAppleHistory) -> VerifiedHistory? {
-        guard let history = AppleHistoryConversion.history(stored) else { return nil }
+    /// Verifies a history read whole (nil when an item's JWS does not verify or does not match
+    /// its row) and keeps it for its version.
+    func remember(_ stored: StoredAppleHistory, trustedRoots: [Certificate], chainCache: AppleChainValidationCache, now: Date) async -> VerifiedHistory? {
+        guard let history = await verifiedHistory(stored, trustedRoots: trustedRoots, chainCache: chainCache, now: now) else {
+            refusals.withLock { $0 += 1 }
+            return nil
+        }
         entries.withLock { entries in
             if entries.count >= capacity { entries.removeAll(keepingCapacity: true) }
             entries[stored.subscription] = Entry(updatedAt: stored.updatedAt, history: history)
         }
         return history
+    }
+
+    private func verifiedHistory(_ stored: StoredAppleHistory, trustedRoots: [Certificate], chainCache: AppleChainValidationCache, now: Date) async -> VerifiedHistory? {
+        guard let environment = AppleEnvironment(rawValue: stored.subscription.environment) else { return nil }
+        let verifier = AppleSignedDataVerifier(trustedRoots: trustedRoots, bundleID: stored.subscription.bundleID, environment: environment, chainCache: chainCache)
+        var history = VerifiedHistory(bundleID: stored.subscription.bundleID, environment: environment, asOf: stored.updatedAt)
+        for item in stored.transactions {
+            guard case .transaction(let transaction)? = await verify(item.jws, renewalInfo: false, verifier: verifier, now: now),
+                transaction.transactionID == item.key, transaction.originalTransactionID == item.originalTransactionID
+            else { return nil }
+            history.record(transaction, jws: item.jws)
+        }
+        for item in stored.renewalInfos {
+            guard case .renewalInfo(let info)? = await verify(item.jws, renewalInfo: true, verifier: verifier, now: now), info.originalTransactionID == item.key
+            else { return nil }
+            history.record(info, jws: item.jws)
+        }
+        return history
+    }
+
+    /// What `jws` verifies to, from memory when it verified before.
+    private func verify(_ jws: String, renewalInfo: Bool, verifier: AppleSignedDataVerifier, now: Date) async -> Verified? {
+        let digest = SHA256.hash(data: Data(jws.utf8))
+        if let known = verified.withLock({ $0[digest] }) { return known }
+        let result: Verified
+        if renewalInfo {
+            guard case .success(let info) = await verifier.verifyRenewalInfo(jws, now: now) else { return nil }
+            result = .renewalInfo(info)
+        } else {
+            guard case .success(let transaction) = await verifier.verifyTransaction(jws, now: now) else { return nil }
+            result = .transaction(transaction)
+        }
+        verified.withLock { verified in
+            if verified.count >= verifiedCapacity { verified.removeAll(keepingCapacity: true) }
+            verified[digest] = result
+        }
+        return result
     }
 }

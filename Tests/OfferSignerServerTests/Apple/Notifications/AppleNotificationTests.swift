@@ -7,6 +7,7 @@ import HTTPTypes
 import HummingbirdTesting
 import OfferSignerCore
 import OfferSignerEligibility
+import OfferSignerEvidence
 @testable import OfferSignerServer
 import OfferSignerStorage
 import SwiftASN1
@@ -193,17 +194,27 @@ struct AppleNotificationTests {
     }
 
     /// A complete history of a subscription whose last month ended two days ago, written to the
-    /// store at `heardAt` (as if its last notification came then).
+    /// store at `heardAt` (as if its last notification came then), each transaction with its JWS
+    /// signed by the test chain (a stored history is verified again from its JWS when read).
     func storeLapsedHistory(in server: TestServer, heardAt: Date) async throws {
         var history = VerifiedHistory(bundleID: Self.bundleID, environment: .production, asOf: heardAt)
         let lastEnd = now.addingTimeInterval(-2 * 86_400)
+        let verifier = AppleSignedDataVerifier(trustedRoots: [chain.root], bundleID: Self.bundleID, environment: .production)
         for month in 0..<4 {
             let start = Calendar(identifier: .gregorian).date(byAdding: .month, value: month - 4, to: lastEnd)!
             let end = Calendar(identifier: .gregorian).date(byAdding: .month, value: month - 3, to: lastEnd)!
-            history.record(VerifiedTransaction(
-                transactionID: "50000000\(month)", originalTransactionID: "500000000", productID: "pro.monthly", subscriptionGroupID: "G1",
-                purchaseDate: start, expiresDate: end, price: 9_990, currency: "USD", storefront: "USA", environment: .production, bundleID: Self.bundleID,
-                appAccountToken: Self.token, signedDate: start))
+            let jws = try chain.signJWS([
+                "transactionId": "50000000\(month)", "originalTransactionId": "500000000", "productId": "pro.monthly", "subscriptionGroupIdentifier": "G1",
+                "purchaseDate": TestAppleChain.milliseconds(start), "originalPurchaseDate": TestAppleChain.milliseconds(lastEnd.addingTimeInterval(-4 * 31 * 86_400)),
+                "expiresDate": TestAppleChain.milliseconds(end), "price": 9_990, "currency": "USD", "storefront": "USA", "environment": "Production",
+                "bundleId": Self.bundleID, "appAccountToken": Self.token, "signedDate": TestAppleChain.milliseconds(start),
+                "type": "Auto-Renewable Subscription", "inAppOwnershipType": "PURCHASED", "transactionReason": month == 0 ? "PURCHASE" : "RENEWAL",
+            ] as [String: Any])
+            guard case .success(let transaction) = await verifier.verifyTransaction(jws, now: now) else {
+                Issue.record("the test chain's transaction did not verify")
+                return
+            }
+            history.record(transaction, jws: jws)
         }
         _ = try await server.store.recordAppleHistories([AppleHistoryConversion.update(history)], at: heardAt)
     }
