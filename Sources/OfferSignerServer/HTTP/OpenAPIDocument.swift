@@ -102,7 +102,7 @@ public enum OpenAPIDocument {
             answered 200 `ignored` and not stored. Stored once per notificationUUID (a repeat answers 200
             `duplicate`); redemptions of promotional offers are matched to their signatures and audited (`offer.redeemed`).
             Any Content-Type is accepted (Apple does not document the header).
-            At most 32 requests are inside the two Apple endpoints at once; beyond, 503 `overloaded` with `Retry-After`.
+            Each Apple endpoint verifies at most 32 requests at once, once their bodies are in (a body must arrive within 5 s, else 400 `body_incomplete`); beyond, 503 `overloaded` with `Retry-After`.
           security:
             - {}
           requestBody:
@@ -144,7 +144,7 @@ public enum OpenAPIDocument {
             deadline (500 ms by default) covers the whole answer: past it, the fallback. Stale (over 5 minutes) and
             replayed requests are refused. Any Content-Type is accepted. Needs an offers catalog (404
             `eligibility_not_configured` otherwise).
-            At most 32 requests are inside the two Apple endpoints at once; beyond, 503 `overloaded` with `Retry-After`.
+            Each Apple endpoint verifies at most 32 requests at once, once their bodies are in (a body must arrive within 5 s, else 400 `body_incomplete`); beyond, 503 `overloaded` with `Retry-After`.
           security:
             - {}
           requestBody:

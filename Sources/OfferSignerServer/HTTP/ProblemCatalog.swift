@@ -67,7 +67,7 @@ public enum ProblemCatalog {
             action: "send each member once"),
         ProblemType(
             code: "body_incomplete", status: .badRequest, title: "Body cut off",
-            meaning: "the connection closed before the request body's end (a client that stopped sending, or one closed by `--idle-timeout-seconds`)",
+            meaning: "the connection closed before the request body's end (a client that stopped sending, or one closed by `--idle-timeout-seconds`), or, on Apple's endpoints, the body did not arrive within 5 s",
             action: "send the whole body within the idle timeout; retry on a new connection"),
         ProblemType(
             code: "unknown_format", status: .badRequest, title: "Unknown signature format",
