@@ -60,6 +60,8 @@ public final class AppleNotificationIntake: Sendable {
     private let catalog: OfferCatalog?
     private let trustedRoots: [Certificate]
     private let chainCache: AppleChainValidationCache
+    /// Stored histories verified again from their JWS (see ``DecodedHistoryCache``).
+    private let storedHistories = DecodedHistoryCache(capacity: 2_000)
     private let onStored: @Sendable (_ originalTransactionID: String) -> Void
     private let metrics: ServerMetrics
     private let logger: Logger
@@ -183,7 +185,11 @@ public final class AppleNotificationIntake: Sendable {
             try await store.appleHistory(
                 bundleID: notification.bundleID, environment: notification.environment.rawValue, transactionID: transaction.originalTransactionID)
         }
-        guard let stored, let history = AppleHistoryConversion.history(stored) else { return ([], false) }
+        // Verified again from the stored JWS: a stored history that does not verify places
+        // nothing (as if the subscription's history were unknown).
+        guard let stored, let history = await storedHistories.remember(stored, trustedRoots: trustedRoots, chainCache: chainCache, now: Date()) else {
+            return ([], false)
+        }
         return (history.transactions, stored.isComplete)
     }
 }
