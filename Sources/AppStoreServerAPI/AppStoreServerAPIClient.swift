@@ -152,11 +152,13 @@ public final class AppStoreServerAPIClient: Sendable {
             switch result {
             case .found(let history):
                 breaker.record(success: true)
+                noteCircuit(breaker, app: app, environment: environment)
                 cache.store(history, bundleID: app.bundleID, transactionID: transactionID, lookedUpAt: cacheGeneration)
                 onFetch?(history)
                 return .history(history)
             case .notFound:
                 breaker.record(success: true)
+                noteCircuit(breaker, app: app, environment: environment)
                 notFound.append(environment.rawValue)
             case .failed(let unavailable):
                 if Task.isCancelled {
@@ -170,10 +172,16 @@ public final class AppStoreServerAPIClient: Sendable {
                 } else {
                     breaker.record(success: !Self.countsAgainstHost(unavailable.reason))
                 }
+                noteCircuit(breaker, app: app, environment: environment)
                 return .unavailable(unavailable)
             }
         }
         return .unavailable(.init(.transactionNotFound, "no accepted environment (\(notFound.joined(separator: ", "))) knows the transaction ID"))
+    }
+
+    /// Publishes the breaker's state (`app_store_server_api_circuit_open`) after an outcome moved it.
+    private func noteCircuit(_ breaker: CircuitBreaker, app: AppStoreAppSettings, environment: AppleEnvironment) {
+        metrics.circuit(bundleID: app.bundleID, environment: environment.rawValue, open: breaker.isOpen)
     }
 
     /// Failures that say the host is unwell (and so trip the breaker).

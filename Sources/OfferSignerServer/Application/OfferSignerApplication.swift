@@ -139,6 +139,8 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         guard let retention else {
             throw APIProblem(.notFound, code: "eligibility_not_configured", detail: "Retention Messaging needs an offers catalog with apps.<bundle>.retention (serve --offers FILE)")
         }
+        let arrived = ContinuousClock.now
+        defer { metrics.retentionAnswered(after: ContinuousClock.now - arrived) }
         return try await appleEndpoints.run { try await retention.answer(request, context: context) }
     }
     router.get("/healthz") { _, _ in
@@ -150,7 +152,8 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         onRefusal: { metrics.auditCheckpointRefused() })
     let readiness = ReadinessMonitor(
         store: store, keyRing: keyRing, auditHealth: committer.health, checkpointRefusal: { checkpointer.refusal }, timeout: configuration.storeTimeout,
-        interval: configuration.readinessInterval, operatorToken: configuration.operatorToken, logger: logger)
+        interval: configuration.readinessInterval, operatorToken: configuration.operatorToken, logger: logger,
+        onCheck: { metrics.readiness($0) })
     await readiness.refresh()
     router.get("/readyz") { request, _ in
         try readiness.response(request)
