@@ -23,7 +23,11 @@ public enum OfferSignerRoutes {
         (.get, "/problems/{code}"),
         (.post, "/v1/apple/notifications"),
         (.post, "/v1/apple/retention"),
-    ]
+        (.get, "/admin"),
+        (.get, "/admin/login"),
+        (.post, "/admin/login"),
+        (.post, "/admin/logout"),
+    ] + AdminPage.allCases.map { (.get, $0.path) }
 
     /// The methods the routes take on `path` (`{name}` in a route matches one path segment).
     static func methods(allowedOn path: String) -> [String] {
@@ -130,10 +134,12 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     router.post("/v1/apple/notifications") { request, context in
         try await appleEndpoints.run { try await notifications.receive(request, context: context) }
     }
+    let retentionActivity = RetentionActivity()
     let retention = eligibility.map {
         RetentionController(
             store: store, keyRing: keyRing, committer: committer, eligibility: $0, configuration: configuration.retention, metrics: metrics,
-            storeTimeout: configuration.storeTimeout, customerLocks: signing.customerLocks, recentRequests: RecentRequestIdentifiers())
+            storeTimeout: configuration.storeTimeout, customerLocks: signing.customerLocks, recentRequests: RecentRequestIdentifiers(),
+            activity: retentionActivity)
     }
     router.post("/v1/apple/retention") { request, context in
         guard let retention else {
@@ -143,6 +149,14 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         defer { metrics.retentionAnswered(after: ContinuousClock.now - arrived) }
         return try await appleEndpoints.run { try await retention.answer(request, context: context) }
     }
+    let dashboard = configuration.adminToken.map { token in
+        AdminDashboard(
+            token: token, store: store, metrics: metrics, retentionActivity: retentionActivity,
+            retentionConfigured: configuration.eligibility?.catalog.apps.values.contains { $0.retention != nil } ?? false,
+            retentionBudget: configuration.retention.budget, appleClient: appleHistory?.client,
+            catalogBundles: Set(configuration.eligibility?.catalog.apps.keys.map { $0 } ?? []))
+    }
+    AdminDashboard.register(on: router, dashboard: dashboard)
     router.get("/healthz") { _, _ in
         Response.json(#"{"status":"ok"}"#)
     }

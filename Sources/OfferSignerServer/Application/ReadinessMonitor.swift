@@ -186,6 +186,11 @@ public struct OperatorToken: Sendable {
         digest = SHA256.hash(data: Data(secret.utf8))
     }
 
+    /// Whether `secret` is this token (e.g. to refuse the same secret as the admin token).
+    public func matches(secret: String) -> Bool {
+        SHA256.hash(data: Data(secret.utf8)) == digest
+    }
+
     func matches(authorization: String?) -> Bool {
         guard let authorization, authorization.count > 7, authorization.prefix(7).lowercased() == "bearer " else { return false }
         let presented = authorization.dropFirst(7).drop(while: { $0 == " " })
