@@ -10,7 +10,8 @@
 # a key rotation through the CLI (keys import + keys activate while serving), then more signatures.
 # Chromium cannot send headers, so a Python proxy on loopback adds the admin bearer token (never in
 # a URL). Each page must answer 200 with <main data-page="NAME">, the chart pages an inline
-# <svg class="chart">, and its PNG must not be blank (more than a few distinct colours).
+# <svg class="chart"> drawing data marks, no secret of the run may appear in it, and its PNG must
+# not be blank (more than a few distinct colours).
 #
 # Usage:   Scripts/dashboard-screenshot.sh [OUTDIR]     (default .build/dashboard-screenshots)
 # Env:     BIN=.build/release/offer-signer  PORT=18291  CHROMIUM=chromium
@@ -123,6 +124,8 @@ for _ in $(seq 1 50); do
     sleep 0.2
 done
 python3 "$TOOLS" fill "$URL" "$WORK/chain.json" "$SECRET" "$BUNDLE" "$APP_APPLE_ID" after-rotation
+echo "==> audit verify (the keys page shows when it last passed)"
+"$BIN" audit verify "${S[@]}" | tail -n 1
 
 # --- The proxy that adds the admin token --------------------------------------------------
 python3 "$TOOLS" proxy "$URL" "$WORK/admin-token" "$WORK/proxy-port" 2> "$WORK/proxy.log" &
@@ -152,6 +155,12 @@ for entry in "${PAGES[@]}"; do
         continue
     fi
     python3 "$TOOLS" check-page "$WORK/$name.html" "$page" "$needs_chart" || { FAILED=1; continue; }
+    for secret in "$SECRET" "$(cat "$WORK/admin-token")" "$(cat "$WORK/operator-token")" "$(cat "$MASTER")"; do
+        if grep -qF -- "$secret" "$WORK/$name.html"; then
+            echo "error: $path shows a secret (an API client secret, a token or the master key)" >&2
+            FAILED=1
+        fi
+    done
     rm -f "$OUTDIR/$name.png"
     "$CHROMIUM" --headless --no-sandbox --disable-gpu --hide-scrollbars --screenshot="$OUTDIR/$name.png" --window-size=1280,2000 \
         "$PROXY$path" > "$WORK/chromium-$name.log" 2>&1 || true

@@ -5,15 +5,17 @@
       fills a running server through its real endpoints. PHASE `before-rotation`: signatures
       (POST /v1/offers/signatures) for two offers, every customer's App Store Server Notifications
       V2 (six months of history each), redemptions of signed offers (matched) and one with an
-      appAccountToken nothing of ours signed (a possible key leak), and a Retention Messaging
-      request (POST /v1/apple/retention). PHASE `after-rotation`: more signatures (by the new key).
+      appAccountToken nothing of ours signed (a possible key leak), and Retention Messaging
+      requests (POST /v1/apple/retention): three answered with the offer, one for a customer the
+      store does not know (the App Store Server API is asked, at a closed port: a fallback). PHASE `after-rotation`: more signatures (by the new key).
   dashboard_screenshot_tools.py proxy UPSTREAM TOKEN_FILE PORT_FILE
       a loopback HTTP proxy for GET requests that adds `Authorization: Bearer <token>` (headless
       Chromium cannot send a header; the token never goes into a URL); writes the port it
       listens on to PORT_FILE, then serves until killed.
   dashboard_screenshot_tools.py check-page HTML_FILE PAGE NEEDS_CHART
-      the page names itself (`<main data-page="PAGE"`) and, when NEEDS_CHART is 1, has an inline
-      `<svg class="chart"`; exit 1 with the reason otherwise.
+      the page names itself (`<main data-page="PAGE">`) and, when NEEDS_CHART is 1, has an inline
+      `<svg class="chart">` that draws at least one data mark (rect, path, circle, line, …);
+      exit 1 with the reason otherwise.
   dashboard_screenshot_tools.py check-png PNG_FILE [MIN_COLOURS]
       decodes the PNG (zlib, scanline filters; 8-bit RGB or RGBA, not interlaced) and exits 1
       when it has at most MIN_COLOURS (default 4) distinct colours: a blank page.
@@ -21,6 +23,7 @@
 Customers are those of Scripts/stored-history-fixtures.py (originalTransactionId 600000000 + i,
 appAccountToken 00000000-0000-4000-8000-<i>).
 """
+import html.parser
 import http.client
 import http.server
 import importlib.util
@@ -117,14 +120,19 @@ def fill(url, state, secret, bundle_id, app_apple_id, phase):
         original = history.original_id(index)
         payload = redemption(chain, bundle_id, app_apple_id, original, f"{original}900", "WINBACK50", token, now_ms - 60_000 + index)
         outcomes.append(notify(url, chain, payload).get("status"))
-    # A Retention Messaging request for customer 3 (eligible: six paid months, active).
-    body = json.dumps({"signedPayload": chain.sign({
-        "originalTransactionId": history.original_id(3), "appAppleId": app_apple_id, "productId": PRODUCT, "userLocale": "en-US",
-        "requestIdentifier": str(uuid.uuid4()), "environment": "Production", "signedDate": int(time.time() * 1000)})})
-    status, answer = request(url, "POST", "/v1/apple/retention", body, {"Content-Type": "application/json"})
-    expect(status, answer, (200, 204), "a Retention Messaging request")
+    # Retention Messaging: customers 3 to 5 (eligible: six paid months, active) get the offer; a
+    # customer the store does not know makes the service ask Apple's API (a closed port here:
+    # a network error, counted, and the product's fallback message with its reason).
+    answers = []
+    for original in [history.original_id(3), history.original_id(4), history.original_id(5), "699999999"]:
+        body = json.dumps({"signedPayload": chain.sign({
+            "originalTransactionId": original, "appAppleId": app_apple_id, "productId": PRODUCT, "userLocale": "en-US",
+            "requestIdentifier": str(uuid.uuid4()), "environment": "Production", "signedDate": int(time.time() * 1000)})})
+        status, answer = request(url, "POST", "/v1/apple/retention", body, {"Content-Type": "application/json"})
+        expect(status, answer, (200, 204), "a Retention Messaging request")
+        answers.append(next(iter(json.loads(answer)), "?") if status == 200 and answer else str(status))
     print(f"filled: {CUSTOMERS} customers' notifications, {CUSTOMERS + (CUSTOMERS + 1) // 2} signatures, "
-          f"3 redemptions ({', '.join(str(o) for o in outcomes)}), a retention request answered {status}")
+          f"3 redemptions ({', '.join(str(o) for o in outcomes)}), retention answers {', '.join(answers)}")
 
 
 class AuthorizingProxy(http.server.BaseHTTPRequestHandler):
@@ -167,16 +175,53 @@ def proxy(upstream, token_file, port_file):
     server.serve_forever()
 
 
+class PageScan(html.parser.HTMLParser):
+    """The page's `<main data-page>` values and, per `<svg class="chart …">`, how many data marks it draws."""
+    MARKS = {"rect", "circle", "path", "polyline", "polygon", "line", "ellipse"}
+
+    def __init__(self):
+        super().__init__()
+        self.pages, self.charts, self.empty_states, self.depth = [], [], 0, 0
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        classes = (attributes.get("class") or "").split()
+        if tag == "main" and "data-page" in attributes:
+            self.pages.append(attributes["data-page"])
+        if tag == "p" and "empty" in classes:
+            self.empty_states += 1
+        if tag == "svg":
+            if self.depth == 0 and "chart" in classes:
+                self.charts.append(0)
+                self.depth = 1
+            elif self.depth:
+                self.depth += 1
+        elif self.depth and tag in self.MARKS:
+            self.charts[-1] += 1
+
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+        if tag == "svg" and self.depth:
+            self.depth -= 1
+
+    def handle_endtag(self, tag):
+        if tag == "svg" and self.depth:
+            self.depth -= 1
+
+
 def check_page(path, page, needs_chart):
     with open(path, encoding="utf-8", errors="replace") as source:
-        html = source.read()
+        scan = PageScan()
+        scan.feed(source.read())
     problems = []
-    if f'<main data-page="{page}"' not in html:
-        problems.append(f'no <main data-page="{page}">')
-    if needs_chart == "1" and '<svg class="chart"' not in html:
-        problems.append('no chart (<svg class="chart")')
+    if page not in scan.pages:
+        problems.append(f'no <main data-page="{page}"> (found {scan.pages or "none"})')
+    drawn = [marks for marks in scan.charts if marks > 0]
+    if needs_chart == "1" and not drawn:
+        problems.append(f'no chart with data marks (<svg class="chart"> elements: {len(scan.charts)}, empty states: {scan.empty_states})')
     if problems:
         raise SystemExit(f"error: /admin/{page}: " + "; ".join(problems))
+    print(f"/admin/{page}: {len(scan.charts)} chart(s), {sum(scan.charts)} data marks, {scan.empty_states} empty state(s)")
 
 
 def png_colours(path, stop_after=64):
