@@ -19,7 +19,7 @@ import Testing
             #expect(parser.parse(), "well-formed: \(parser.parserError.map { "\($0)" } ?? "")")
             #expect(text.contains(#"<main data-page="offers">"#))
             #expect(text.contains(#"<p class="empty">"#), "an empty store: the empty state")
-            #expect(text.contains(#"http-equiv="Content-Security-Policy""#) && text.contains("default-src 'none'"))
+            #expect(text.contains(#"http-equiv="Content-Security-Policy""#) && text.contains("default-src &#39;none&#39;"))
             #expect(!text.contains("<script") && !text.contains(" src="))
             expectCleanFailure(try run(["offers", "report", "--store", fixture.store.path, "--html", file.path, "--days", "7"]), mentions: ["--days", "30, 90"])
             expectCleanFailure(try run(["offers", "report", "--store", fixture.store.path, "--html", file.path, "--json"]), mentions: ["--html", "--json"])
