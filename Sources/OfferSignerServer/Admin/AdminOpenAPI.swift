@@ -3,7 +3,7 @@
 enum AdminOpenAPI {
     private static func page(_ path: String, _ operationID: String, _ summary: String, query: String? = nil) -> String {
         var lines = [
-            "  \(path):", "    get:", "      operationId: \(operationID)", "      summary: \(summary) (admin token; 404 unless --admin-token-file)",
+            "  \(path):", "    get:", "      operationId: \(operationID)", "      summary: '\(summary) (admin token; 404 unless --admin-token-file)'",
             "      security: [{admin: []}]",
         ]
         if let query { lines.append("      parameters: [\(query)]") }
