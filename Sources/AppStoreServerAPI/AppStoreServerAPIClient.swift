@@ -152,11 +152,13 @@ public final class AppStoreServerAPIClient: Sendable {
             switch result {
             case .found(let history):
                 breaker.record(success: true)
+                noteCircuit(breaker, app: app, environment: environment)
                 cache.store(history, bundleID: app.bundleID, transactionID: transactionID, lookedUpAt: cacheGeneration)
                 onFetch?(history)
                 return .history(history)
             case .notFound:
                 breaker.record(success: true)
+                noteCircuit(breaker, app: app, environment: environment)
                 notFound.append(environment.rawValue)
             case .failed(let unavailable):
                 if Task.isCancelled {
@@ -170,10 +172,16 @@ public final class AppStoreServerAPIClient: Sendable {
                 } else {
                     breaker.record(success: !Self.countsAgainstHost(unavailable.reason))
                 }
+                noteCircuit(breaker, app: app, environment: environment)
                 return .unavailable(unavailable)
             }
         }
         return .unavailable(.init(.transactionNotFound, "no accepted environment (\(notFound.joined(separator: ", "))) knows the transaction ID"))
+    }
+
+    /// Publishes the breaker's state (`app_store_server_api_circuit_open`) after an outcome moved it.
+    private func noteCircuit(_ breaker: CircuitBreaker, app: AppStoreAppSettings, environment: AppleEnvironment) {
+        metrics.circuit(bundleID: app.bundleID, environment: environment.rawValue, open: breaker.isOpen)
     }
 
     /// Failures that say the host is unwell (and so trip the breaker).
@@ -187,6 +195,17 @@ public final class AppStoreServerAPIClient: Sendable {
     /// The breaker of one app in one environment (`key`: bundle ID and host): Apple's rate limits
     /// are per app (https://developer.apple.com/documentation/appstoreserverapi/identifying-rate-limits),
     /// so one app's 429s or failures do not stop another's lookups.
+    /// Each app and Apple host this client has called, with whether its circuit breaker is open
+    /// (refusing lookups) or trying one: for the operator's dashboard.
+    public func breakerStates() -> [(bundleID: String, host: String, open: Bool)] {
+        breakers.withLock { breakers in
+            breakers.map { key, breaker in
+                let parts = key.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
+                return (String(parts.first ?? ""), parts.count > 1 ? String(parts[1]) : "", breaker.isOpen)
+            }
+        }.sorted { ($0.bundleID, $0.host) < ($1.bundleID, $1.host) }
+    }
+
     private func breaker(for key: String) -> CircuitBreaker {
         breakers.withLock { breakers in
             if let breaker = breakers[key] { return breaker }

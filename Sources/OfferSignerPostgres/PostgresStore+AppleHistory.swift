@@ -264,3 +264,64 @@ extension PostgresStore {
         }
     }
 }
+
+extension PostgresStore {
+    public func offerIssuancesPerDay(since: Date) async throws -> [OfferIssuanceDay] {
+        try await rows(
+            "counting issuances per day",
+            """
+            SELECT bundle_id, offer_id, issued_at / \(unescaped: String(DashboardSchema.dayMilliseconds)) AS day,
+                COUNT(DISTINCT \(unescaped: AppleHistorySchema.issuanceKey))
+            FROM issued_signatures WHERE issued_at >= \(since.unixMilliseconds) GROUP BY bundle_id, offer_id, day ORDER BY bundle_id, offer_id, day
+            """
+        ).map { row in
+            let (bundleID, offerID, day, count) = try row.decode((String, String, Int64, Int64).self)
+            return OfferIssuanceDay(bundleID: bundleID, offerID: offerID, day: day, issuances: count)
+        }
+    }
+
+    public func appleNotificationsPerDay(since: Date) async throws -> [AppleNotificationDay] {
+        try await rows(
+            "counting notifications per day",
+            """
+            SELECT bundle_id, environment, notification_type, received_at / \(unescaped: String(DashboardSchema.dayMilliseconds)) AS day, COUNT(*)
+            FROM apple_notifications WHERE received_at >= \(since.unixMilliseconds) GROUP BY bundle_id, environment, notification_type, day
+            ORDER BY bundle_id, environment, notification_type, day
+            """
+        ).map { row in
+            let (bundleID, environment, type, day, count) = try row.decode((String, String, String, Int64, Int64).self)
+            return AppleNotificationDay(bundleID: bundleID, environment: environment, notificationType: type, day: day, received: count)
+        }
+    }
+
+    public func lastAppleNotificationReceived(bundleID: String, environment: String) async throws -> Date? {
+        try await rows(
+            "reading the last notification",
+            "SELECT received_at FROM apple_notifications WHERE bundle_id = \(bundleID) AND environment = \(environment) ORDER BY received_at DESC LIMIT 1"
+        ).first.map { row in Self.date(try row.decode(Int64.self)) }
+    }
+
+    public func lastIssuances(clients: [String], since: Date) async throws -> [String: Date] {
+        guard !clients.isEmpty else { return [:] }
+        var last: [String: Date] = [:]
+        for row in try await rows(
+            "reading clients' last issuances",
+            "SELECT client, MAX(issued_at) FROM issued_signatures WHERE issued_at >= \(since.unixMilliseconds) AND client = ANY(\(clients)) GROUP BY client")
+        {
+            let (client, time) = try row.decode((String, Int64).self)
+            last[client] = Self.date(time)
+        }
+        return last
+    }
+
+    public func recordAuditVerification(_ record: AuditVerificationRecord) async throws {
+        _ = try await rows(
+            "recording an audit verification",
+            "INSERT INTO meta (name, value) VALUES (\(AuditVerificationRecord.metaName), \(record.metaValue)) ON CONFLICT (name) DO UPDATE SET value = excluded.value")
+    }
+
+    public func lastAuditVerification() async throws -> AuditVerificationRecord? {
+        try await rows("reading the last audit verification", "SELECT value FROM meta WHERE name = \(AuditVerificationRecord.metaName)")
+            .first.flatMap { AuditVerificationRecord(metaValue: try $0.decode(String.self)) }
+    }
+}

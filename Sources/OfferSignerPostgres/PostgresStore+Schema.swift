@@ -146,6 +146,10 @@ extension PostgresStore {
         // 6: the scheduled notification catch-up's watermark per app and environment (SQLite's
         // "v5-notification-recovery").
         [NotificationRecoverySchema.createTable],
+        // 7: the dashboard's windows (/admin), SQLite's "v6-dashboard": the ledger and notifications
+        // by time, notifications by app and environment. Building them holds writes to those
+        // tables back for the build (seconds on a million issuances), once, at the upgrade.
+        DashboardSchema.indexes,
     ]
 
     /// The longest an instance waits to open a store whose schema it must check or migrate.

@@ -140,6 +140,28 @@ public protocol OfferSignerStore: StoreCoordination {
     /// Issuances per bundle and offer, issued at or after `since` (all when nil).
     func offerIssuances(since: Date?) async throws -> [OfferIssuanceCount]
 
+    // MARK: The operator's dashboard (/admin): bounded by a window, served by indexes (DashboardSchema)
+
+    /// Issuances per bundle, offer and UTC day, issued at or after `since`; their per-offer totals
+    /// (``OfferIssuanceDay/totals(_:)``) equal `offerIssuances(since:)` for the same window.
+    func offerIssuancesPerDay(since: Date) async throws -> [OfferIssuanceDay]
+
+    /// Notifications received at or after `since`, per app, environment, type and UTC day.
+    func appleNotificationsPerDay(since: Date) async throws -> [AppleNotificationDay]
+
+    /// When the newest notification of an app and environment was received, nil when none was.
+    func lastAppleNotificationReceived(bundleID: String, environment: String) async throws -> Date?
+
+    /// For each of `clients` (the ledger's `client` column, e.g. `client:<name>`), the time of its
+    /// newest issuance at or after `since`; clients without one are absent.
+    func lastIssuances(clients: [String], since: Date) async throws -> [String: Date]
+
+    /// Keeps the last intact `audit verify` run (replacing the one before).
+    func recordAuditVerification(_ record: AuditVerificationRecord) async throws
+
+    /// The last intact `audit verify` run recorded, nil when none was.
+    func lastAuditVerification() async throws -> AuditVerificationRecord?
+
     // MARK: Signed audit checkpoints
 
     /// The key that signs audit checkpoints: derived from the master key (see

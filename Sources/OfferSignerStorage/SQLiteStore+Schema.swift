@@ -83,6 +83,10 @@ extension SQLiteStore {
         migrator.registerMigration("v5-notification-recovery") { db in
             try db.execute(sql: NotificationRecoverySchema.createTable)
         }
+        // The dashboard's windows (/admin): the ledger and notifications by time, notifications by app.
+        migrator.registerMigration("v6-dashboard") { db in
+            for statement in DashboardSchema.indexes { try db.execute(sql: statement) }
+        }
         return migrator
     }
 }

@@ -81,5 +81,13 @@ struct AuditVerifyCommand: AsyncParsableCommand {
         }
         print(report.description)
         if !report.isIntact { throw ExitCode(1) }
+        // For the dashboard's "audit verify last passed" (/admin/keys). A store this command may
+        // not write (a read-only replica, a copy) is still verified: only the note is skipped.
+        do {
+            try await opened.recordAuditVerification(
+                AuditVerificationRecord(verifiedAt: Date(), recordsChecked: report.recordsChecked, throughSequence: report.recordsChecked, headHash: report.headHash))
+        } catch {
+            CLI.printNote("the chain is intact; this run could not be recorded for the dashboard: \(error)")
+        }
     }
 }

@@ -26,8 +26,28 @@ struct OffersReportCommand: AsyncParsableCommand {
     var since: String?
     @Flag(help: "Print a JSON array.")
     var json = false
+    @Option(help: "Write the dashboard's Offers page (/admin/offers) to FILE as one self-contained HTML file (no server needed; charts inline, nothing fetched), over the last --days days.")
+    var html: String?
+    @Option(help: "With --html: the window, 30 or 90 whole UTC days ending today (default 30).")
+    var days: Int?
+
+    func validate() throws {
+        if html != nil {
+            if since != nil { throw ValidationError("--html covers the last --days days (30 or 90); it does not take --since") }
+            if json { throw ValidationError("--html and --json write different things; give one") }
+            if let days, !AdminOffersReport.windows.contains(days) {
+                throw ValidationError("--days must be one of \(AdminOffersReport.windows.map(String.init).joined(separator: ", ")) (it is \(days))")
+            }
+        } else if days != nil {
+            throw ValidationError("--days is for --html; the table and --json take --since")
+        }
+    }
 
     func run() async throws {
+        if let html {
+            try await writeHTML(to: html)
+            return
+        }
         var sinceDate: Date?
         if let since {
             guard let date = try? Date(since, strategy: .iso8601) else {
@@ -45,5 +65,24 @@ struct OffersReportCommand: AsyncParsableCommand {
         }
         await store.close()
         print(json ? OfferReport.json(rows) : OfferReport.table(rows), terminator: "")
+    }
+
+    /// The Offers page as one file: the same renderer and the same figures as /admin/offers.
+    private func writeHTML(to path: String) async throws {
+        let opened = try await store.open()
+        let report: AdminOffersReport
+        do {
+            report = try await AdminOffersReport.load(store: opened, days: days ?? 30)
+        } catch let error as StoreError {
+            await opened.close()
+            throw CLIFailure(error.message)
+        }
+        await opened.close()
+        do {
+            try Data(report.standaloneFile().utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
+        } catch {
+            throw CLIFailure("cannot write '\(path)': \(error.localizedDescription)")
+        }
+        CLI.printNote("wrote the offers report (last \(report.days) days, \(report.rows.count) offers) to \(path)")
     }
 }

@@ -56,6 +56,8 @@ struct ServeCommand: AsyncParsableCommand {
     var jwtSubNamespace: String?
     @Option(help: "File with the operator token (at least 32 characters, chmod 600): GET /readyz?detail with 'Authorization: Bearer <token>' shows why the instance is not ready. Without it, the details are in the log only. Env: OFFER_SIGNER_OPERATOR_TOKEN_FILE.")
     var operatorTokenFile: String?
+    @Option(help: "File with the admin token (at least 32 characters, chmod 600; not the operator token): turns on the operator's dashboard at /admin (Authorization: Bearer <token>, or sign in at /admin/login). Without it, /admin answers 404. Env: OFFER_SIGNER_ADMIN_TOKEN_FILE.")
+    var adminTokenFile: String?
     @Option(help: "Offers catalog (JSON) with win-back eligibility rules; see offers.example.json. Env: OFFER_SIGNER_OFFERS.")
     var offers: String?
     @Option(name: .customLong("apple-root"), help: "A PEM root certificate Apple-signed evidence must chain to (repeatable; default: the bundled Apple Root CA - G3). For tests. Env: OFFER_SIGNER_APPLE_ROOTS (paths separated by ':').")
@@ -162,6 +164,17 @@ struct ServeCommand: AsyncParsableCommand {
                 configuration.operatorToken = try OperatorToken(try SecretFile.read(path, what: "operator token file").trimmingCharacters(in: .whitespacesAndNewlines))
             } catch let error as ServerConfigurationError {
                 throw ValidationError("--operator-token-file: \(error.message)")
+            }
+        }
+        if let path = adminTokenFile ?? Environment.value("OFFER_SIGNER_ADMIN_TOKEN_FILE") {
+            do {
+                let secret = try SecretFile.read(path, what: "admin token file").trimmingCharacters(in: .whitespacesAndNewlines)
+                configuration.adminToken = try AdminToken(secret)
+                if configuration.operatorToken?.matches(secret: secret) == true {
+                    throw ValidationError("--admin-token-file: the admin token must not be the operator token (give each its own)")
+                }
+            } catch let error as ServerConfigurationError {
+                throw ValidationError("--admin-token-file: \(error.message)")
             }
         }
         if let value = try checkpointEveryRecords ?? Self.number("OFFER_SIGNER_CHECKPOINT_EVERY_RECORDS", Int.self) {

@@ -346,11 +346,14 @@ import X509
         let customer = subscriber(months: 2)
         fake.add(try customer.customer(chain, now: now))
         fake.always(.history, .status(502))
-        let client = try client {
-            $0.maximumAttempts = 1
-            $0.circuitBreakerThreshold = 2
-            $0.circuitBreakerCoolDown = .seconds(3)
-        }
+        let metrics = TestMetrics()
+        let client = try client(
+            {
+                $0.maximumAttempts = 1
+                $0.circuitBreakerThreshold = 2
+                $0.circuitBreakerCoolDown = .seconds(3)
+            }, metrics: metrics)
+        let circuit: @Sendable () throws -> Double? = { try metrics.expectGauge("app_store_server_api_circuit_open", [("bundle_id", Self.bundleID), ("environment", "Production")]).lastValue }
         try await fake.run { port in
             try await withClient(client) {
                 for _ in 0..<2 {
@@ -361,6 +364,7 @@ import X509
                     }
                     #expect(unavailable.reason == .serverError)
                 }
+                #expect(try circuit() == 1, "the second failure opened the circuit")
                 let seen = fake.requests.count
                 let open = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
                 guard case .unavailable(let unavailable) = open else {
@@ -377,6 +381,7 @@ import X509
                     Issue.record("expected the trial to succeed, got \(trial)")
                     return
                 }
+                #expect(try circuit() == 0, "the trial's success closed the circuit")
             }
         }
     }

@@ -23,7 +23,11 @@ public enum OfferSignerRoutes {
         (.get, "/problems/{code}"),
         (.post, "/v1/apple/notifications"),
         (.post, "/v1/apple/retention"),
-    ]
+        (.get, "/admin"),
+        (.get, "/admin/login"),
+        (.post, "/admin/login"),
+        (.post, "/admin/logout"),
+    ] + AdminPage.allCases.map { (.get, $0.path) }
 
     /// The methods the routes take on `path` (`{name}` in a route matches one path segment).
     static func methods(allowedOn path: String) -> [String] {
@@ -138,10 +142,12 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
             request, limit: ServerConfiguration.maximumNotificationBytes, deadline: configuration.appleEndpointBodyDeadline)
         return try await notificationGate.run { try await notifications.receive(body: body) }
     }
+    let retentionActivity = RetentionActivity()
     let retention = eligibility.map {
         RetentionController(
             store: store, keyRing: keyRing, committer: committer, eligibility: $0, configuration: configuration.retention, metrics: metrics,
-            storeTimeout: configuration.storeTimeout, customerLocks: signing.customerLocks, recentRequests: RecentRequestIdentifiers())
+            storeTimeout: configuration.storeTimeout, customerLocks: signing.customerLocks, recentRequests: RecentRequestIdentifiers(),
+            activity: retentionActivity)
     }
     router.post("/v1/apple/retention") { request, context in
         guard let retention else {
@@ -149,8 +155,17 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         }
         let arrived = ContinuousClock.now
         let body = try await RequestBodyReader.body(request, limit: RetentionController.maximumBodyBytes, deadline: configuration.appleEndpointBodyDeadline)
+        defer { metrics.retentionAnswered(after: ContinuousClock.now - arrived) }
         return try await retentionGate.run { try await retention.answer(body: body, arrived: arrived, context: context) }
     }
+    let dashboard = configuration.adminToken.map { token in
+        AdminDashboard(
+            token: token, store: store, metrics: metrics, retentionActivity: retentionActivity,
+            retentionConfigured: configuration.eligibility?.catalog.apps.values.contains { $0.retention != nil } ?? false,
+            retentionBudget: configuration.retention.budget, appleClient: appleHistory?.client,
+            catalogBundles: Set(configuration.eligibility?.catalog.apps.keys.map { $0 } ?? []))
+    }
+    AdminDashboard.register(on: router, dashboard: dashboard)
     router.get("/healthz") { _, _ in
         Response.json(#"{"status":"ok"}"#)
     }
@@ -160,7 +175,8 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         onRefusal: { metrics.auditCheckpointRefused() })
     let readiness = ReadinessMonitor(
         store: store, keyRing: keyRing, auditHealth: committer.health, checkpointRefusal: { checkpointer.refusal }, timeout: configuration.storeTimeout,
-        interval: configuration.readinessInterval, operatorToken: configuration.operatorToken, logger: logger)
+        interval: configuration.readinessInterval, operatorToken: configuration.operatorToken, logger: logger,
+        onCheck: { metrics.readiness($0) })
     await readiness.refresh()
     router.get("/readyz") { request, _ in
         try readiness.response(request)

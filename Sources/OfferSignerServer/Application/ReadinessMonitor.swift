@@ -40,14 +40,17 @@ final class ReadinessMonitor: Service, Sendable {
     let interval: Duration
     let operatorToken: OperatorToken?
     let logger: Logger
+    /// Told the outcome of each check (true: ready), for `offer_signer_ready`.
+    let onCheck: @Sendable (Bool) -> Void
     private let storeCheck = Mutex<StoreCheck?>(nil)
     private let lastLogged = Mutex<[String]?>(nil)
 
     init(
         store: any OfferSignerStore, keyRing: KeyRingHolder, auditHealth: AuditCommitHealth,
         checkpointRefusal: @escaping @Sendable () -> String? = { nil }, timeout: Duration, interval: Duration,
-        operatorToken: OperatorToken?, logger: Logger
+        operatorToken: OperatorToken?, logger: Logger, onCheck: @escaping @Sendable (Bool) -> Void = { _ in }
     ) {
+        self.onCheck = onCheck
         self.store = store
         self.keyRing = keyRing
         self.auditHealth = auditHealth
@@ -91,6 +94,7 @@ final class ReadinessMonitor: Service, Sendable {
 
     private func logIfChanged() {
         let problems = self.problems(ring: keyRing.ring)
+        onCheck(problems.isEmpty)
         let changed = lastLogged.withLock { last in
             guard last != problems else { return false }
             last = problems
@@ -210,6 +214,11 @@ public struct OperatorToken: Sendable {
     public init(_ secret: String) throws(ServerConfigurationError) {
         guard secret.count >= 32 else { throw ServerConfigurationError("the operator token must be at least 32 characters (it is \(secret.count))") }
         digest = SHA256.hash(data: Data(secret.utf8))
+    }
+
+    /// Whether `secret` is this token (e.g. to refuse the same secret as the admin token).
+    public func matches(secret: String) -> Bool {
+        SHA256.hash(data: Data(secret.utf8)) == digest
     }
 
     func matches(authorization: String?) -> Bool {

@@ -33,6 +33,9 @@ public struct ServerConfiguration: Sendable {
     /// The operator token (`--operator-token-file`): opens `GET /readyz?detail`. Without one, the
     /// details are in the log only.
     public var operatorToken: OperatorToken?
+    /// The admin token (`--admin-token-file`): opens the operator's dashboard (`/admin`). Without
+    /// one, every `/admin` path answers 404.
+    public var adminToken: AdminToken?
     /// Win-back eligibility rules; nil signs every offer as before.
     public var eligibility: EligibilityConfiguration?
     /// Token bucket per API client / user: sustained requests per second and burst.

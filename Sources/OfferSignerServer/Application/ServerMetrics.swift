@@ -13,13 +13,25 @@ import Synchronization
 /// `offer_signer_audit_checkpoint_refusals_total`;
 /// `offer_signer_rate_limit_per_second` and
 /// `offer_signer_rate_limit_burst` by limit, with `scope="instance"`: each instance keeps its
-/// own buckets, so with N instances behind a load balancer the effective limit is N times these.
+/// own buckets, so with N instances behind a load balancer the effective limit is N times these;
+/// `offer_signer_ready`, `offer_signer_audit_commit_group_size`,
+/// `offer_signer_retention_answer_duration_seconds`,
+/// `offer_signer_apple_notification_last_received_timestamp_seconds` by bundle and environment and
+/// `offer_signer_redemptions_without_signature_total`. Every family is declared in
+/// `MetricFamily` and shown (`# HELP`, `# TYPE`) before its first sample.
 final class ServerMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
     private static let latencyBuckets: [Duration] = [
         .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5),
         .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .seconds(1),
     ]
+    /// Finer around Apple's limit for a Retention Messaging answer (about 700 ms) and the default
+    /// budget (500 ms), so a quantile near the limit is read from buckets, not interpolated across 250 ms–1 s.
+    private static let retentionBuckets: [Duration] = [
+        .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(200), .milliseconds(300),
+        .milliseconds(400), .milliseconds(500), .milliseconds(600), .milliseconds(700), .milliseconds(1000), .milliseconds(2000),
+    ]
+    private static let groupSizeBuckets: [Double] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
     private struct Handles {
         var requests: [String: Counter] = [:]
@@ -27,6 +39,7 @@ final class ServerMetrics: Sendable {
         var signatures: [String: Counter] = [:]
         var rejections: [String: Counter] = [:]
         var labelled: [String: Counter] = [:]
+        var notificationTimes: [String: Gauge] = [:]
         var offerLabels: Set<String> = []
     }
 
@@ -51,24 +64,42 @@ final class ServerMetrics: Sendable {
     private let connectionsTimedOut: Counter
     private let rowsRejected: Gauge
     private let checkpointRefusals: Counter
-
-    private static func name(_ name: String, unit: String, help: String) -> MetricNameDescriptor {
-        MetricNameDescriptor(metricName: name, unitName: unit, helpText: help)
-    }
+    private let auditGroupSize: ValueHistogram
+    private let ready: Gauge
+    private let retentionLatency: DurationHistogram
 
     init() {
-        auditLatency = registry.makeDurationHistogram(descriptor: Self.name("audit_commit_duration", unit: "seconds", help: "Time to durably commit one group of audit records"), labels: [], buckets: Self.latencyBuckets)
-        auditEntries = registry.makeCounter(descriptor: Self.name("audit_commit_entries", unit: "total", help: "Audit records committed"), labels: [])
-        auditFailures = registry.makeCounter(descriptor: Self.name("audit_commit_failures", unit: "total", help: "Audit records that could not be committed (their signatures were withheld)"), labels: [])
-        connectionsTimedOut = registry.makeCounter(
-            descriptor: Self.name("offer_signer_connections_timed_out", unit: "total", help: "Connections closed because a complete request did not arrive within the idle timeout"), labels: [])
-        rowsRejected = registry.makeGauge(
-            descriptor: Self.name(
-                "offer_signer_registry_rows_rejected", unit: "",
-                help: "Key and client rows of the loaded registry left out because their MAC under the master key is missing or does not verify"))
-        checkpointRefusals = registry.makeCounter(
-            descriptor: Self.name("offer_signer_audit_checkpoint_refusals", unit: "total", help: "Audit checkpoints refused: the chain does not extend the last signed checkpoint, or the audit-signing key row is missing or not the master key's"),
-            labels: [])
+        auditLatency = registry.makeDurationHistogram(descriptor: MetricFamily.auditCommitDuration.descriptor, labels: [], buckets: Self.latencyBuckets)
+        auditEntries = registry.makeCounter(descriptor: MetricFamily.auditCommitEntries.descriptor, labels: [])
+        auditFailures = registry.makeCounter(descriptor: MetricFamily.auditCommitFailures.descriptor, labels: [])
+        auditGroupSize = registry.makeValueHistogram(descriptor: MetricFamily.auditCommitGroupSize.descriptor, labels: [], buckets: Self.groupSizeBuckets)
+        connectionsTimedOut = registry.makeCounter(descriptor: MetricFamily.connectionsTimedOut.descriptor, labels: [])
+        rowsRejected = registry.makeGauge(descriptor: MetricFamily.registryRowsRejected.descriptor)
+        checkpointRefusals = registry.makeCounter(descriptor: MetricFamily.checkpointRefusals.descriptor, labels: [])
+        // 0 until the first readiness check says otherwise.
+        ready = registry.makeGauge(descriptor: MetricFamily.ready.descriptor)
+        retentionLatency = registry.makeDurationHistogram(descriptor: MetricFamily.retentionDuration.descriptor, labels: [], buckets: Self.retentionBuckets)
+    }
+
+    /// The outcome of a readiness check (`ReadinessMonitor`): 1 ready, 0 not.
+    func readiness(_ isReady: Bool) {
+        ready.set(Int64(isReady ? 1 : 0))
+    }
+
+    /// One Retention Messaging request, from its arrival to its answer or refusal.
+    func retentionAnswered(after duration: Duration) {
+        retentionLatency.recordNanoseconds(duration.nanoseconds)
+    }
+
+    /// A notification stored now (`recorded`): the time it was stored, per bundle and environment.
+    func notificationStored(bundleID: String, environment: String, at date: Date) {
+        let key = bundleID + "\u{1F}" + environment
+        handles.withLock { handles in
+            if let gauge = handles.notificationTimes[key] { return gauge }
+            let gauge = registry.makeGauge(descriptor: MetricFamily.notificationLastReceived.descriptor, labels: [("bundle_id", bundleID), ("environment", environment)])
+            handles.notificationTimes[key] = gauge
+            return gauge
+        }.set(date.timeIntervalSince1970.rounded(.down))
     }
 
     /// A checkpoint the audit checkpointer refused to sign.
@@ -86,8 +117,8 @@ final class ServerMetrics: Sendable {
         let (counter, histogram) = handles.withLock { handles -> (Counter, DurationHistogram) in
             if let counter = handles.requests[key], let histogram = handles.latency[key] { return (counter, histogram) }
             let labels = [("route", route), ("method", method), ("status", String(status))]
-            let counter = registry.makeCounter(descriptor: Self.name("http_requests", unit: "total", help: "HTTP requests by route, method and status"), labels: labels)
-            let histogram = registry.makeDurationHistogram(descriptor: Self.name("http_request_duration", unit: "seconds", help: "HTTP request latency by route, method and status"), labels: labels, buckets: Self.latencyBuckets)
+            let counter = registry.makeCounter(descriptor: MetricFamily.httpRequests.descriptor, labels: labels)
+            let histogram = registry.makeDurationHistogram(descriptor: MetricFamily.httpRequestDuration.descriptor, labels: labels, buckets: Self.latencyBuckets)
             handles.requests[key] = counter
             handles.latency[key] = histogram
             return (counter, histogram)
@@ -100,7 +131,7 @@ final class ServerMetrics: Sendable {
         let key = "\(format) \(keyID)"
         handles.withLock { handles in
             if let counter = handles.signatures[key] { return counter }
-            let counter = registry.makeCounter(descriptor: Self.name("offer_signatures_issued", unit: "total", help: "Signatures issued by format and key"), labels: [("format", format), ("key_id", keyID)])
+            let counter = registry.makeCounter(descriptor: MetricFamily.signaturesIssued.descriptor, labels: [("format", format), ("key_id", keyID)])
             handles.signatures[key] = counter
             return counter
         }.increment()
@@ -108,47 +139,52 @@ final class ServerMetrics: Sendable {
 
     /// One issuance (one audit record, whatever its formats) of an offer.
     func offerIssued(bundleID: String, offerID: String) {
-        counter("offer_issuances", help: "Offer issuances (one per signing request, whatever its formats) by bundle and offer", labels: [("bundle_id", bundleID), ("offer_id", offerLabel(bundleID, offerID))]).increment()
+        counter(MetricFamily.offerIssuances, labels: [("bundle_id", bundleID), ("offer_id", offerLabel(bundleID, offerID))]).increment()
     }
 
-    /// A recorded redemption of a promotional offer; `matched` when the issuance that enabled it was found.
-    func offerRedeemed(bundleID: String, offerID: String, matched: Bool) {
+    /// A recorded redemption of a promotional offer; `matched` when the issuance that enabled it
+    /// was found. One no signature matches is also counted by whether the purchase carried an
+    /// appAccountToken (with one, the offer was signed elsewhere: another signer or a leaked key).
+    func offerRedeemed(bundleID: String, offerID: String, matched: Bool, hasAppAccountToken: Bool) {
+        let offerLabel = offerLabel(bundleID, offerID)
+        counter(MetricFamily.offerRedemptions, labels: [("bundle_id", bundleID), ("offer_id", offerLabel), ("matched", matched ? "true" : "false")]).increment()
+        guard !matched else { return }
         counter(
-            "offer_redemptions", help: "Promotional offer redemptions Apple reported, by bundle, offer and whether the issuance that enabled them was found",
-            labels: [("bundle_id", bundleID), ("offer_id", offerLabel(bundleID, offerID)), ("matched", matched ? "true" : "false")]
+            MetricFamily.redemptionsWithoutSignature,
+            labels: [("bundle_id", bundleID), ("offer_id", offerLabel), ("app_account_token", hasAppAccountToken ? "present" : "absent")]
         ).increment()
     }
 
     /// An App Store Server Notification by type and outcome (`recorded`, `duplicate`, or the problem code).
     func appleNotification(type: String, outcome: String) {
-        counter("apple_notifications", help: "App Store Server Notifications V2 received, by type and outcome", labels: [("type", type), ("outcome", outcome)]).increment()
+        counter(MetricFamily.appleNotifications, labels: [("type", type), ("outcome", outcome)]).increment()
     }
 
     /// A history fetched from Apple, stored (`recorded`) or not (`failed`, `dropped`).
     func appleHistoryStored(_ outcome: String) {
-        counter("apple_histories_stored", help: "Histories fetched from the App Store Server API and written to the store, by outcome", labels: [("outcome", outcome)]).increment()
+        counter(MetricFamily.appleHistoriesStored, labels: [("outcome", outcome)]).increment()
     }
 
     /// A Retention Messaging request by outcome: the answer type, or the problem code it was refused with.
     func retentionRequest(_ outcome: String) {
-        counter("retention_requests", help: "Retention Messaging requests by outcome (answer type or refusal code)", labels: [("outcome", outcome)]).increment()
+        counter(MetricFamily.retentionRequests, labels: [("outcome", outcome)]).increment()
     }
 
     /// A Retention Messaging answer by type and offer.
     func retentionAnswer(type: String, offerID: String?) {
-        counter("retention_answers", help: "Retention Messaging answers by type and offer", labels: [("type", type), ("offer_id", offerID ?? "")]).increment()
+        counter(MetricFamily.retentionAnswers, labels: [("type", type), ("offer_id", offerID ?? "")]).increment()
     }
 
     /// A Retention Messaging request answered without an offer, by reason (`budget` is a budget miss).
     func retentionFallback(reason: String) {
-        counter("retention_fallbacks", help: "Retention Messaging requests answered without an offer, by reason", labels: [("reason", reason)]).increment()
+        counter(MetricFamily.retentionFallbacks, labels: [("reason", reason)]).increment()
     }
 
-    private func counter(_ name: String, help: String, labels: [(String, String)]) -> Counter {
-        let key = name + labels.map { "\u{1F}\($0.0)=\($0.1)" }.joined()
+    private func counter(_ family: MetricFamily, labels: [(String, String)]) -> Counter {
+        let key = family.metricName + labels.map { "\u{1F}\($0.0)=\($0.1)" }.joined()
         return handles.withLock { handles in
             if let counter = handles.labelled[key] { return counter }
-            let counter = registry.makeCounter(descriptor: Self.name(name, unit: "total", help: help), labels: labels)
+            let counter = registry.makeCounter(descriptor: family.descriptor, labels: labels)
             handles.labelled[key] = counter
             return counter
         }
@@ -157,7 +193,7 @@ final class ServerMetrics: Sendable {
     func rejection(_ code: String) {
         handles.withLock { handles in
             if let counter = handles.rejections[code] { return counter }
-            let counter = registry.makeCounter(descriptor: Self.name("offer_signer_rejections", unit: "total", help: "Requests refused, by problem code"), labels: [("reason", code)])
+            let counter = registry.makeCounter(descriptor: MetricFamily.rejections.descriptor, labels: [("reason", code)])
             handles.rejections[code] = counter
             return counter
         }.increment()
@@ -166,6 +202,7 @@ final class ServerMetrics: Sendable {
     func auditCommit(duration: Duration, entries: Int) {
         auditLatency.recordNanoseconds(duration.nanoseconds)
         auditEntries.increment(by: Int64(entries))
+        auditGroupSize.record(Double(entries))
     }
 
     func auditFailure() { auditFailures.increment() }
@@ -177,22 +214,26 @@ final class ServerMetrics: Sendable {
     func rateLimits(_ limits: [(name: String, limit: RateLimit)]) {
         for (name, limit) in limits {
             let labels = [("limit", name), ("scope", "instance")]
-            registry.makeGauge(
-                descriptor: Self.name(
-                    "offer_signer_rate_limit", unit: "per_second",
-                    help: "Configured sustained rate per key (0: no limit), enforced per instance: with N instances the effective limit is N times this"),
-                labels: labels
-            ).set(limit.isUnlimited ? 0 : limit.perSecond)
-            registry.makeGauge(
-                descriptor: Self.name(
-                    "offer_signer_rate_limit_burst", unit: "",
-                    help: "Configured burst per key, enforced per instance: with N instances the effective burst is N times this"),
-                labels: labels
-            ).set(limit.isUnlimited ? 0 : limit.burst)
+            registry.makeGauge(descriptor: MetricFamily.rateLimit.descriptor, labels: labels).set(limit.isUnlimited ? 0 : limit.perSecond)
+            registry.makeGauge(descriptor: MetricFamily.rateLimitBurst.descriptor, labels: labels).set(limit.isUnlimited ? 0 : limit.burst)
         }
     }
 
-    func exposition() -> [UInt8] { registry.emitToBuffer() }
+    /// The registry's text, then `# HELP` and `# TYPE` for each declared family that has no series
+    /// yet (the text format allows a family without samples), so every family of `MetricFamily.all`
+    /// is always named.
+    func exposition() -> [UInt8] {
+        var buffer = registry.emitToBuffer()
+        var present = Set<Substring>()
+        let text = String(decoding: buffer, as: UTF8.self)
+        for line in text.split(separator: "\n") where line.hasPrefix("# TYPE ") {
+            if let name = line.dropFirst(7).split(separator: " ").first { present.insert(name) }
+        }
+        for family in MetricFamily.all where !present.contains(Substring(family.name)) {
+            buffer.append(contentsOf: "# HELP \(family.name) \(family.help)\n# TYPE \(family.name) \(family.type)\n".utf8)
+        }
+        return buffer
+    }
 }
 
 extension Duration {

@@ -303,6 +303,7 @@ public enum OpenAPIDocument {
                   schema:
                     $ref: '#/components/schemas/ProblemType'
             '404': {$ref: '#/components/responses/Problem'}
+    """# + AdminOpenAPI.paths + #"""
     components:
       securitySchemes:
         bearer:
@@ -313,11 +314,26 @@ public enum OpenAPIDocument {
           type: http
           scheme: bearer
           description: The operator token (`--operator-token-file`), for `GET /readyz?detail` and `GET /metrics`.
+        admin:
+          type: http
+          scheme: bearer
+          description: The admin token (`--admin-token-file`), for the dashboard (`/admin`); browsers use the session cookie of `POST /admin/login`.
       headers:
         RequestID:
           description: The request's ID, also in the server log.
           schema: {type: string}
       responses:
+        AdminPage:
+          description: A dashboard page (XHTML, inline SVG charts, no script).
+          content:
+            text/html:
+              schema: {type: string}
+        AdminRedirect:
+          description: See `Location`.
+          headers:
+            Location:
+              required: true
+              schema: {type: string}
         Problem:
           description: An RFC 9457 problem document.
           headers:

@@ -46,6 +46,10 @@ public enum ProblemCatalog {
             meaning: "the HTTP layer could not read the request (before any endpoint looked at it)",
             action: "fix the request; `detail` says what was wrong"),
         ProblemType(
+            code: "invalid_query", status: .badRequest, title: "Invalid query parameter",
+            meaning: "a query parameter has a value the route does not take (e.g. `/admin/offers?days=` other than 30 or 90); `detail` names it",
+            action: "use one of the values `detail` lists"),
+        ProblemType(
             code: "malformed_json", status: .badRequest, title: "Body is not a JSON object",
             meaning: "the body is not valid JSON, or not a JSON object",
             action: "send one JSON object, UTF-8, as the endpoint's schema describes"),

@@ -80,7 +80,8 @@ final class AppleHistoryRecorder: Service, Sendable {
                 metrics.appleHistoryStored("recorded")
                 if case .recorded(let redemptions) = result {
                     for redemption in redemptions {
-                        metrics.offerRedeemed(bundleID: redemption.candidate.bundleID, offerID: redemption.candidate.offerID, matched: redemption.isMatched)
+                        metrics.offerRedeemed(bundleID: redemption.candidate.bundleID, offerID: redemption.candidate.offerID, matched: redemption.isMatched,
+                        hasAppAccountToken: redemption.candidate.appAccountToken != nil)
                     }
                 }
             }

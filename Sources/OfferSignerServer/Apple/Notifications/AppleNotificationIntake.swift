@@ -135,8 +135,10 @@ public final class AppleNotificationIntake: Sendable {
             case .duplicateNotification:
                 receipt.status = .duplicate
             case .recorded(let redemptions):
+                metrics.notificationStored(bundleID: notification.bundleID, environment: notification.environment.rawValue, at: Date())
                 for redemption in redemptions {
-                    metrics.offerRedeemed(bundleID: redemption.candidate.bundleID, offerID: redemption.candidate.offerID, matched: redemption.isMatched)
+                    metrics.offerRedeemed(bundleID: redemption.candidate.bundleID, offerID: redemption.candidate.offerID, matched: redemption.isMatched,
+                        hasAppAccountToken: redemption.candidate.appAccountToken != nil)
                     logger.notice(
                         "offer redeemed",
                         metadata: [

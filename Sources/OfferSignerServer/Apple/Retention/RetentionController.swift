@@ -67,6 +67,8 @@ struct RetentionController: Sendable {
     let storeTimeout: Duration
     let customerLocks: CustomerSigningLocks
     let recentRequests: RecentRequestIdentifiers
+    /// Answers per product and type and their latencies, for the dashboard (`/admin/retention`).
+    let activity: RetentionActivity
 
     static let maximumBodyBytes = 64 * 1024
     static let client = "apple-retention"
@@ -99,14 +101,14 @@ struct RetentionController: Sendable {
         let (verified, app, plan) = try await verify(body: body)
         let locale = verified.userLocale
         guard let productPlan = plan.products[verified.productID] else {
-            return answered(nil, userLocale: locale, reason: "unknown_product")
+            return answered(nil, userLocale: locale, productID: verified.productID, arrival: arrived, reason: "unknown_product")
         }
         guard recentRequests.insert(verified.requestIdentifier, now: Date(), keepFor: configuration.maximumRequestAge + .seconds(60)) else {
             metrics.retentionRequest("retention_request_replayed")
             throw APIProblem(.conflict, code: "retention_request_replayed", detail: "requestIdentifier \(verified.requestIdentifier) was answered before")
         }
         guard ContinuousClock.now < deadline else {
-            return answered(productPlan.fallback, userLocale: locale, reason: "deadline")
+            return answered(productPlan.fallback, userLocale: locale, productID: verified.productID, arrival: arrived, reason: "deadline")
         }
         let job = Job(
             verified: verified, app: app, plan: plan, productPlan: productPlan, deadline: deadline, claim: RetentionAnswerClaim(), logger: context.logger)
@@ -119,7 +121,7 @@ struct RetentionController: Sendable {
             let (expired, queued) = job.claim.expire()
             if expired {
                 if let queued { committer.withdraw(queued) }
-                return answered(productPlan.fallback, userLocale: locale, reason: "deadline")
+                return answered(productPlan.fallback, userLocale: locale, productID: verified.productID, arrival: arrived, reason: "deadline")
             }
             // The work claimed the answer a moment before the deadline: its outcome is at hand.
             outcome = await work.value
@@ -130,14 +132,15 @@ struct RetentionController: Sendable {
             metrics.offerIssued(bundleID: app.bundleID, offerID: offerID)
             metrics.retentionRequest("promotionalOffer")
             metrics.retentionAnswer(type: "promotionalOffer", offerID: offerID)
+            activity.record(productID: verified.productID, type: "promotionalOffer", fallbackReason: nil, latency: ContinuousClock.now - arrived)
             return Response.json(json)
         case .replayed?:
             metrics.retentionRequest("retention_request_replayed")
             throw APIProblem(.conflict, code: "retention_request_replayed", detail: "requestIdentifier \(verified.requestIdentifier) was answered before")
         case .fallback(let reason)?:
-            return answered(productPlan.fallback, userLocale: locale, reason: reason)
+            return answered(productPlan.fallback, userLocale: locale, productID: verified.productID, arrival: arrived, reason: reason)
         case nil:
-            return answered(productPlan.fallback, userLocale: locale, reason: "deadline")
+            return answered(productPlan.fallback, userLocale: locale, productID: verified.productID, arrival: arrived, reason: "deadline")
         }
     }
 
@@ -376,13 +379,17 @@ struct RetentionController: Sendable {
         return AuditAppend(entry: AuditEntry(kind: "retention.answered", body: writer.finish()))
     }
 
-    private func answered(_ fallback: RetentionFallback?, userLocale: String?, reason: String) -> Response {
+    private func answered(
+        _ fallback: RetentionFallback?, userLocale: String?, productID: String, arrival: ContinuousClock.Instant, reason: String
+    ) -> Response {
         metrics.retentionFallback(reason: reason)
         guard let json = RetentionDecider.fallbackJSON(fallback, userLocale: userLocale) else {
             metrics.retentionRequest("nothing")
+            activity.record(productID: productID, type: "nothing", fallbackReason: reason, latency: ContinuousClock.now - arrival)
             return Response(status: .noContent)
         }
         let type = if case .message = fallback { "message" } else { "alternateProduct" }
+        activity.record(productID: productID, type: type, fallbackReason: reason, latency: ContinuousClock.now - arrival)
         metrics.retentionRequest(type)
         metrics.retentionAnswer(type: type, offerID: nil)
         return Response.json(json)

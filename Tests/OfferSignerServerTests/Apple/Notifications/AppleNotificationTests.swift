@@ -505,7 +505,7 @@ struct AppleNotificationTests {
         }
     }
 
-    @Test("A redeemed offer is matched to the signature that enabled it: audited, counted in metrics and in the report")
+    @Test("A redeemed offer is matched to the signature that enabled it: audited, counted in metrics (an unmatched one with a token as a possible leak) and in the report")
     func redemption() async throws {
         try await withServer { server, _, secret, client in
             let signed = try await client.postJSON(
@@ -538,6 +538,16 @@ struct AppleNotificationTests {
             #expect(metrics.contains(#"offer_issuances_total{bundle_id="com.example.app",offer_id="promo_50"} 1"#), "\(metrics.split(separator: "\n").filter { $0.contains("offer_") })")
             #expect(metrics.contains(#"offer_redemptions_total{bundle_id="com.example.app",offer_id="promo_50",matched="true"} 1"#))
             #expect(metrics.contains(#"offer_redemptions_total{bundle_id="com.example.app",offer_id="promo_50",matched="false"} 1"#))
+            // The alert on a possible key leak counts the unmatched one that carries a token.
+            #expect(
+                metrics.contains(#"offer_signer_redemptions_without_signature_total{bundle_id="com.example.app",offer_id="promo_50",app_account_token="present"} 1"#))
+            #expect(!metrics.contains(#"app_account_token="absent""#))
+            // When a notification was last stored, for the alert on a gap.
+            let stored = try #require(
+                metrics.split(separator: "\n").first { $0.hasPrefix(#"offer_signer_apple_notification_last_received_timestamp_seconds{bundle_id="com.example.app",environment=""#) },
+                "\(metrics)")
+            let storedAt = try #require(Double(stored.split(separator: " ").last ?? ""))
+            #expect(abs(storedAt - Date().timeIntervalSince1970) < 120, "\(stored)")
 
             let rows = OfferReport.rows(issuances: try await server.store.offerIssuances(since: nil), redemptions: try await server.store.offerRedemptions(since: nil))
             let row = try #require(rows.first { $0.offerID == "promo_50" })

@@ -1,0 +1,42 @@
+import Foundation
+#if canImport(FoundationXML)
+import FoundationXML
+#endif
+import Testing
+
+/// `offer-signer offers report --html FILE` and the record `audit verify` leaves for the
+/// dashboard, on a real store file.
+@Suite struct DashboardCommandTests {
+    @Test("offers report --html writes the Offers page as one well-formed, self-contained file; bad combinations are refused")
+    func reportFile() throws {
+        try withTemporaryDirectory { directory in
+            let fixture = try StoreFixture(in: directory)
+            try expectSuccess(try run(fixture.importArguments("HTMLKEY001", file: try fixture.key("HTMLKEY001")) + ["--development"]), "keys import")
+            let file = directory.appendingPathComponent("offers.html")
+            try expectSuccess(try run(["offers", "report", "--store", fixture.store.path, "--html", file.path, "--days", "90"]), "report --html")
+            let text = try String(contentsOf: file, encoding: .utf8)
+            let parser = XMLParser(data: Data(text.utf8))
+            #expect(parser.parse(), "well-formed: \(parser.parserError.map { "\($0)" } ?? "")")
+            #expect(text.contains(#"<main data-page="offers">"#))
+            #expect(text.contains(#"<p class="empty">"#), "an empty store: the empty state")
+            #expect(text.contains(#"http-equiv="Content-Security-Policy""#) && text.contains("default-src &#39;none&#39;"))
+            #expect(!text.contains("<script") && !text.contains(" src="))
+            expectCleanFailure(try run(["offers", "report", "--store", fixture.store.path, "--html", file.path, "--days", "7"]), mentions: ["--days", "30, 90"])
+            expectCleanFailure(try run(["offers", "report", "--store", fixture.store.path, "--html", file.path, "--json"]), mentions: ["--html", "--json"])
+            expectCleanFailure(try run(["offers", "report", "--store", fixture.store.path, "--days", "30"]), mentions: ["--days is for --html"])
+        }
+    }
+
+    @Test("audit verify records its intact run in the store (for the dashboard's keys page)")
+    func verifyIsRecorded() throws {
+        try withTemporaryDirectory { directory in
+            let fixture = try StoreFixture(in: directory)
+            try expectSuccess(try run(fixture.importArguments("VERIFYKEY1", file: try fixture.key("VERIFYKEY1")) + ["--development"]), "keys import")
+            #expect(try sqlite(fixture.store, "SELECT COUNT(*) FROM meta WHERE name = 'last_audit_verification'").trimmingCharacters(in: .whitespacesAndNewlines) == "0")
+            try expectSuccess(try run(["audit", "verify", "--store", fixture.store.path]), "audit verify")
+            let value = try sqlite(fixture.store, "SELECT value FROM meta WHERE name = 'last_audit_verification'").trimmingCharacters(in: .whitespacesAndNewlines)
+            let parts = value.split(separator: "|")
+            #expect(parts.count == 4 && parts[1] == "1" && parts[2] == "1", "one record (key.imported) checked: \(value)")
+        }
+    }
+}
