@@ -126,7 +126,7 @@ struct AdminDashboard: Sendable {
                 days = value
             }
             let (store, window) = (self.store, days)
-            return Self.html(try await offersCache.report(days: window) { try await AdminOffersReport.load(store: store, days: window) }.page())
+            return Self.html(try await offersCache.page(days: window) { try await AdminOffersReport.load(store: store, days: window).page() })
         case .retention:
             let requests = MetricsExposition.samples(String(decoding: metrics.exposition(), as: UTF8.self), named: "retention_requests_total")
                 .map { (outcome: $0.labels["outcome"] ?? "", count: $0.value) }.sorted { $0.outcome < $1.outcome }

@@ -163,18 +163,18 @@ public struct AdminOffersReport: Sendable {
     }
 }
 
-/// The Offers page's figures per window, computed at most once every ``lifetime`` (requests in
+/// The Offers page per window, computed and rendered at most once every ``lifetime`` (requests in
 /// between, and those that arrive while it is computed, share one computation): counting a
 /// window's issuances reads every one of them, and a dashboard left open or polled must not
 /// repeat that work for each view while signing runs. The page's footer says when it was computed.
 final class AdminOffersCache: Sendable {
     static let lifetime: Duration = .seconds(30)
-    private let entries = Mutex([Int: (computedAt: ContinuousClock.Instant, task: Task<AdminOffersReport, any Error>)]())
+    private let entries = Mutex([Int: (computedAt: ContinuousClock.Instant, task: Task<String, any Error>)]())
 
-    func report(days: Int, load: @escaping @Sendable () async throws -> AdminOffersReport) async throws -> AdminOffersReport {
+    func page(days: Int, render: @escaping @Sendable () async throws -> String) async throws -> String {
         let task = entries.withLock { entries in
             if let entry = entries[days], ContinuousClock.now - entry.computedAt < Self.lifetime { return entry.task }
-            let task = Task { try await load() }
+            let task = Task { try await render() }
             entries[days] = (ContinuousClock.now, task)
             return task
         }
