@@ -12,10 +12,11 @@ public enum DashboardSchema {
     /// The indexes the dashboard's windows need (SQLite "v6-dashboard", PostgreSQL migration 7):
     /// the ledger by time, covering every column the offers chart and clients' last use read (so
     /// a window is read from the index alone, without a visit to each row), notifications by
-    /// time (per type per day) and by app and environment (the last one received).
+    /// time, covering what the per-type-per-day counts read, and by app and environment (the
+    /// last one received).
     public static let indexes: [String] = [
         "CREATE INDEX issued_by_time ON issued_signatures (issued_at, bundle_id, offer_id, client, product_id, app_account_token)",
-        "CREATE INDEX apple_notifications_by_time ON apple_notifications (received_at)",
+        "CREATE INDEX apple_notifications_by_time ON apple_notifications (received_at, bundle_id, environment, notification_type)",
         "CREATE INDEX apple_notifications_by_app ON apple_notifications (bundle_id, environment, received_at)",
     ]
 
@@ -25,7 +26,7 @@ public enum DashboardSchema {
         """
     static let notificationsPerDay = """
         SELECT bundle_id, environment, notification_type, received_at / \(dayMilliseconds) AS day, COUNT(*) AS received
-        FROM apple_notifications WHERE received_at >= ? GROUP BY bundle_id, environment, notification_type, day
+        FROM apple_notifications INDEXED BY apple_notifications_by_time WHERE received_at >= ? GROUP BY bundle_id, environment, notification_type, day
         ORDER BY bundle_id, environment, notification_type, day
         """
     static let lastNotification = "SELECT received_at FROM apple_notifications WHERE bundle_id = ? AND environment = ? ORDER BY received_at DESC LIMIT 1"
