@@ -302,14 +302,16 @@ extension PostgresStore {
     }
 
     public func lastIssuances(clients: [String], since: Date) async throws -> [String: Date] {
-        guard !clients.isEmpty else { return [:] }
         var last: [String: Date] = [:]
-        for row in try await rows(
-            "reading clients' last issuances",
-            "SELECT client, MAX(issued_at) FROM issued_signatures WHERE issued_at >= \(since.unixMilliseconds) AND client = ANY(\(clients)) GROUP BY client")
-        {
-            let (client, time) = try row.decode((String, Int64).self)
-            last[client] = Self.date(time)
+        // Newest first along the time index: an active client's last issuance is found at once.
+        for client in clients {
+            let found = try await rows(
+                "reading a client's last issuance",
+                """
+                SELECT issued_at FROM issued_signatures WHERE issued_at >= \(since.unixMilliseconds) AND client = \(client)
+                ORDER BY issued_at DESC LIMIT 1
+                """)
+            if let row = found.first { last[client] = Self.date(try row.decode(Int64.self)) }
         }
         return last
     }

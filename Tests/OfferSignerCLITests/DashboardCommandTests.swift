@@ -39,4 +39,26 @@ import Testing
             #expect(parts.count == 4 && parts[1] == "1" && parts[2] == "1", "one record (key.imported) checked: \(value)")
         }
     }
+
+    @Test("serve --admin-token-file refuses a short token, a file others can read, and the operator token's secret, before it serves")
+    func adminTokenFileRefusals() throws {
+        try withTemporaryDirectory { directory in
+            let fixture = try StoreFixture(in: directory)
+            try expectSuccess(try run(fixture.importArguments("SERVEKEY01", file: try fixture.key("SERVEKEY01")) + ["--development"]), "keys import")
+            let serve = ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path, "--port", "0"]
+            let short = directory.appendingPathComponent("short-token")
+            try writeFile("too-short\n", to: short)
+            expectCleanFailure(try run(serve + ["--admin-token-file", short.path]), mentions: ["--admin-token-file", "at least 32 characters"])
+            let secret = String(repeating: "s", count: 40)
+            let open = directory.appendingPathComponent("open-token")
+            try writeFile(secret, to: open, mode: 0o644)
+            expectCleanFailure(try run(serve + ["--admin-token-file", open.path]), mentions: ["readable by group or others"])
+            let admin = directory.appendingPathComponent("admin-token")
+            let operatorFile = directory.appendingPathComponent("operator-token")
+            try writeFile(secret, to: admin)
+            try writeFile(secret + "\n", to: operatorFile)
+            expectCleanFailure(
+                try run(serve + ["--admin-token-file", admin.path, "--operator-token-file", operatorFile.path]), mentions: ["must not be the operator token"])
+        }
+    }
 }

@@ -16,7 +16,11 @@ enum AdminChart {
     static let top = 22.0
     static let bottom = 22.0
 
-    private static func number(_ value: Double) -> String { String(format: "%.1f", value) }
+    /// One decimal, computed (String(format:) is slow on Linux, and a chart has thousands).
+    private static func number(_ value: Double) -> String {
+        let tenths = Int64((value * 10).rounded())
+        return (tenths < 0 ? "-" : "") + String(tenths.magnitude / 10) + "." + String(tenths.magnitude % 10)
+    }
 
     /// Bars per UTC day (one group per day, one bar per series), with a legend; nil when every
     /// value is zero (the page shows its empty state instead).

@@ -27,6 +27,7 @@ struct AdminDashboard: Sendable {
     let appleClient: AppStoreServerAPIClient?
     let catalogBundles: Set<String>
     let guesses = AdminGuessLimiter()
+    let offersCache = AdminOffersCache()
 
     static let htmlHeaders: HTTPFields = [
         .contentType: "text/html; charset=utf-8", .cacheControl: "no-store", .contentSecurityPolicy: AdminLayout.contentSecurityPolicy,
@@ -124,7 +125,8 @@ struct AdminDashboard: Sendable {
                 }
                 days = value
             }
-            return Self.html(try await AdminOffersReport.load(store: store, days: days, now: now).page())
+            let (store, window) = (self.store, days)
+            return Self.html(try await offersCache.page(days: window) { try await AdminOffersReport.load(store: store, days: window).page() })
         case .retention:
             let requests = MetricsExposition.samples(String(decoding: metrics.exposition(), as: UTF8.self), named: "retention_requests_total")
                 .map { (outcome: $0.labels["outcome"] ?? "", count: $0.value) }.sorted { $0.outcome < $1.outcome }

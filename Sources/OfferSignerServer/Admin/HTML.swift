@@ -94,16 +94,31 @@ enum AdminFormat {
         value.map { String(format: "%.1f%%", $0 * 100) } ?? "–"
     }
 
-    /// `2026-11-27T05:31:09Z`.
+    /// `2026-11-27T05:31:09Z` (UTC; computed, not formatted: a page shows thousands).
     static func time(_ date: Date?) -> String {
         guard let date else { return "–" }
-        return ISO8601DateFormatter().string(from: date)
+        let seconds = Int64(date.timeIntervalSince1970.rounded(.down))
+        let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
+        let inDay = seconds - days * 86_400
+        return day(days) + "T" + two(inDay / 3600) + ":" + two(inDay / 60 % 60) + ":" + two(inDay % 60) + "Z"
     }
 
-    /// `2026-11-27` for a day counted from 1970-01-01 (UTC).
+    /// `2026-11-27` for a day counted from 1970-01-01 (UTC), by the proleptic Gregorian calendar
+    /// (Howard Hinnant's `civil_from_days`).
     static func day(_ day: Int64) -> String {
-        String(ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(day) * 86_400)).prefix(10))
+        let z = day + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let monthIndex = (5 * dayOfYear + 2) / 153
+        let dayOfMonth = dayOfYear - (153 * monthIndex + 2) / 5 + 1
+        let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        return String(year) + "-" + two(month) + "-" + two(dayOfMonth)
     }
+
+    private static func two(_ value: Int64) -> String { value < 10 ? "0" + String(value) : String(value) }
 
     /// "3 h ago", "2 d ago".
     static func age(_ date: Date?, now: Date) -> String {

@@ -1,5 +1,6 @@
 import Foundation
 import OfferSignerStorage
+import Synchronization
 
 /// The Offers page (`/admin/offers?days=30|90`) and `offer-signer offers report --html FILE`: per
 /// offer, what `offers report` reports (the same ``OfferReport`` rows over the same window), a
@@ -159,5 +160,32 @@ public struct AdminOffersReport: Sendable {
     public func standaloneFile() -> String {
         AdminLayout.document(
             title: "Offers report, last \(days) days", page: AdminPage.offers.rawValue, navigation: nil, generatedAt: generatedAt, body: body(links: false), standalone: true)
+    }
+}
+
+/// The Offers page per window, computed and rendered at most once every ``lifetime`` (requests in
+/// between, and those that arrive while it is computed, share one computation): counting a
+/// window's issuances reads every one of them, and a dashboard left open or polled must not
+/// repeat that work for each view while signing runs. The page's footer says when it was computed.
+final class AdminOffersCache: Sendable {
+    static let lifetime: Duration = .seconds(30)
+    private let entries = Mutex([Int: (computedAt: ContinuousClock.Instant, task: Task<String, any Error>)]())
+
+    func page(days: Int, render: @escaping @Sendable () async throws -> String) async throws -> String {
+        let task = entries.withLock { entries in
+            if let entry = entries[days], ContinuousClock.now - entry.computedAt < Self.lifetime { return entry.task }
+            let task = Task { try await render() }
+            entries[days] = (ContinuousClock.now, task)
+            return task
+        }
+        do {
+            return try await task.value
+        } catch {
+            // A failure is not kept: the next view tries again.
+            entries.withLock { entries in
+                if entries[days]?.task == task { entries[days] = nil }
+            }
+            throw error
+        }
     }
 }

@@ -72,8 +72,10 @@ struct AdminDashboardTests {
             #expect(redirect.status == .seeOther && redirect.headers[.location] == "/admin/offers")
 
             // A session whose MAC does not verify, or that expired, is refused.
-            let parts = session.split(separator: ".")
-            let tampered = "\(parts[0].dropLast())9.\(parts[1]).\(parts[2])"
+            // Its expiry moved a day later: the MAC no longer matches.
+            let parts = session.dropFirst("offer_signer_admin=".count).split(separator: ".")
+            let expiry = try #require(Int64(parts[0]))
+            let tampered = "offer_signer_admin=\(expiry + 86_400).\(parts[1]).\(parts[2])"
             #expect(try await client.execute(uri: "/admin/keys", method: .get, headers: [.cookie: tampered]).status == .unauthorized)
             let token = try AdminToken(DashboardHarness.adminSecret)
             let old = token.newSession(now: Date().addingTimeInterval(-AdminToken.sessionLifetime - 60))
