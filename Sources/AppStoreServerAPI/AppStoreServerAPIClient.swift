@@ -94,11 +94,20 @@ public final class AppStoreServerAPIClient: Sendable {
 
     /// The customer's history as Apple states it, for the customer who owns `transactionID` (any of
     /// their transactions, e.g. `Transaction.originalID`).
+    ///
+    /// - Parameters:
+    ///   - budget: the time budget of this lookup (`configuration.timeBudget` when nil; a
+    ///     background job, not a request an app waits for, may give Apple longer).
+    ///   - reportsFetch: whether `onFetch` is called with a fetched history (false when the caller
+    ///     stores the answer itself).
     public func history(
-        transactionID: String, app: AppStoreAppSettings, credentials: AppStoreServerAPICredentials?, now: Date = Date()
+        transactionID: String, app: AppStoreAppSettings, credentials: AppStoreServerAPICredentials?, now: Date = Date(), budget: Duration? = nil,
+        reportsFetch: Bool = true
     ) async -> HistoryLookup {
         let start = ContinuousClock.now
-        let result = await lookup(transactionID: transactionID, app: app, credentials: credentials, now: now, deadline: start + configuration.timeBudget)
+        let result = await lookup(
+            transactionID: transactionID, app: app, credentials: credentials, now: now, deadline: start + (budget ?? configuration.timeBudget),
+            reportsFetch: reportsFetch)
         let outcome: String
         switch result {
         case .history: outcome = "history"
@@ -115,7 +124,7 @@ public final class AppStoreServerAPIClient: Sendable {
 
     private func lookup(
         transactionID: String, app: AppStoreAppSettings, credentials: AppStoreServerAPICredentials?, now: Date,
-        deadline: ContinuousClock.Instant
+        deadline: ContinuousClock.Instant, reportsFetch: Bool
     ) async -> HistoryLookup {
         if let cached = cache.history(bundleID: app.bundleID, transactionID: transactionID) {
             metrics.cache(hit: true)
@@ -153,7 +162,7 @@ public final class AppStoreServerAPIClient: Sendable {
             case .found(let history):
                 breaker.record(success: true)
                 cache.store(history, bundleID: app.bundleID, transactionID: transactionID, lookedUpAt: cacheGeneration)
-                onFetch?(history)
+                if reportsFetch { onFetch?(history) }
                 return .history(history)
             case .notFound:
                 breaker.record(success: true)

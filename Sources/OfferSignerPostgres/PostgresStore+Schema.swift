@@ -146,6 +146,9 @@ extension PostgresStore {
         // 6: the scheduled notification catch-up's watermark per app and environment (SQLite's
         // "v5-notification-recovery").
         [NotificationRecoverySchema.createTable],
+        // 7: redemptions recorded `unplaced` until a fetched history places them (SQLite's
+        // "v6-unplaced-redemptions").
+        AppleHistorySchema.unplacedRedemptionStatements,
     ]
 
     /// The longest an instance waits to open a store whose schema it must check or migrate.

@@ -108,7 +108,8 @@ public protocol OfferSignerStore: StoreCoordination {
     /// says: the notification's UUID (a UUID recorded before makes the call a no-op,
     /// `.duplicateNotification`), the items (a later `signedDate` replaces an earlier one), which
     /// subscriptions are complete, and each redemption not recorded before, matched to its
-    /// issuance (see ``OfferRedemption``) with its `offer.redeemed` audit record.
+    /// issuance (see ``OfferRedemption``) with its `offer.redeemed` audit record, or one recorded
+    /// unplaced before that the update places, with its `offer.redemption_placed` record.
     func recordAppleHistories(_ updates: [AppleHistoryUpdate], at time: Date) async throws -> [AppleHistoryUpdateResult]
 
     /// The stored history of the subscription that `transactionID` belongs to (a transaction ID
@@ -136,6 +137,9 @@ public protocol OfferSignerStore: StoreCoordination {
 
     /// Recorded redemptions whose purchase date is at or after `since` (all when nil), oldest first.
     func offerRedemptions(since: Date?) async throws -> [OfferRedemption]
+
+    /// Redemptions recorded `unplaced` and not placed yet, the earliest recorded first, at most `limit`.
+    func unplacedOfferRedemptions(limit: Int) async throws -> [OfferRedemption]
 
     /// Issuances per bundle and offer, issued at or after `since` (all when nil).
     func offerIssuances(since: Date?) async throws -> [OfferIssuanceCount]

@@ -83,6 +83,10 @@ extension SQLiteStore {
         migrator.registerMigration("v5-notification-recovery") { db in
             try db.execute(sql: NotificationRecoverySchema.createTable)
         }
+        // Redemptions recorded `unplaced` until a fetched history places them.
+        migrator.registerMigration("v6-unplaced-redemptions") { db in
+            for statement in AppleHistorySchema.unplacedRedemptionStatements { try db.execute(sql: statement) }
+        }
         return migrator
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import OfferSignerStorage
 import Prometheus
 import Synchronization
 
@@ -112,10 +113,33 @@ final class ServerMetrics: Sendable {
     }
 
     /// A recorded redemption of a promotional offer; `matched` when the issuance that enabled it was found.
-    func offerRedeemed(bundleID: String, offerID: String, matched: Bool) {
+    /// A redemption recorded (`matched` `true`, `false`, or `unplaced`), or one recorded unplaced
+    /// before and placed now (`offer_redemptions_placed_total`, `matched` `true`, `false`, or
+    /// `continues`: it only continued a redemption and was removed).
+    func offerRedeemed(_ redemption: OfferRedemption) {
+        let bundleID = redemption.candidate.bundleID
+        let offer = offerLabel(bundleID, redemption.candidate.offerID)
+        if redemption.placedAt != nil {
+            let outcome = redemption.isMatched ? "true" : (redemption.candidate.continuesRedemption ? "continues" : "false")
+            counter(
+                "offer_redemptions_placed", help: "Redemptions recorded unplaced that a fetched history placed later, by bundle, offer and outcome",
+                labels: [("bundle_id", bundleID), ("offer_id", offer), ("matched", outcome)]
+            ).increment()
+            return
+        }
+        let matched = redemption.isMatched ? "true" : (redemption.isUnplaced ? "unplaced" : "false")
         counter(
-            "offer_redemptions", help: "Promotional offer redemptions Apple reported, by bundle, offer and whether the issuance that enabled them was found",
-            labels: [("bundle_id", bundleID), ("offer_id", offerLabel(bundleID, offerID)), ("matched", matched ? "true" : "false")]
+            "offer_redemptions", help: "Promotional offer redemptions Apple reported, by bundle, offer and whether the issuance that enabled them was found (unplaced: not known yet)",
+            labels: [("bundle_id", bundleID), ("offer_id", offer), ("matched", matched)]
+        ).increment()
+    }
+
+    /// A background lookup of Apple's history to place unplaced redemptions (`RedemptionPlacer`):
+    /// `history` (answered and stored), or why not (a `HistoryUnavailable` reason, `store_failed`).
+    func redemptionPlacementLookup(outcome: String) {
+        counter(
+            "redemption_placement_lookups", help: "Background lookups of Apple's history that place unplaced redemptions, by outcome",
+            labels: [("outcome", outcome)]
         ).increment()
     }
 

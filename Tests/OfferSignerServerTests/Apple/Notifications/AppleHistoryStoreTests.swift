@@ -246,5 +246,93 @@ struct AppleHistoryStoreTests {
             #expect(redemptions.map(\.isMatched) == [true, false])
         }
     }
+
+    @Test("Unplaced redemptions: recorded as such (never unmatched), listed, then placed by a later statement: matched, or removed when only a continuation; audited each time", arguments: StoreBackend.testedCases)
+    func unplacedThenPlaced(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let renewal = Self.base
+            // Signed two months before the renewal the offer starts at, during a year-long period.
+            _ = try await store.appendAudit([Self.signature("n-months-before", at: renewal.addingTimeInterval(-60 * 86400))], at: renewal.addingTimeInterval(-60 * 86400))
+            let headBefore = try await store.auditHead().count
+            // The estimate (a week's period before) finds nothing: unplaced.
+            var estimated = Self.redemption("4001", at: renewal)
+            estimated.signatureWindowStart = renewal.addingTimeInterval(-8 * 86400)
+            estimated.isPlaced = false
+            // A pay-as-you-go period after an unknown one: maybe a continuation, maybe not.
+            var maybeContinued = Self.redemption("4002", offer: "winback_1", at: renewal)
+            maybeContinued.continuesRedemption = true
+            maybeContinued.isPlaced = false
+            guard case .recorded(let first) = try await store.recordAppleHistory(
+                AppleHistoryUpdate(notification: Self.receipt("uuid-u1"), redemptions: [estimated, maybeContinued], source: "notification"), at: renewal)
+            else {
+                Issue.record("not recorded")
+                return
+            }
+            #expect(first.map(\.state) == [.unplaced, .unplaced])
+            #expect(first.allSatisfy { $0.placedAt == nil })
+            #expect(try await store.unplacedOfferRedemptions(limit: 10).map(\.candidate.transactionID) == ["4001", "4002"])
+            #expect(try await store.unplacedOfferRedemptions(limit: 1).count == 1)
+            let redeemed = try await store.auditRecords(after: headBefore, limit: 10)
+            #expect(redeemed.map(\.kind) == ["offer.redeemed", "offer.redeemed"])
+            #expect(redeemed.allSatisfy { $0.body.contains(#""unplaced":true"#) && $0.body.contains(#""matched":false"#) })
+
+            // Stated unplaced again (another notification): nothing changes.
+            #expect(try await store.recordAppleHistory(AppleHistoryUpdate(redemptions: [estimated], source: "notification"), at: renewal) == .recorded(redemptions: []))
+
+            // Apple's history places both: the offer was redeemed during the year before.
+            var placed = estimated
+            placed.isPlaced = true
+            placed.signatureWindowStart = renewal.addingTimeInterval(-366 * 86400)
+            var continued = maybeContinued
+            continued.isPlaced = true
+            continued.signatureWindowStart = renewal.addingTimeInterval(-86400)
+            let placedAt = renewal.addingTimeInterval(600)
+            guard case .recorded(let second) = try await store.recordAppleHistory(AppleHistoryUpdate(redemptions: [placed, continued], source: "history"), at: placedAt)
+            else {
+                Issue.record("not recorded")
+                return
+            }
+            #expect(second.count == 2)
+            let matched = try #require(second.first { $0.candidate.transactionID == "4001" })
+            #expect(matched.state == .matched)
+            #expect(matched.signatureIssuedAt == renewal.addingTimeInterval(-60 * 86400))
+            #expect(matched.placedAt == placedAt)
+            #expect(second.first { $0.candidate.transactionID == "4002" }?.candidate.continuesRedemption == true)
+            let placements = try await store.auditRecords(after: headBefore + 2, limit: 10)
+            #expect(placements.map(\.kind) == ["offer.redemption_placed", "offer.redemption_placed"])
+            #expect(placements[0].body.contains(#""outcome":"matched""#) && placements[0].body.contains(#""transactionID":"4001""#))
+            #expect(placements[1].body.contains(#""outcome":"continues""#))
+
+            // Placed once: a later statement, placed or not, changes nothing.
+            #expect(try await store.recordAppleHistory(AppleHistoryUpdate(redemptions: [placed, estimated], source: "history"), at: placedAt) == .recorded(redemptions: []))
+            let all = try await store.offerRedemptions(since: nil)
+            #expect(all.map(\.candidate.transactionID) == ["4001"], "the continuation was removed")
+            #expect(all.first?.state == .matched && all.first?.placedAt == placedAt && all.first?.issuanceSequence == matched.issuanceSequence)
+            #expect(try await store.unplacedOfferRedemptions(limit: 10).isEmpty)
+            #expect(try await store.auditHead().count == headBefore + 4)
+            #expect(try await fixture.store.verifiedChain().isIntact)
+        }
+    }
+
+    @Test("The report counts each redemption once: matched, unplaced, without a token, or without a signature, adding up to those stored")
+    func reportAddsUp() {
+        let at = Self.base
+        func stored(_ id: String, token: String? = Self.token, matched: Bool = false, unplaced: Bool = false) -> OfferRedemption {
+            OfferRedemption(
+                candidate: Self.redemption(id, token: token, at: at), issuanceSequence: matched ? 7 : nil, signatureIssuedAt: matched ? at.addingTimeInterval(-60) : nil,
+                source: "notification", recordedAt: at, isUnplaced: unplaced)
+        }
+        let redemptions = [stored("1", matched: true), stored("2", unplaced: true), stored("3", token: nil, unplaced: true), stored("4", token: nil), stored("5")]
+        let rows = OfferReport.rows(issuances: [OfferIssuanceCount(bundleID: Self.bundle, offerID: "retain_50", issuances: 3)], redemptions: redemptions)
+        #expect(rows.count == 1)
+        let row = rows[0]
+        #expect(row.matched.count == 1 && row.unplaced == 2 && row.unattributed == 1 && row.unmatched == 1)
+        #expect(row.redemptions == Int64(redemptions.count))
+        #expect(OfferReport.json(rows).contains(#""redeemedUnplaced":2,"redemptions":5"#))
+        let table = OfferReport.table(rows)
+        #expect(table.split(separator: "\n")[0].hasSuffix("unplaced"))
+        #expect(table.contains("leaked") && table.contains("unplaced redemptions wait"))
+    }
 }
 
