@@ -162,17 +162,18 @@ extension PostgresStore {
     private static func matchingIssuance(
         _ candidate: RedemptionCandidate, _ connection: PostgresConnection, _ logger: Logger
     ) async throws -> (Int64, Int64)? {
-        guard let token = candidate.appAccountToken else { return nil }
+        let customer = candidate.matchingCustomerKey
         let from = candidate.signatureWindowStart.unixMilliseconds
         let until = candidate.purchaseDate.addingTimeInterval(RedemptionMatching.clockSkew).unixMilliseconds
         let row = try await connection.query(
             """
             SELECT s.audit_seq, s.issued_at FROM issued_signatures s
             WHERE s.bundle_id = \(candidate.bundleID) AND s.offer_id = \(candidate.offerID) AND s.product_id = \(candidate.productID)
-              AND s.app_account_token = \(token) AND s.issued_at BETWEEN \(from) AND \(until)
+              AND s.app_account_token = \(customer) AND s.issued_at BETWEEN \(from) AND \(until)
               AND NOT EXISTS (
                 SELECT 1 FROM offer_redemptions r WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id
-                  AND r.app_account_token = s.app_account_token AND r.signature_issued_at = s.issued_at)
+                  AND COALESCE(r.app_account_token, 'otid:' || r.original_transaction_id) = s.app_account_token
+                  AND r.signature_issued_at = s.issued_at)
             ORDER BY s.issued_at DESC, s.audit_seq DESC LIMIT 1
             """, logger: logger
         ).collect().first

@@ -103,12 +103,19 @@ public struct RedemptionCandidate: Sendable, Equatable {
         self.continuesRedemption = continuesRedemption
         self.isPlaced = isPlaced
     }
+
+    /// The ledger's customer key a matching issuance carries: the appAccountToken, or, for a
+    /// purchase without one, `otid:<originalTransactionId>`, the key Retention Messaging signs
+    /// under for a subscription whose transactions carry no token (`RetentionDecider.customerKey`).
+    public var matchingCustomerKey: String { appAccountToken ?? "otid:" + originalTransactionID }
 }
 
 /// A recorded redemption of a promotional offer, and the issuance it was matched to.
 ///
 /// Matching rule (both stores): the latest signing request (its `signature.issued` records, one
-/// per format, count once) of the same bundle, product, offer and appAccountToken, issued at or
+/// per format, count once) of the same bundle, product, offer and customer
+/// (``RedemptionCandidate/matchingCustomerKey``: the appAccountToken, or, without one, the
+/// original transaction a Retention Messaging signature was issued for), issued at or
 /// after the candidate's ``RedemptionCandidate/signatureWindowStart`` (normally
 /// ``RedemptionMatching/signatureLifetime`` before the purchase) and at most
 /// ``RedemptionMatching/clockSkew`` after the purchase, that no other redemption was matched to.

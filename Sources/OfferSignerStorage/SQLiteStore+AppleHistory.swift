@@ -237,7 +237,7 @@ extension SQLiteStore {
 
     /// The issuance a candidate matches (audit sequence, issue time), see ``OfferRedemption``.
     private static func matchingIssuance(_ candidate: RedemptionCandidate, in db: Database) throws -> (Int64, Int64)? {
-        guard let token = candidate.appAccountToken else { return nil }
+        let customer = candidate.matchingCustomerKey
         let row = try Row.fetchOne(
             db.cachedStatement(
                 sql: """
@@ -245,11 +245,12 @@ extension SQLiteStore {
                 WHERE s.bundle_id = ? AND s.offer_id = ? AND s.product_id = ? AND s.app_account_token = ? AND s.issued_at BETWEEN ? AND ?
                   AND NOT EXISTS (
                     SELECT 1 FROM offer_redemptions r WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id
-                      AND r.app_account_token = s.app_account_token AND r.signature_issued_at = s.issued_at)
+                      AND COALESCE(r.app_account_token, 'otid:' || r.original_transaction_id) = s.app_account_token
+                      AND r.signature_issued_at = s.issued_at)
                 ORDER BY s.issued_at DESC, s.audit_seq DESC LIMIT 1
                 """),
             arguments: [
-                candidate.bundleID, candidate.offerID, candidate.productID, token, candidate.signatureWindowStart.unixMilliseconds,
+                candidate.bundleID, candidate.offerID, candidate.productID, customer, candidate.signatureWindowStart.unixMilliseconds,
                 candidate.purchaseDate.addingTimeInterval(RedemptionMatching.clockSkew).unixMilliseconds,
             ])
         return row.map { ($0["audit_seq"], $0["issued_at"]) }

@@ -334,5 +334,30 @@ struct AppleHistoryStoreTests {
         #expect(table.split(separator: "\n")[0].hasSuffix("unplaced"))
         #expect(table.contains("leaked") && table.contains("unplaced redemptions wait"))
     }
+
+    @Test("A retention offer to a subscription without an appAccountToken (issued under otid:<originalTransactionId>) is matched through the original transaction, once", arguments: StoreBackend.testedCases)
+    func retentionWithoutTokenMatchesByOriginalTransaction(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let purchase = Self.base
+            // As RetentionController issues it: the ledger's customer is the subscription.
+            var retention = Self.signature("n-retention", token: "otid:1000", at: purchase.addingTimeInterval(-3600), client: "apple-retention")
+            retention.signatures[0].originalTransactionID = "1000"
+            retention.entry = retention.signatures[0].auditEntry
+            _ = try await store.appendAudit([retention, Self.signature("n-other-subscription", token: "otid:2000", at: purchase.addingTimeInterval(-60))], at: purchase)
+            guard case .recorded(let redemptions) = try await store.recordAppleHistory(
+                AppleHistoryUpdate(
+                    redemptions: [Self.redemption("5001", token: nil, at: purchase), Self.redemption("5002", token: nil, at: purchase.addingTimeInterval(60))],
+                    source: "notification"),
+                at: purchase.addingTimeInterval(120))
+            else {
+                Issue.record("not recorded")
+                return
+            }
+            #expect(redemptions.map(\.state) == [.matched, .unmatched], "matched once: the second finds the issuance taken")
+            #expect(redemptions.first?.signatureIssuedAt == purchase.addingTimeInterval(-3600))
+            #expect(redemptions.first?.candidate.appAccountToken == nil)
+        }
+    }
 }
 
