@@ -100,14 +100,16 @@ public final class AppStoreServerAPIClient: Sendable {
     ///     background job, not a request an app waits for, may give Apple longer).
     ///   - reportsFetch: whether `onFetch` is called with a fetched history (false when the caller
     ///     stores the answer itself).
+    ///   - filter: only these product types and subscription groups (see ``HistoryFilter``); the
+    ///     answer is then `isFiltered`.
     public func history(
         transactionID: String, app: AppStoreAppSettings, credentials: AppStoreServerAPICredentials?, now: Date = Date(), budget: Duration? = nil,
-        reportsFetch: Bool = true
+        reportsFetch: Bool = true, filter: HistoryFilter? = nil
     ) async -> HistoryLookup {
         let start = ContinuousClock.now
         let result = await lookup(
             transactionID: transactionID, app: app, credentials: credentials, now: now, deadline: start + (budget ?? configuration.timeBudget),
-            reportsFetch: reportsFetch)
+            reportsFetch: reportsFetch, filter: filter.flatMap { $0.isEmpty ? nil : $0 })
         let outcome: String
         switch result {
         case .history: outcome = "history"
@@ -124,9 +126,9 @@ public final class AppStoreServerAPIClient: Sendable {
 
     private func lookup(
         transactionID: String, app: AppStoreAppSettings, credentials: AppStoreServerAPICredentials?, now: Date,
-        deadline: ContinuousClock.Instant, reportsFetch: Bool
+        deadline: ContinuousClock.Instant, reportsFetch: Bool, filter: HistoryFilter?
     ) async -> HistoryLookup {
-        if let cached = cache.history(bundleID: app.bundleID, transactionID: transactionID) {
+        if let cached = cache.history(bundleID: app.bundleID, transactionID: transactionID, filter: filter) {
             metrics.cache(hit: true)
             return .history(cached)
         }
@@ -157,11 +159,11 @@ public final class AppStoreServerAPIClient: Sendable {
             let timeGiven = ContinuousClock.now.duration(to: deadline)
             let result = await lookup(
                 transactionID: transactionID, environment: environment, baseURL: baseURL, app: app, credentials: credentials, now: now,
-                deadline: deadline)
+                deadline: deadline, filter: filter)
             switch result {
             case .found(let history):
                 breaker.record(success: true)
-                cache.store(history, bundleID: app.bundleID, transactionID: transactionID, lookedUpAt: cacheGeneration)
+                cache.store(history, bundleID: app.bundleID, transactionID: transactionID, filter: filter, lookedUpAt: cacheGeneration)
                 if reportsFetch { onFetch?(history) }
                 return .history(history)
             case .notFound:
@@ -214,13 +216,16 @@ public final class AppStoreServerAPIClient: Sendable {
     /// Both endpoints in one environment, concurrently; the history's pages one after another.
     private func lookup(
         transactionID: String, environment: AppleEnvironment, baseURL: String, app: AppStoreAppSettings,
-        credentials: AppStoreServerAPICredentials, now: Date, deadline: ContinuousClock.Instant
+        credentials: AppStoreServerAPICredentials, now: Date, deadline: ContinuousClock.Instant, filter: HistoryFilter?
     ) async -> EnvironmentResult {
         let verifier = AppleSignedDataVerifier(trustedRoots: trustedRoots, bundleID: app.bundleID, environment: environment, chainCache: chainCache)
         async let statuses = subscriptionStatuses(
             transactionID: transactionID, environment: environment, baseURL: baseURL, app: app, credentials: credentials,
             verifier: verifier, now: now, deadline: deadline)
         var history = VerifiedHistory(bundleID: app.bundleID, environment: environment, asOf: now)
+        history.isFiltered = filter != nil
+        // The filter goes with every page (Apple: the same query parameters as the first request).
+        let filterQuery = (filter?.queryItems ?? []).map { $0.0 + "=" + Self.queryEscaped($0.1) }
         var revision: String?
         var page = 0
         repeat {
@@ -229,7 +234,8 @@ public final class AppStoreServerAPIClient: Sendable {
                 return .failed(.init(.malformedResponse, "the transaction history has more than \(configuration.maximumPages) pages"))
             }
             var path = "/inApps/v2/history/\(transactionID)"
-            if let revision { path += "?revision=" + Self.queryEscaped(revision) }
+            let query = (revision.map { ["revision=" + Self.queryEscaped($0)] } ?? []) + filterQuery
+            if !query.isEmpty { path += "?" + query.joined(separator: "&") }
             let body: HistoryResponseBody
             switch await call(HistoryResponseBody.self, endpoint: .transactionHistory, baseURL: baseURL, path: path, credentials: credentials, deadline: deadline) {
             case .success(let decoded): body = decoded

@@ -15,6 +15,10 @@ public struct VerifiedHistory: Sendable, Hashable {
     public let environment: AppleEnvironment
     /// When Apple last stated (part of) this history.
     public private(set) var asOf: Date
+    /// The history is what a filtered Get Transaction History answered (`productType`,
+    /// `subscriptionGroupIdentifier`): not all of the customer's transactions, so it must not be
+    /// taken (stored, cached) as their whole history.
+    public var isFiltered: Bool = false
     private var transactionsByID: [String: VerifiedTransaction] = [:]
     private var renewalInfosByOriginalID: [String: VerifiedRenewalInfo] = [:]
     private var signedForms: [String: String] = [:]

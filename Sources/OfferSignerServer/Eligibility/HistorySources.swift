@@ -34,7 +34,9 @@ struct PrefetchedAppleAnswer: Sendable {
 /// - The request must carry what every offer with rules needs: `evidence` for `client`, a
 ///   `transactionID` for `apple`, one of them for `apple-then-client` (400 `evidence_required` /
 ///   `transaction_id_required` otherwise).
-/// - Apple is asked at most once per request, and only when an offer needs it. When the app's
+/// - Apple is asked at most once per request, and only when an offer needs it; when every offer
+///   asked about is of one subscription group, for that group's auto-renewable transactions only
+///   (`HistoryFilter.subscriptionGroup`: the evaluator reads the offer's group only). When the app's
 ///   notifications come here (`apps.<bundle>.notificationHistory`) and the store holds the
 ///   subscription's complete history, with the subscription group of every offer asked about,
 ///   that history is Apple's word and the API is not asked.
@@ -93,7 +95,10 @@ struct HistorySourceResolver: Sendable {
         guard let client = service.appleHistory else {
             return AppleAnswer(lookup: .unavailable(HistoryUnavailable(.noCredentials, "this service has no App Store Server API client")), via: "api")
         }
-        return AppleAnswer(lookup: await client.history(transactionID: transactionID, app: app, credentials: credentials, now: now), via: "api")
+        // One subscription group decides: Apple is asked for its auto-renewable transactions only
+        // (fewer pages for a customer with many other purchases; see `HistoryFilter`).
+        let filter = groups.count == 1 ? groups.first.map(HistoryFilter.subscriptionGroup) : nil
+        return AppleAnswer(lookup: await client.history(transactionID: transactionID, app: app, credentials: credentials, now: now, filter: filter), via: "api")
     }
 
     /// Decides each offer. `prefetched` is Apple's answer asked before (see `askApple`); without

@@ -151,13 +151,16 @@ enum AppleHistoryConversion {
     }
 
     /// What a history fetched from the App Store Server API adds: it is the customer's whole
-    /// history, so every subscription in it is complete.
+    /// history, so every subscription in it is complete, unless the answer was filtered
+    /// (`VerifiedHistory.isFiltered`, `HistoryFilter`): then it is stored, but marks no
+    /// subscription complete (Apple does not say a filtered answer holds every transaction of
+    /// the subscriptions it names).
     static func update(_ history: VerifiedHistory) -> AppleHistoryUpdate {
         var update = AppleHistoryUpdate(source: "history")
         let transactions = history.transactions
         for transaction in transactions {
             if let item = item(transaction, jws: history.jws(ofTransaction: transaction.transactionID)) { update.transactions.append(item) }
-            if let candidate = redemption(transaction, known: transactions, knownWhole: true) { update.redemptions.append(candidate) }
+            if let candidate = redemption(transaction, known: transactions, knownWhole: !history.isFiltered) { update.redemptions.append(candidate) }
         }
         for info in history.renewalInfos {
             if let original = info.originalTransactionID, let item = item(info, bundleID: history.bundleID, jws: history.jws(ofRenewalInfo: original)) {
@@ -168,7 +171,7 @@ enum AppleHistoryConversion {
             AppleSubscriptionKey(bundleID: history.bundleID, environment: history.environment.rawValue, originalTransactionID: $0)
         }
         update.subscriptions = keys
-        update.completeSubscriptions = keys
+        update.completeSubscriptions = history.isFiltered ? [] : keys
         return update
     }
 

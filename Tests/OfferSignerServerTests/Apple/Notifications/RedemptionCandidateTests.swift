@@ -112,6 +112,17 @@ struct RedemptionCandidateTests {
         #expect(try #require(whole["500003"]).isPlaced)
     }
 
+    @Test("A filtered answer of Apple's API is stored, but marks no subscription complete")
+    func filteredHistoryIsNotComplete() {
+        var history = VerifiedHistory(bundleID: "com.example.app", environment: .production, asOf: Self.start)
+        for transaction in [Self.period(0), Self.period(1)] { _ = history.record(transaction, jws: "") }
+        #expect(AppleHistoryConversion.update(history).completeSubscriptions.count == 1)
+        history.isFiltered = true
+        let update = AppleHistoryConversion.update(history)
+        #expect(update.completeSubscriptions.isEmpty)
+        #expect(update.subscriptions.count == 1 && update.transactions.count == 2)
+    }
+
     @Test("A one-week free offer on an annual product (offerPeriod P1W, FREE_TRIAL): alone, the estimate is a week; Apple's history places it in the year before")
     func oneWeekFreeOnAnnual() throws {
         let renewal = Self.start.addingTimeInterval(730 * Self.day)
