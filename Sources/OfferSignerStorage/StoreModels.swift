@@ -109,11 +109,17 @@ public struct IssuedSignature: Sendable, Equatable {
     /// request (audit only; not ledger columns).
     public var originalTransactionID: String?
     public var retentionRequestIdentifier: String?
+    /// For an introductory-offer eligibility signature (format `introEligibility`): the
+    /// `transactionId` and `allowIntroductoryOffer` it signed (audit only; not ledger columns).
+    public var transactionID: String?
+    public var allowIntroductoryOffer: Bool?
 
     public init(
         nonce: String, issuedAt: Date, client: String, bundleID: String, productID: String, offerID: String, appAccountToken: String?, keyID: String, format: String,
-        originalTransactionID: String? = nil, retentionRequestIdentifier: String? = nil
+        originalTransactionID: String? = nil, retentionRequestIdentifier: String? = nil, transactionID: String? = nil, allowIntroductoryOffer: Bool? = nil
     ) {
+        self.transactionID = transactionID
+        self.allowIntroductoryOffer = allowIntroductoryOffer
         self.originalTransactionID = originalTransactionID
         self.retentionRequestIdentifier = retentionRequestIdentifier
         self.nonce = nonce
@@ -128,7 +134,8 @@ public struct IssuedSignature: Sendable, Equatable {
     }
 
     /// The audit body for this signature: time, client, bundle, product, offer,
-    /// appAccountToken, key ID, nonce, format.
+    /// appAccountToken, key ID, nonce, format (and, when set, the retention and
+    /// introductory-offer eligibility fields).
     public var auditEntry: AuditEntry {
         var writer = JSONObjectWriter()
         writer.field("issuedAt", issuedAt.unixMilliseconds)
@@ -142,6 +149,8 @@ public struct IssuedSignature: Sendable, Equatable {
         writer.field("format", format)
         if let originalTransactionID { writer.field("originalTransactionID", originalTransactionID) }
         if let retentionRequestIdentifier { writer.field("retentionRequestIdentifier", retentionRequestIdentifier) }
+        if let transactionID { writer.field("transactionID", transactionID) }
+        if let allowIntroductoryOffer { writer.field("allowIntroductoryOffer", allowIntroductoryOffer) }
         return AuditEntry(kind: "signature.issued", body: writer.finish())
     }
 }

@@ -198,10 +198,12 @@ struct SigningController: Sendable {
                     intro.field("allowIntroductoryOffer", allow)
                     writer.field("introEligibility", json: intro.finish())
                 }
+                let isIntro = format == .introEligibility
                 issued.append(IssuedSignature(
                     nonce: nonce.lowercasedString, issuedAt: now, client: principal.identity, bundleID: bundleID,
                     productID: signatureRequest.productID, offerID: signatureRequest.offerID, appAccountToken: token?.lowercasedString,
-                    keyID: active.keyID, format: format.rawValue))
+                    keyID: active.keyID, format: format.rawValue, transactionID: isIntro ? signatureRequest.transactionID : nil,
+                    allowIntroductoryOffer: isIntro ? (signatureRequest.allowIntroductoryOffer ?? false) : nil))
             }
         } catch {
             throw APIProblem.field(error)
