@@ -312,6 +312,13 @@ extension PostgresStore {
         ).first.map { row in Date(timeIntervalSince1970: Double(try row.decode(Int64.self)) / 1000) }
     }
 
+    public func notificationRecoveryLastRun(bundleID: String, environment: String) async throws -> Date? {
+        try await rows(
+            "reading the notification recovery watermark",
+            "SELECT updated_at FROM notification_recovery WHERE bundle_id = \(bundleID) AND environment = \(environment)"
+        ).first.map { row in Date(timeIntervalSince1970: Double(try row.decode(Int64.self)) / 1000) }
+    }
+
     public func setNotificationRecoveryWatermark(bundleID: String, environment: String, recoveredUntil: Date, at time: Date) async throws {
         try await transaction("moving the notification recovery watermark") { connection, logger in
             _ = try await connection.query(

@@ -131,6 +131,10 @@ public protocol OfferSignerStore: StoreCoordination {
     /// scheduled catch-up's watermark, see `NotificationCatchUp`), nil before the first run.
     func notificationRecoveryWatermark(bundleID: String, environment: String) async throws -> Date?
 
+    /// When the scheduled catch-up of an app and environment last moved (or held) its watermark,
+    /// nil before the first run.
+    func notificationRecoveryLastRun(bundleID: String, environment: String) async throws -> Date?
+
     /// Moves the watermark of an app and environment to `recoveredUntil` (never back: an earlier
     /// time leaves a later one in place), with the time of the run.
     func setNotificationRecoveryWatermark(bundleID: String, environment: String, recoveredUntil: Date, at time: Date) async throws

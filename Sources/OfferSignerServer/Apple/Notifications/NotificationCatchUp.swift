@@ -13,7 +13,7 @@ import ServiceLifecycle
 /// - Every `interval`, per app and environment, under the store's exclusive lock
 ///   `.notificationRecovery` (a PostgreSQL advisory lock: one instance of a deployment at a time;
 ///   one that cannot take it within 5 s leaves this round to the holder): read the watermark;
-///   when it was moved on less than 0.9 interval ago (by another instance), do nothing; otherwise ask
+///   when the last round (by any instance) ended less than 0.9 interval ago, do nothing; otherwise ask
 ///   Get Notification History from the watermark less `overlap` (Apple lists a notification when
 ///   it first tries to send it, which may lag; what is asked twice is stored once, by
 ///   `notificationUUID`) to now, and move the watermark to now once every page was read and
@@ -80,7 +80,9 @@ final class NotificationCatchUp: Service, Sendable {
         do {
             return try await store.withExclusiveLock(.notificationRecovery(bundleID: bundleID, environment: environment), timeout: .seconds(5)) {
                 let watermark = try await store.notificationRecoveryWatermark(bundleID: bundleID, environment: environment)
-                if let watermark, now.timeIntervalSince(watermark) < Self.seconds(interval) * 0.9 { return nil }
+                // The last run's time, not the watermark: a watermark held at a failed notification is old.
+                let lastRun = try await store.notificationRecoveryLastRun(bundleID: bundleID, environment: environment)
+                if let lastRun, now.timeIntervalSince(lastRun) < Self.seconds(interval) * 0.9 { return nil }
                 let start = watermark.map { $0.addingTimeInterval(-Self.seconds(overlap)) } ?? now.addingTimeInterval(-Self.seconds(firstLookBack))
                 let tally = try await recovery.run(
                     NotificationHistoryRequest(startDate: start, endDate: now), environment: target.environment, app: target.app, credentials: credentials)
