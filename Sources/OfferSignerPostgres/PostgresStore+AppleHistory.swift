@@ -169,11 +169,14 @@ extension PostgresStore {
             """
             SELECT s.audit_seq, s.issued_at FROM issued_signatures s
             WHERE s.bundle_id = \(candidate.bundleID) AND s.offer_id = \(candidate.offerID) AND s.product_id = \(candidate.productID)
-              AND s.app_account_token = \(customer) AND s.issued_at BETWEEN \(from) AND \(until)
+              AND s.issued_at BETWEEN \(from) AND \(until)
+              AND (s.app_account_token = \(customer) OR s.original_transaction_id = \(candidate.originalTransactionID))
+              AND (s.environment IS NULL OR s.environment = \(candidate.environment))
               AND NOT EXISTS (
-                SELECT 1 FROM offer_redemptions r WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id
-                  AND COALESCE(r.app_account_token, 'otid:' || r.original_transaction_id) = s.app_account_token
-                  AND r.signature_issued_at = s.issued_at)
+                SELECT 1 FROM offer_redemptions r JOIN issued_signatures m
+                  ON m.bundle_id = r.bundle_id AND m.offer_id = r.offer_id AND m.issued_at = r.signature_issued_at AND m.audit_seq = r.issuance_seq
+                WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id AND r.signature_issued_at = s.issued_at
+                  AND m.client = s.client AND m.product_id = s.product_id AND COALESCE(m.app_account_token, '') = COALESCE(s.app_account_token, ''))
             ORDER BY s.issued_at DESC, s.audit_seq DESC LIMIT 1
             """, logger: logger
         ).collect().first

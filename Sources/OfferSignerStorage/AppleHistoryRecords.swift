@@ -113,9 +113,11 @@ public struct RedemptionCandidate: Sendable, Equatable {
 /// A recorded redemption of a promotional offer, and the issuance it was matched to.
 ///
 /// Matching rule (both stores): the latest signing request (its `signature.issued` records, one
-/// per format, count once) of the same bundle, product, offer and customer
-/// (``RedemptionCandidate/matchingCustomerKey``: the appAccountToken, or, without one, the
-/// original transaction a Retention Messaging signature was issued for), issued at or
+/// per format, count once) of the same bundle, product, offer and customer — the same
+/// ``RedemptionCandidate/matchingCustomerKey`` (the appAccountToken, or, without one, the key a
+/// Retention Messaging signature was issued under) or the same `originalTransactionId` recorded
+/// on the issuance — in the same environment when the issuance names one (a Sandbox redemption
+/// never uses up a Production issuance; one of unknown environment matches either), issued at or
 /// after the candidate's ``RedemptionCandidate/signatureWindowStart`` (normally
 /// ``RedemptionMatching/signatureLifetime`` before the purchase) and at most
 /// ``RedemptionMatching/clockSkew`` after the purchase, that no other redemption was matched to.

@@ -105,9 +105,12 @@ public enum AppleHistorySchema {
     ]
 
     /// Redemptions recorded `unplaced` until a fetched history places them (see
-    /// ``OfferRedemption``): SQLite "v6-unplaced-redemptions", PostgreSQL migration 7; the same
-    /// statements in both.
+    /// ``OfferRedemption``), and issuances that keep the customer's subscription and environment
+    /// when known: SQLite "v6-unplaced-redemptions", PostgreSQL migration 7; the same statements
+    /// in both.
     public static let unplacedRedemptionStatements: [String] = [
+        "ALTER TABLE issued_signatures ADD COLUMN original_transaction_id TEXT",
+        "ALTER TABLE issued_signatures ADD COLUMN environment TEXT",
         "ALTER TABLE offer_redemptions ADD COLUMN unplaced BIGINT NOT NULL DEFAULT 0",
         "ALTER TABLE offer_redemptions ADD COLUMN placed_at BIGINT",
         "CREATE INDEX offer_redemptions_unplaced ON offer_redemptions (recorded_at) WHERE unplaced = 1",
@@ -242,16 +245,20 @@ extension SQLiteStore {
             db.cachedStatement(
                 sql: """
                 SELECT s.audit_seq, s.issued_at FROM issued_signatures s
-                WHERE s.bundle_id = ? AND s.offer_id = ? AND s.product_id = ? AND s.app_account_token = ? AND s.issued_at BETWEEN ? AND ?
+                WHERE s.bundle_id = ? AND s.offer_id = ? AND s.product_id = ? AND s.issued_at BETWEEN ? AND ?
+                  AND (s.app_account_token = ? OR s.original_transaction_id = ?)
+                  AND (s.environment IS NULL OR s.environment = ?)
                   AND NOT EXISTS (
-                    SELECT 1 FROM offer_redemptions r WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id
-                      AND COALESCE(r.app_account_token, 'otid:' || r.original_transaction_id) = s.app_account_token
-                      AND r.signature_issued_at = s.issued_at)
+                    SELECT 1 FROM offer_redemptions r JOIN issued_signatures m
+                      ON m.bundle_id = r.bundle_id AND m.offer_id = r.offer_id AND m.issued_at = r.signature_issued_at AND m.audit_seq = r.issuance_seq
+                    WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id AND r.signature_issued_at = s.issued_at
+                      AND m.client = s.client AND m.product_id = s.product_id AND COALESCE(m.app_account_token, '') = COALESCE(s.app_account_token, ''))
                 ORDER BY s.issued_at DESC, s.audit_seq DESC LIMIT 1
                 """),
             arguments: [
-                candidate.bundleID, candidate.offerID, candidate.productID, customer, candidate.signatureWindowStart.unixMilliseconds,
-                candidate.purchaseDate.addingTimeInterval(RedemptionMatching.clockSkew).unixMilliseconds,
+                candidate.bundleID, candidate.offerID, candidate.productID, candidate.signatureWindowStart.unixMilliseconds,
+                candidate.purchaseDate.addingTimeInterval(RedemptionMatching.clockSkew).unixMilliseconds, customer, candidate.originalTransactionID,
+                candidate.environment,
             ])
         return row.map { ($0["audit_seq"], $0["issued_at"]) }
     }

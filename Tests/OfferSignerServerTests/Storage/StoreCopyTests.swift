@@ -71,7 +71,13 @@ struct StoreCopyTests {
             unplaced.isPlaced = false
             let watermark = Date(timeIntervalSince1970: Double(base.unixMilliseconds / 1000) - 3600)
             try await store.setNotificationRecoveryWatermark(bundleID: AppleHistoryStoreTests.bundle, environment: "Production", recoveredUntil: watermark, at: base)
-            _ = try await store.appendAudit([AppleHistoryStoreTests.signature("copy-n1", at: base.addingTimeInterval(-60))], at: base)
+            // An issuance that keeps the customer's subscription and environment (ledger columns).
+            var kept = AppleHistoryStoreTests.signature("copy-n1", at: base.addingTimeInterval(-60))
+            kept.signatures[0].originalTransactionID = "1000"
+            kept.signatures[0].environment = "Production"
+            kept.entry = kept.signatures[0].auditEntry
+            _ = try await store.appendAudit([kept], at: base)
+            #expect(try await store.ledger(after: nil, limit: 100_000).contains { $0.signature.environment == "Production" && $0.signature.originalTransactionID == "1000" })
             _ = try await store.recordAppleHistory(
                 AppleHistoryUpdate(
                     notification: AppleHistoryStoreTests.receipt("copy-uuid", type: "OFFER_REDEEMED", subtype: nil),

@@ -359,5 +359,51 @@ struct AppleHistoryStoreTests {
             #expect(redemptions.first?.candidate.appAccountToken == nil)
         }
     }
+
+    @Test("Issuances keep the subscription and environment: a redemption matches by token or original transaction, never across environments", arguments: StoreBackend.testedCases)
+    func issuanceEnvironmentAndOriginalTransaction(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let purchase = Self.base
+            func issuance(_ nonce: String, token: String?, original: String?, environment: String?, at offset: TimeInterval) -> AuditAppend {
+                var append = Self.signature(nonce, token: token, at: purchase.addingTimeInterval(offset))
+                append.signatures[0].originalTransactionID = original
+                append.signatures[0].environment = environment
+                append.entry = append.signatures[0].auditEntry
+                return append
+            }
+            _ = try await store.appendAudit(
+                [
+                    // A Production issuance of subscription 1000 (as Retention Messaging records one).
+                    issuance("n-production", token: Self.token, original: "1000", environment: "Production", at: -3600),
+                    // A Sandbox issuance of subscription 7000, whose purchases carry no token.
+                    issuance("n-sandbox", token: "otid:7000", original: "7000", environment: "Sandbox", at: -1800),
+                ], at: purchase)
+            let ledger = try await store.issuedSignatures(appAccountToken: Self.token, bundleID: Self.bundle)
+            #expect(ledger.first?.signature.environment == "Production" && ledger.first?.signature.originalTransactionID == "1000")
+
+            // A Sandbox redemption of the same customer does not use up the Production issuance.
+            var sandbox = Self.redemption("6001", at: purchase)
+            sandbox.environment = "Sandbox"
+            // A Production redemption of subscription 1000 without a token matches it through the original transaction.
+            let noToken = Self.redemption("6002", token: nil, at: purchase.addingTimeInterval(60))
+            // Subscription 7000's Production redemption finds no Sandbox issuance; its Sandbox one does.
+            var otherProduction = Self.redemption("6003", token: nil, at: purchase)
+            otherProduction.originalTransactionID = "7000"
+            var otherSandbox = otherProduction
+            otherSandbox.transactionID = "6004"
+            otherSandbox.environment = "Sandbox"
+            guard case .recorded(let redemptions) = try await store.recordAppleHistory(
+                AppleHistoryUpdate(redemptions: [sandbox, noToken, otherProduction, otherSandbox], source: "notification"), at: purchase.addingTimeInterval(120))
+            else {
+                Issue.record("not recorded")
+                return
+            }
+            let states = Dictionary(uniqueKeysWithValues: redemptions.map { ($0.candidate.transactionID, $0.state) })
+            #expect(states == ["6001": .unmatched, "6002": .matched, "6003": .unmatched, "6004": .matched])
+            #expect(redemptions.first { $0.candidate.transactionID == "6002" }?.signatureIssuedAt == purchase.addingTimeInterval(-3600))
+            #expect(try await fixture.store.verifiedChain().isIntact)
+        }
+    }
 }
 
