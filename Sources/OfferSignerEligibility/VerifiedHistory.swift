@@ -89,6 +89,13 @@ public struct VerifiedHistory: Sendable, Hashable {
         Set(transactionsByID.values.map(\.originalTransactionID)).union(renewalInfosByOriginalID.keys)
     }
 
+    /// The `originalTransactionId` of `transactionID` (one of this history's transactions, or an
+    /// original transaction ID it holds), nil when the history does not cover it.
+    public func originalTransactionID(of transactionID: String) -> String? {
+        if let transaction = transactionsByID[transactionID] { return transaction.originalTransactionID }
+        return originalTransactionIDs.contains(transactionID) ? transactionID : nil
+    }
+
     /// Whether `transactionID` is one of this history's transactions or original transactions.
     public func covers(transactionID: String) -> Bool {
         transactionsByID[transactionID] != nil || originalTransactionIDs.contains(transactionID)

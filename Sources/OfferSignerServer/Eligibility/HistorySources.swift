@@ -14,6 +14,10 @@ struct EligibilityOutcome: Sendable {
     /// Where Apple's word came from when it decided: `api` (the App Store Server API) or `store`
     /// (the stored history that notifications keep current).
     var appleVia: String?
+    /// The request's subscription as Apple's history proved it (its `originalTransactionId` and
+    /// environment), when Apple's history decided and covers the request's `transactionID`: kept
+    /// on the issuance so a redemption matches it (see `OfferRedemption`).
+    var subscription: (originalTransactionID: String, environment: String)?
 }
 
 /// Apple's answer about a customer and where it came from: `api` (the App Store Server API) or
@@ -137,10 +141,11 @@ struct HistorySourceResolver: Sendable {
                 let decision = service.evaluator.evaluate(offer, evidence: try await appEvidence(), ledger: ledger, now: now)
                 outcomes.append(EligibilityOutcome(decision: decision, source: .client))
             case (_, .history(let history)?):
+                let original = transactionID.flatMap(history.originalTransactionID(of:))
                 outcomes.append(EligibilityOutcome(
                     decision: decideOnApple(
                         offer, history: history, appAccountToken: appAccountToken, strictAccountToken: strictAccountToken, ledger: ledger, now: now),
-                    source: .apple, appleVia: appleVia))
+                    source: .apple, appleVia: appleVia, subscription: original.map { ($0, history.environment.rawValue) }))
             case (.appleThenClient, .unavailable(let unavailable)?) where unavailable.allowsFallback && evidence != nil:
                 let decision = service.evaluator.evaluate(offer, evidence: try await appEvidence(), ledger: ledger, now: now)
                 outcomes.append(EligibilityOutcome(decision: decision, source: .client, appleUnavailable: unavailable))

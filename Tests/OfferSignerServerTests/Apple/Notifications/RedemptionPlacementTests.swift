@@ -200,4 +200,40 @@ struct RedemptionPlacementTests {
             #expect(try await server.store.verifiedChain().isIntact)
         }
     }
+
+    @Test("An offer decided on Apple's history keeps the customer's subscription and environment on its issuance; a Sandbox redemption does not use it up, a Production one without a token matches it")
+    func issuanceKeepsSubscriptionAndEnvironment() async throws {
+        try await withServer { server, fake, secret, client in
+            let customer = notifications.subscriber()
+            fake.add(try customer.customer(chain, now: now))
+            let signed = try await client.postJSON(
+                "/v1/offers/signatures",
+                #"{"productID":"pro.monthly","offerID":"loyal_no_refunds","appAccountToken":"\#(Self.token)","transactionID":"\#(customer.transactionID(2))"}"#,
+                bearer: secret)
+            #expect(signed.status == .created, "\(signed.text)")
+            let issued = try await server.store.issuedSignatures(appAccountToken: Self.token, bundleID: Self.bundleID)
+            #expect(issued.map(\.signature.originalTransactionID) == [customer.originalTransactionID])
+            #expect(issued.map(\.signature.environment) == ["Production"])
+            let record = try #require(try await server.store.auditRecords(after: 0, limit: 100).last { $0.kind == "signature.issued" })
+            #expect(record.body.contains(#""originalTransactionID":"\#(customer.originalTransactionID)""#) && record.body.contains(#""environment":"Production""#))
+
+            // Redemptions as a fetched history states them: Sandbox first, then Production without a token.
+            let purchase = Date()
+            var sandbox = RedemptionCandidate(
+                transactionID: "900000001", originalTransactionID: customer.originalTransactionID, bundleID: Self.bundleID, environment: "Sandbox",
+                productID: "pro.monthly", offerID: "loyal_no_refunds", appAccountToken: Self.token, purchaseDate: purchase)
+            var production = sandbox
+            production.transactionID = "900000002"
+            production.environment = "Production"
+            production.appAccountToken = nil
+            sandbox.signatureWindowStart = purchase.addingTimeInterval(-86400)
+            guard case .recorded(let redemptions) = try await server.store.recordAppleHistory(
+                AppleHistoryUpdate(redemptions: [sandbox, production], source: "history"), at: purchase)
+            else {
+                Issue.record("not recorded")
+                return
+            }
+            #expect(redemptions.map(\.state) == [.unmatched, .matched])
+        }
+    }
 }
