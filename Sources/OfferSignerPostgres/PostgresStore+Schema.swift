@@ -146,8 +146,9 @@ extension PostgresStore {
         // 6: the scheduled notification catch-up's watermark per app and environment (SQLite's
         // "v5-notification-recovery").
         [NotificationRecoverySchema.createTable],
-        // 7: redemptions recorded `unplaced` until a fetched history places them (SQLite's
-        // "v6-unplaced-redemptions").
+        // 7: redemptions recorded `unplaced` until a fetched history places them, and issuances
+        // that keep the customer's original transaction and environment (SQLite's
+        // "v6-redemption-placement").
         AppleHistorySchema.unplacedRedemptionStatements,
     ]
 

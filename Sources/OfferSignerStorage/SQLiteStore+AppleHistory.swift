@@ -106,7 +106,7 @@ public enum AppleHistorySchema {
 
     /// Redemptions recorded `unplaced` until a fetched history places them (see
     /// ``OfferRedemption``), and issuances that keep the customer's subscription and environment
-    /// when known: SQLite "v6-unplaced-redemptions", PostgreSQL migration 7; the same statements
+    /// when known: SQLite "v6-redemption-placement", PostgreSQL migration 7; the same statements
     /// in both.
     public static let unplacedRedemptionStatements: [String] = [
         "ALTER TABLE issued_signatures ADD COLUMN original_transaction_id TEXT",

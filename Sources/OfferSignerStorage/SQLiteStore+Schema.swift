@@ -83,8 +83,9 @@ extension SQLiteStore {
         migrator.registerMigration("v5-notification-recovery") { db in
             try db.execute(sql: NotificationRecoverySchema.createTable)
         }
-        // Redemptions recorded `unplaced` until a fetched history places them.
-        migrator.registerMigration("v6-unplaced-redemptions") { db in
+        // Redemptions recorded `unplaced` until a fetched history places them, and issuances that
+        // keep the customer's original transaction and environment.
+        migrator.registerMigration("v6-redemption-placement") { db in
             for statement in AppleHistorySchema.unplacedRedemptionStatements { try db.execute(sql: statement) }
         }
         return migrator
