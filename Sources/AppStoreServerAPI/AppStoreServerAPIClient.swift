@@ -94,11 +94,22 @@ public final class AppStoreServerAPIClient: Sendable {
 
     /// The customer's history as Apple states it, for the customer who owns `transactionID` (any of
     /// their transactions, e.g. `Transaction.originalID`).
+    ///
+    /// - Parameters:
+    ///   - budget: the time budget of this lookup (`configuration.timeBudget` when nil; a
+    ///     background job, not a request an app waits for, may give Apple longer).
+    ///   - reportsFetch: whether `onFetch` is called with a fetched history (false when the caller
+    ///     stores the answer itself).
+    ///   - filter: only these product types and subscription groups (see ``HistoryFilter``); the
+    ///     answer is then `isFiltered`.
     public func history(
-        transactionID: String, app: AppStoreAppSettings, credentials: AppStoreServerAPICredentials?, now: Date = Date()
+        transactionID: String, app: AppStoreAppSettings, credentials: AppStoreServerAPICredentials?, now: Date = Date(), budget: Duration? = nil,
+        reportsFetch: Bool = true, filter: HistoryFilter? = nil
     ) async -> HistoryLookup {
         let start = ContinuousClock.now
-        let result = await lookup(transactionID: transactionID, app: app, credentials: credentials, now: now, deadline: start + configuration.timeBudget)
+        let result = await lookup(
+            transactionID: transactionID, app: app, credentials: credentials, now: now, deadline: start + (budget ?? configuration.timeBudget),
+            reportsFetch: reportsFetch, filter: filter.flatMap { $0.isEmpty ? nil : $0 })
         let outcome: String
         switch result {
         case .history: outcome = "history"
@@ -115,9 +126,9 @@ public final class AppStoreServerAPIClient: Sendable {
 
     private func lookup(
         transactionID: String, app: AppStoreAppSettings, credentials: AppStoreServerAPICredentials?, now: Date,
-        deadline: ContinuousClock.Instant
+        deadline: ContinuousClock.Instant, reportsFetch: Bool, filter: HistoryFilter?
     ) async -> HistoryLookup {
-        if let cached = cache.history(bundleID: app.bundleID, transactionID: transactionID) {
+        if let cached = cache.history(bundleID: app.bundleID, transactionID: transactionID, filter: filter) {
             metrics.cache(hit: true)
             return .history(cached)
         }
@@ -148,13 +159,13 @@ public final class AppStoreServerAPIClient: Sendable {
             let timeGiven = ContinuousClock.now.duration(to: deadline)
             let result = await lookup(
                 transactionID: transactionID, environment: environment, baseURL: baseURL, app: app, credentials: credentials, now: now,
-                deadline: deadline)
+                deadline: deadline, filter: filter)
             switch result {
             case .found(let history):
                 breaker.record(success: true)
                 noteCircuit(breaker, app: app, environment: environment)
-                cache.store(history, bundleID: app.bundleID, transactionID: transactionID, lookedUpAt: cacheGeneration)
-                onFetch?(history)
+                cache.store(history, bundleID: app.bundleID, transactionID: transactionID, filter: filter, lookedUpAt: cacheGeneration)
+                if reportsFetch { onFetch?(history) }
                 return .history(history)
             case .notFound:
                 breaker.record(success: true)
@@ -224,13 +235,16 @@ public final class AppStoreServerAPIClient: Sendable {
     /// Both endpoints in one environment, concurrently; the history's pages one after another.
     private func lookup(
         transactionID: String, environment: AppleEnvironment, baseURL: String, app: AppStoreAppSettings,
-        credentials: AppStoreServerAPICredentials, now: Date, deadline: ContinuousClock.Instant
+        credentials: AppStoreServerAPICredentials, now: Date, deadline: ContinuousClock.Instant, filter: HistoryFilter?
     ) async -> EnvironmentResult {
         let verifier = AppleSignedDataVerifier(trustedRoots: trustedRoots, bundleID: app.bundleID, environment: environment, chainCache: chainCache)
         async let statuses = subscriptionStatuses(
             transactionID: transactionID, environment: environment, baseURL: baseURL, app: app, credentials: credentials,
             verifier: verifier, now: now, deadline: deadline)
         var history = VerifiedHistory(bundleID: app.bundleID, environment: environment, asOf: now)
+        history.isFiltered = filter != nil
+        // The filter goes with every page (Apple: the same query parameters as the first request).
+        let filterQuery = (filter?.queryItems ?? []).map { $0.0 + "=" + Self.queryEscaped($0.1) }
         var revision: String?
         var page = 0
         repeat {
@@ -239,7 +253,8 @@ public final class AppStoreServerAPIClient: Sendable {
                 return .failed(.init(.malformedResponse, "the transaction history has more than \(configuration.maximumPages) pages"))
             }
             var path = "/inApps/v2/history/\(transactionID)"
-            if let revision { path += "?revision=" + Self.queryEscaped(revision) }
+            let query = (revision.map { ["revision=" + Self.queryEscaped($0)] } ?? []) + filterQuery
+            if !query.isEmpty { path += "?" + query.joined(separator: "&") }
             let body: HistoryResponseBody
             switch await call(HistoryResponseBody.self, endpoint: .transactionHistory, baseURL: baseURL, path: path, credentials: credentials, deadline: deadline) {
             case .success(let decoded): body = decoded

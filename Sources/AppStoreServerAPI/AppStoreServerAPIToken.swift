@@ -20,11 +20,19 @@ public struct AppStoreServerAPICredentials: Sendable {
 /// Makes the ES256 bearer tokens of the App Store Server API and reuses each until shortly before
 /// it expires.
 ///
-/// Rules (Apple's "Generating JSON Web Tokens for API requests"): header `alg` ES256, `kid` the
-/// key ID, `typ` JWT; claims `iss` the issuer ID, `iat` now, `exp` `lifetime` later (never more
-/// than 60 minutes), `aud` `appstoreconnect-v1`, `bid` the bundle ID; signed with the key (raw
-/// r‖s). A cached token is used only while more than `renewBefore` of it is left; a key rotation
-/// gets a new token at once (the cache is keyed by key ID, issuer and bundle).
+/// Rules (Apple's "Generating JSON Web Tokens for API requests",
+/// https://developer.apple.com/documentation/appstoreserverapi/generating-json-web-tokens-for-api-requests):
+/// header `alg` ES256, `kid` the key ID, `typ` JWT; claims `iss` the issuer ID, `iat` now, `exp`
+/// `lifetime` later (never more than 60 minutes, Apple's maximum), `aud` `appstoreconnect-v1`,
+/// `bid` the bundle ID; signed with the key (raw r‖s). A cached token is used only while more
+/// than `renewBefore` of it is left; a key rotation gets a new token at once (the cache is keyed
+/// by key ID, issuer and bundle).
+///
+/// Why a short-lived cache, when Apple's page says to generate a new token for each request:
+/// Apple sets no one-use rule (no `jti`, no replay check it documents), so a new ES256 signature
+/// per call (every page of a history, two calls at once) buys nothing Apple checks; the default
+/// 5-minute lifetime is the one Apple's Python library gives its tokens (api_client.py
+/// `_generate_token`), and bounds what a leaked token is good for.
 public final class AppStoreServerAPITokenMaker: Sendable {
     public static let audience = "appstoreconnect-v1"
     private let lifetime: Duration

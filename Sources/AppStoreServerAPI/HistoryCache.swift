@@ -5,7 +5,9 @@ import Synchronization
 /// Looked-up histories, for a short time.
 ///
 /// Rules: an entry is served only before its expiry (`ttl` after it was stored); it is found by the
-/// transaction ID it was asked for and by every original transaction ID it covers, for its app;
+/// transaction ID it was asked for and by every original transaction ID it covers, for its app and
+/// its filter (`HistoryFilter`): a filtered answer never serves a lookup with another filter or
+/// none, while an unfiltered one (all of the history) serves a filtered lookup too;
 /// `invalidate(originalTransactionID:)` removes every entry covering that ID, and a history looked
 /// up before that call (its lookup began at an earlier ``generation``) is not stored for it
 /// afterwards (a notification arriving while Apple was being asked makes that answer stale); at
@@ -14,6 +16,12 @@ final class HistoryCache: Sendable {
     private struct Key: Hashable {
         var bundleID: String
         var transactionID: String
+        /// The filter's query ("" unfiltered).
+        var filter: String = ""
+    }
+
+    static func filterKey(_ filter: HistoryFilter?) -> String {
+        (filter?.queryItems ?? []).map { $0.0 + "=" + $0.1 }.joined(separator: "&")
     }
 
     private struct Entry {
@@ -47,14 +55,19 @@ final class HistoryCache: Sendable {
         self.capacity = max(1, capacity)
     }
 
-    func history(bundleID: String, transactionID: String, now: ContinuousClock.Instant = .now) -> VerifiedHistory? {
-        state.withLock { state in
-            guard let id = state.index[Key(bundleID: bundleID, transactionID: transactionID)], let entry = state.entries[id] else { return nil }
-            guard now < entry.expires else {
-                Self.remove(id, from: &state)
-                return nil
+    func history(bundleID: String, transactionID: String, filter: HistoryFilter? = nil, now: ContinuousClock.Instant = .now) -> VerifiedHistory? {
+        let filterKey = Self.filterKey(filter)
+        return state.withLock { state in
+            // The answer to this filter, else the whole history (a superset).
+            for key in Set([filterKey, ""]).sorted(by: >) {
+                guard let id = state.index[Key(bundleID: bundleID, transactionID: transactionID, filter: key)], let entry = state.entries[id] else { continue }
+                guard now < entry.expires else {
+                    Self.remove(id, from: &state)
+                    continue
+                }
+                return entry.history
             }
-            return entry.history
+            return nil
         }
     }
 
@@ -64,10 +77,12 @@ final class HistoryCache: Sendable {
     /// Stores a history looked up from `generation` on, unless one of the IDs it covers was
     /// invalidated since.
     func store(
-        _ history: VerifiedHistory, bundleID: String, transactionID: String, lookedUpAt generation: UInt64, now: ContinuousClock.Instant = .now
+        _ history: VerifiedHistory, bundleID: String, transactionID: String, filter: HistoryFilter? = nil, lookedUpAt generation: UInt64,
+        now: ContinuousClock.Instant = .now
     ) {
         guard ttl > .zero else { return }
-        let keys = ([transactionID] + history.originalTransactionIDs.sorted()).map { Key(bundleID: bundleID, transactionID: $0) }
+        let filterKey = Self.filterKey(filter)
+        let keys = ([transactionID] + history.originalTransactionIDs.sorted()).map { Key(bundleID: bundleID, transactionID: $0, filter: filterKey) }
         state.withLock { state in
             if state.generation != generation,
                 generation < state.forgottenBefore || keys.contains(where: { (state.invalidated[$0.transactionID] ?? 0) > generation }) {

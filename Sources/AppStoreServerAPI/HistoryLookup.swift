@@ -67,3 +67,38 @@ public struct HistoryUnavailable: Error, Sendable, Hashable, CustomStringConvert
 
     public var description: String { "\(reason.rawValue): \(detail)" }
 }
+
+/// Filters of a Get Transaction History request: only the transactions of these product types
+/// and subscription groups (Apple's `productType` and `subscriptionGroupIdentifier` query
+/// parameters, each repeatable; appstoreserverlibrary/models/TransactionHistoryRequest.py,
+/// api_client.py `get_transaction_history`;
+/// https://developer.apple.com/documentation/appstoreserverapi/get-transaction-history).
+///
+/// Rules: Apple asks the same query parameters on every page ("For requests that use the revision
+/// token, include the same query parameters from the initial request"), so they are sent with
+/// each; a filtered answer is `VerifiedHistory.isFiltered`: cached under its filter only, and
+/// never stored as a subscription's complete history. `revoked` and `sort` are not used (a
+/// decision needs refunds, and reads the history in any order).
+public struct HistoryFilter: Sendable, Hashable {
+    /// Apple's `ProductType` values (`AUTO_RENEWABLE`, `NON_RENEWABLE`, `CONSUMABLE`, `NON_CONSUMABLE`).
+    public var productTypes: [String]
+    public var subscriptionGroupIdentifiers: [String]
+
+    public init(productTypes: [String] = [], subscriptionGroupIdentifiers: [String] = []) {
+        self.productTypes = productTypes
+        self.subscriptionGroupIdentifiers = subscriptionGroupIdentifiers
+    }
+
+    /// The auto-renewable subscriptions of one subscription group: what a decision about an
+    /// offer of that group reads (`EligibilityEvaluator` looks at the group's transactions only).
+    public static func subscriptionGroup(_ identifier: String) -> HistoryFilter {
+        HistoryFilter(productTypes: ["AUTO_RENEWABLE"], subscriptionGroupIdentifiers: [identifier])
+    }
+
+    public var isEmpty: Bool { productTypes.isEmpty && subscriptionGroupIdentifiers.isEmpty }
+
+    /// The query parameters, in a stable order (also the cache's key for the filter).
+    var queryItems: [(String, String)] {
+        productTypes.sorted().map { ("productType", $0) } + subscriptionGroupIdentifiers.sorted().map { ("subscriptionGroupIdentifier", $0) }
+    }
+}

@@ -15,6 +15,10 @@ public struct VerifiedHistory: Sendable, Hashable {
     public let environment: AppleEnvironment
     /// When Apple last stated (part of) this history.
     public private(set) var asOf: Date
+    /// The history is what a filtered Get Transaction History answered (`productType`,
+    /// `subscriptionGroupIdentifier`): not all of the customer's transactions, so it must not be
+    /// taken (stored, cached) as their whole history.
+    public var isFiltered: Bool = false
     private var transactionsByID: [String: VerifiedTransaction] = [:]
     private var renewalInfosByOriginalID: [String: VerifiedRenewalInfo] = [:]
     private var signedForms: [String: String] = [:]
@@ -83,6 +87,13 @@ public struct VerifiedHistory: Sendable, Hashable {
     /// Every `originalTransactionID` this history holds (the subscriptions and purchases it covers).
     public var originalTransactionIDs: Set<String> {
         Set(transactionsByID.values.map(\.originalTransactionID)).union(renewalInfosByOriginalID.keys)
+    }
+
+    /// The `originalTransactionId` of `transactionID` (one of this history's transactions, or an
+    /// original transaction ID it holds), nil when the history does not cover it.
+    public func originalTransactionID(of transactionID: String) -> String? {
+        if let transaction = transactionsByID[transactionID] { return transaction.originalTransactionID }
+        return originalTransactionIDs.contains(transactionID) ? transactionID : nil
     }
 
     /// Whether `transactionID` is one of this history's transactions or original transactions.

@@ -16,20 +16,20 @@ enum AuditGroupColumns {
         return "unnest(\(p[0])::int8[], \(p[1])::int8[], \(p[2])::text[], \(p[3])::text[], \(p[4])::text[], \(p[5])::text[])"
     }
 
-    /// `unnest` of the ten ledger columns, `issued_signatures (nonce, audit_seq, issued_at,
-    /// client, bundle_id, product_id, offer_id, app_account_token, key_id, format)`, from the
-    /// parameters starting at `first`.
+    /// `unnest` of the twelve ledger columns, `issued_signatures (nonce, audit_seq, issued_at,
+    /// client, bundle_id, product_id, offer_id, app_account_token, key_id, format,
+    /// original_transaction_id, environment)`, from the parameters starting at `first`.
     static func ledgerRows(from first: Int) -> String {
-        let p = (first..<first + 10).map { "$\($0)" }
+        let p = (first..<first + 12).map { "$\($0)" }
         return "unnest(\(p[0])::text[], \(p[1])::int8[], \(p[2])::int8[], \(p[3])::text[], \(p[4])::text[], "
-            + "\(p[5])::text[], \(p[6])::text[], \(p[7])::text[], \(p[8])::text[], \(p[9])::text[])"
+            + "\(p[5])::text[], \(p[6])::text[], \(p[7])::text[], \(p[8])::text[], \(p[9])::text[], \(p[10])::text[], \(p[11])::text[])"
     }
 
     static let auditColumns = "audit_log (seq, recorded_at, kind, body, previous_hash, hash)"
     static let ledgerColumns =
-        "issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format)"
+        "issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, original_transaction_id, environment)"
 
-    /// Appends the group's 16 column arrays (six audit, then ten ledger) to `binds`.
+    /// Appends the group's 18 column arrays (six audit, then twelve ledger) to `binds`.
     static func append(records: [AuditRecord], signatures: [(IssuedSignature, Int64)], to binds: inout PostgresBindings) {
         binds.append(records.map(\.sequence))
         binds.append(records.map(\.recordedAt.unixMilliseconds))
@@ -47,6 +47,8 @@ enum AuditGroupColumns {
         binds.append(NullableTextArray(signatures.map(\.0.appAccountToken)))
         binds.append(signatures.map(\.0.keyID))
         binds.append(signatures.map(\.0.format))
+        binds.append(NullableTextArray(signatures.map(\.0.originalTransactionID)))
+        binds.append(NullableTextArray(signatures.map(\.0.environment)))
     }
 }
 
@@ -55,7 +57,7 @@ enum AuditGroupColumns {
 /// writer had moved it, and then nothing was written). See
 /// `PostgresStore.appendAuditOnKnownHead`.
 struct GroupOnKnownHead: PostgresPreparedStatement {
-    static let name = "offer_signer_audit_group_on_known_head_v1"
+    static let name = "offer_signer_audit_group_on_known_head_v2"
     static let sql = """
         WITH head AS (UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1 AND seq = $3 AND hash = $4 RETURNING seq), \
         audit AS (INSERT INTO \(AuditGroupColumns.auditColumns) SELECT * FROM \(AuditGroupColumns.auditRows(from: 5)) \
@@ -69,7 +71,7 @@ struct GroupOnKnownHead: PostgresPreparedStatement {
     let bindings: PostgresBindings
 
     init(records: [AuditRecord], signatures: [(IssuedSignature, Int64)], head: (sequence: Int64, hash: String), expected: (Int64, String)) {
-        var binds = PostgresBindings(capacity: 20)
+        var binds = PostgresBindings(capacity: 22)
         binds.append(head.sequence)
         binds.append(head.hash)
         binds.append(expected.0)
@@ -85,7 +87,7 @@ struct GroupOnKnownHead: PostgresPreparedStatement {
 /// Inserts the group and moves the head to its last record, inside a transaction that holds the
 /// head's row lock. See `PostgresStore.appendAudit(_:_:_:at:)`.
 struct GroupOnLockedHead: PostgresPreparedStatement {
-    static let name = "offer_signer_audit_group_on_locked_head_v1"
+    static let name = "offer_signer_audit_group_on_locked_head_v2"
     static let sql = """
         WITH audit AS (INSERT INTO \(AuditGroupColumns.auditColumns) SELECT * FROM \(AuditGroupColumns.auditRows(from: 3))), \
         ledger AS (INSERT INTO \(AuditGroupColumns.ledgerColumns) SELECT * FROM \(AuditGroupColumns.ledgerRows(from: 9))) \
@@ -96,7 +98,7 @@ struct GroupOnLockedHead: PostgresPreparedStatement {
     let bindings: PostgresBindings
 
     init(records: [AuditRecord], signatures: [(IssuedSignature, Int64)], head: (sequence: Int64, hash: String)) {
-        var binds = PostgresBindings(capacity: 18)
+        var binds = PostgresBindings(capacity: 20)
         binds.append(head.sequence)
         binds.append(head.hash)
         AuditGroupColumns.append(records: records, signatures: signatures, to: &binds)

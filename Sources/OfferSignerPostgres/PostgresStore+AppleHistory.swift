@@ -97,44 +97,90 @@ extension PostgresStore {
             let now = time.unixMilliseconds
             var redemptions: [OfferRedemption] = []
             for candidate in update.redemptions {
-                var issuance: (Int64, Int64)?
-                if let token = candidate.appAccountToken {
-                    let from = candidate.signatureWindowStart.unixMilliseconds
-                    let until = candidate.purchaseDate.addingTimeInterval(RedemptionMatching.clockSkew).unixMilliseconds
-                    let row = try await connection.query(
-                        """
-                        SELECT s.audit_seq, s.issued_at FROM issued_signatures s
-                        WHERE s.bundle_id = \(candidate.bundleID) AND s.offer_id = \(candidate.offerID) AND s.product_id = \(candidate.productID)
-                          AND s.app_account_token = \(token) AND s.issued_at BETWEEN \(from) AND \(until)
-                          AND NOT EXISTS (
-                            SELECT 1 FROM offer_redemptions r WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id
-                              AND r.app_account_token = s.app_account_token AND r.signature_issued_at = s.issued_at)
-                        ORDER BY s.issued_at DESC, s.audit_seq DESC LIMIT 1
-                        """, logger: logger
-                    ).collect().first
-                    if let row { issuance = try row.decode((Int64, Int64).self) }
+                let seen = try await connection.query(
+                    """
+                    SELECT unplaced, recorded_at, source FROM offer_redemptions
+                    WHERE bundle_id = \(candidate.bundleID) AND environment = \(candidate.environment) AND transaction_id = \(candidate.transactionID)
+                    FOR UPDATE
+                    """, logger: logger
+                ).collect().first
+                if let seen {
+                    // Recorded before: only an unplaced one, now stated placed, changes.
+                    let (unplaced, recordedAt, source) = try seen.decode((Int64, Int64, String).self)
+                    guard unplaced != 0, candidate.isPlaced else { continue }
+                    let issuance = try await matchingIssuance(candidate, connection, logger)
+                    var placed = OfferRedemption(
+                        candidate: candidate, issuanceSequence: issuance?.0, signatureIssuedAt: issuance.map { date($0.1) }, source: source,
+                        recordedAt: date(recordedAt), placedAt: date(now))
+                    let outcome: String
+                    if issuance == nil && candidate.continuesRedemption {
+                        outcome = "continues"
+                        try await connection.run(
+                            """
+                            DELETE FROM offer_redemptions
+                            WHERE bundle_id = \(candidate.bundleID) AND environment = \(candidate.environment) AND transaction_id = \(candidate.transactionID)
+                            """, logger: logger)
+                    } else {
+                        outcome = placed.state.rawValue
+                        try await connection.run(
+                            """
+                            UPDATE offer_redemptions SET unplaced = 0, placed_at = \(now), issuance_seq = \(issuance?.0), signature_issued_at = \(issuance?.1)
+                            WHERE bundle_id = \(candidate.bundleID) AND environment = \(candidate.environment) AND transaction_id = \(candidate.transactionID)
+                            """, logger: logger)
+                    }
+                    placed.source = update.source
+                    _ = try await appendAudit(connection, logger, [AuditAppend(entry: placed.placementAuditEntry(outcome: outcome))], at: time)
+                    redemptions.append(placed)
+                    continue
                 }
-                if issuance == nil && candidate.continuesRedemption { continue }
+                let issuance = try await matchingIssuance(candidate, connection, logger)
+                let unplaced = issuance == nil && !candidate.isPlaced
+                if issuance == nil && candidate.continuesRedemption && !unplaced { continue }
                 // Inserted first: a transaction recorded before (or by another instance now) is skipped.
                 let inserted = try await connection.query(
                     """
                     INSERT INTO offer_redemptions (bundle_id, environment, transaction_id, original_transaction_id, product_id, offer_id,
-                        app_account_token, purchase_date, issuance_seq, signature_issued_at, source, recorded_at)
+                        app_account_token, purchase_date, issuance_seq, signature_issued_at, source, recorded_at, unplaced)
                     VALUES (\(candidate.bundleID), \(candidate.environment), \(candidate.transactionID), \(candidate.originalTransactionID),
                         \(candidate.productID), \(candidate.offerID), \(candidate.appAccountToken), \(candidate.purchaseDate.unixMilliseconds),
-                        \(issuance?.0), \(issuance?.1), \(update.source), \(now))
+                        \(issuance?.0), \(issuance?.1), \(update.source), \(now), \(Int64(unplaced ? 1 : 0)))
                     ON CONFLICT (bundle_id, environment, transaction_id) DO NOTHING RETURNING 1
                     """, logger: logger
                 ).collect()
                 guard !inserted.isEmpty else { continue }
                 let redemption = OfferRedemption(
                     candidate: candidate, issuanceSequence: issuance?.0, signatureIssuedAt: issuance.map { date($0.1) }, source: update.source,
-                    recordedAt: date(now))
+                    recordedAt: date(now), isUnplaced: unplaced)
                 _ = try await appendAudit(connection, logger, [AuditAppend(entry: redemption.auditEntry)], at: time)
                 redemptions.append(redemption)
             }
             return redemptions
         }
+    }
+
+    /// The issuance a candidate matches (audit sequence, issue time), see ``OfferRedemption``.
+    private static func matchingIssuance(
+        _ candidate: RedemptionCandidate, _ connection: PostgresConnection, _ logger: Logger
+    ) async throws -> (Int64, Int64)? {
+        let customer = candidate.matchingCustomerKey
+        let from = candidate.signatureWindowStart.unixMilliseconds
+        let until = candidate.purchaseDate.addingTimeInterval(RedemptionMatching.clockSkew).unixMilliseconds
+        let row = try await connection.query(
+            """
+            SELECT s.audit_seq, s.issued_at FROM issued_signatures s
+            WHERE s.bundle_id = \(candidate.bundleID) AND s.offer_id = \(candidate.offerID) AND s.product_id = \(candidate.productID)
+              AND s.issued_at BETWEEN \(from) AND \(until)
+              AND (s.app_account_token = \(customer) OR s.original_transaction_id = \(candidate.originalTransactionID))
+              AND (s.environment IS NULL OR s.environment = \(candidate.environment))
+              AND NOT EXISTS (
+                SELECT 1 FROM offer_redemptions r JOIN issued_signatures m
+                  ON m.bundle_id = r.bundle_id AND m.offer_id = r.offer_id AND m.issued_at = r.signature_issued_at AND m.audit_seq = r.issuance_seq
+                WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id AND r.signature_issued_at = s.issued_at
+                  AND m.client = s.client AND m.product_id = s.product_id AND COALESCE(m.app_account_token, '') = COALESCE(s.app_account_token, ''))
+            ORDER BY s.issued_at DESC, s.audit_seq DESC LIMIT 1
+            """, logger: logger
+        ).collect().first
+        return try row?.decode((Int64, Int64).self)
     }
 
     public func appleHistoryVersion(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistoryVersion? {
@@ -205,22 +251,40 @@ extension PostgresStore {
         return try await transaction("reading Apple's history", read)
     }
 
+    /// The columns ``redemption(_:)`` reads.
+    private static let redemptionColumns = """
+        bundle_id, environment, transaction_id, original_transaction_id, product_id, offer_id, app_account_token, purchase_date,
+        issuance_seq, signature_issued_at, source, recorded_at, unplaced, placed_at
+        """
+
+    private static func redemption(_ row: PostgresRow) throws -> OfferRedemption {
+        let c = try row.decode((String, String, String, String, String, String, String?, Int64, Int64?, Int64?, String, Int64, Int64, Int64?).self)
+        return OfferRedemption(
+            candidate: RedemptionCandidate(
+                transactionID: c.2, originalTransactionID: c.3, bundleID: c.0, environment: c.1, productID: c.4, offerID: c.5, appAccountToken: c.6,
+                purchaseDate: date(c.7)),
+            issuanceSequence: c.8, signatureIssuedAt: optionalDate(c.9), source: c.10, recordedAt: date(c.11), isUnplaced: c.12 != 0,
+            placedAt: optionalDate(c.13))
+    }
+
     public func offerRedemptions(since: Date?) async throws -> [OfferRedemption] {
         try await rows(
             "reading redemptions",
             """
-            SELECT bundle_id, environment, transaction_id, original_transaction_id, product_id, offer_id, app_account_token, purchase_date,
-                issuance_seq, signature_issued_at, source, recorded_at
+            SELECT \(unescaped: Self.redemptionColumns)
             FROM offer_redemptions WHERE purchase_date >= \(since?.unixMilliseconds ?? Int64.min) ORDER BY purchase_date, transaction_id
             """
-        ).map { row in
-            let c = try row.decode((String, String, String, String, String, String, String?, Int64, Int64?, Int64?, String, Int64).self)
-            return OfferRedemption(
-                candidate: RedemptionCandidate(
-                    transactionID: c.2, originalTransactionID: c.3, bundleID: c.0, environment: c.1, productID: c.4, offerID: c.5, appAccountToken: c.6,
-                    purchaseDate: Self.date(c.7)),
-                issuanceSequence: c.8, signatureIssuedAt: Self.optionalDate(c.9), source: c.10, recordedAt: Self.date(c.11))
-        }
+        ).map(Self.redemption)
+    }
+
+    public func unplacedOfferRedemptions(limit: Int) async throws -> [OfferRedemption] {
+        try await rows(
+            "reading unplaced redemptions",
+            """
+            SELECT \(unescaped: Self.redemptionColumns)
+            FROM offer_redemptions WHERE unplaced = 1 ORDER BY recorded_at, transaction_id LIMIT \(Int64(limit))
+            """
+        ).map(Self.redemption)
     }
 
     public func offerIssuances(since: Date?) async throws -> [OfferIssuanceCount] {
@@ -248,6 +312,13 @@ extension PostgresStore {
         try await rows(
             "reading the notification recovery watermark",
             "SELECT recovered_until FROM notification_recovery WHERE bundle_id = \(bundleID) AND environment = \(environment)"
+        ).first.map { row in Date(timeIntervalSince1970: Double(try row.decode(Int64.self)) / 1000) }
+    }
+
+    public func notificationRecoveryLastRun(bundleID: String, environment: String) async throws -> Date? {
+        try await rows(
+            "reading the notification recovery watermark",
+            "SELECT updated_at FROM notification_recovery WHERE bundle_id = \(bundleID) AND environment = \(environment)"
         ).first.map { row in Date(timeIntervalSince1970: Double(try row.decode(Int64.self)) / 1000) }
     }
 

@@ -105,7 +105,9 @@ extension PostgresStore {
         binds.append(signature.appAccountToken)
         binds.append(signature.keyID)
         binds.append(signature.format)
-        return "(" + (1...10).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
+        binds.append(signature.originalTransactionID)
+        binds.append(signature.environment)
+        return "(" + (1...12).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
     }
 
     /// Multi-row INSERTs of audit records, as they are (sequence and hashes included).
@@ -129,8 +131,8 @@ extension PostgresStore {
         var start = 0
         while start < rows.count {
             let chunk = rows[start..<min(rows.count, start + ledgerRowsPerStatement)]
-            var sql = "INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format) VALUES "
-            var binds = PostgresBindings(capacity: chunk.count * 10)
+            var sql = "INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, original_transaction_id, environment) VALUES "
+            var binds = PostgresBindings(capacity: chunk.count * 12)
             for (offset, (signature, sequence)) in chunk.enumerated() {
                 if offset > 0 { sql += ", " }
                 sql += ledgerRow(signature, sequence, into: &binds)
@@ -284,7 +286,7 @@ extension PostgresStore {
         try await rows(
             "reading the ledger",
             """
-            SELECT nonce, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, audit_seq
+            SELECT \(unescaped: Self.ledgerColumns)
             FROM issued_signatures WHERE app_account_token = \(appAccountToken) AND bundle_id = \(bundleID) ORDER BY issued_at
             """
         ).map(Self.ledgerRecord(from:))
@@ -320,14 +322,15 @@ extension PostgresStore {
         }
     }
 
-    static let ledgerColumns = "nonce, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, audit_seq"
+    static let ledgerColumns =
+        "nonce, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, audit_seq, original_transaction_id, environment"
 
     static func ledgerRecord(from row: PostgresRow) throws -> IssuedSignatureRecord {
-        let columns = try row.decode((String, Int64, String, String, String, String, String?, String, String, Int64).self)
+        let columns = try row.decode((String, Int64, String, String, String, String, String?, String, String, Int64, String?, String?).self)
         return IssuedSignatureRecord(
             signature: IssuedSignature(
                 nonce: columns.0, issuedAt: date(columns.1), client: columns.2, bundleID: columns.3, productID: columns.4, offerID: columns.5,
-                appAccountToken: columns.6, keyID: columns.7, format: columns.8),
+                appAccountToken: columns.6, keyID: columns.7, format: columns.8, originalTransactionID: columns.10, environment: columns.11),
             auditSequence: columns.9)
     }
 

@@ -40,13 +40,13 @@ extension PostgresStore {
         let query: PostgresQuery
         if let position {
             query = """
-                SELECT nonce, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, audit_seq
+                SELECT \(unescaped: Self.ledgerColumns)
                 FROM issued_signatures WHERE (audit_seq, nonce) > (\(position.auditSequence), \(position.nonce))
                 ORDER BY audit_seq, nonce LIMIT \(limit)
                 """
         } else {
             query = """
-                SELECT nonce, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, audit_seq
+                SELECT \(unescaped: Self.ledgerColumns)
                 FROM issued_signatures ORDER BY audit_seq, nonce LIMIT \(limit)
                 """
         }

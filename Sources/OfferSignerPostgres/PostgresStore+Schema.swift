@@ -146,7 +146,11 @@ extension PostgresStore {
         // 6: the scheduled notification catch-up's watermark per app and environment (SQLite's
         // "v5-notification-recovery").
         [NotificationRecoverySchema.createTable],
-        // 7: the dashboard's windows (/admin), SQLite's "v6-dashboard": the ledger and notifications
+        // 7: redemptions recorded `unplaced` until a fetched history places them, and issuances
+        // that keep the customer's original transaction and environment (SQLite's
+        // "v6-redemption-placement").
+        AppleHistorySchema.unplacedRedemptionStatements,
+        // 8: the dashboard's windows (/admin), SQLite's "v7-dashboard": the ledger and notifications
         // by time, notifications by app and environment. Building them holds writes to those
         // tables back for the build (seconds on a million issuances), once, at the upgrade.
         DashboardSchema.indexes,

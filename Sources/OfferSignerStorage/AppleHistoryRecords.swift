@@ -77,12 +77,19 @@ public struct RedemptionCandidate: Sendable, Equatable {
     public var signatureWindowStart: Date
     /// The subscription renewed under the offer its previous period already carried (a
     /// pay-as-you-go offer's next period): the same redemption going on, not a new one. Recorded
-    /// only when a signature of its own matches (a new redemption of that offer).
+    /// only when a signature of its own matches (a new redemption of that offer), or, when not
+    /// ``isPlaced``, as unplaced.
     public var continuesRedemption: Bool
+    /// Whether the period before the transaction is known, so ``signatureWindowStart`` and
+    /// ``continuesRedemption`` are Apple's word, not an estimate. False for a renewal whose
+    /// previous period the store has not heard of (a lost or late notification): its window is
+    /// estimated, and when no signature matches within it the redemption is recorded
+    /// `unplaced` (see ``OfferRedemption/State``) until a fetched history places it.
+    public var isPlaced: Bool
 
     public init(
         transactionID: String, originalTransactionID: String, bundleID: String, environment: String, productID: String, offerID: String,
-        appAccountToken: String?, purchaseDate: Date, signatureWindowStart: Date? = nil, continuesRedemption: Bool = false
+        appAccountToken: String?, purchaseDate: Date, signatureWindowStart: Date? = nil, continuesRedemption: Bool = false, isPlaced: Bool = true
     ) {
         self.transactionID = transactionID
         self.originalTransactionID = originalTransactionID
@@ -94,19 +101,50 @@ public struct RedemptionCandidate: Sendable, Equatable {
         self.purchaseDate = purchaseDate
         self.signatureWindowStart = signatureWindowStart ?? purchaseDate.addingTimeInterval(-RedemptionMatching.signatureLifetime)
         self.continuesRedemption = continuesRedemption
+        self.isPlaced = isPlaced
     }
+
+    /// The ledger's customer key a matching issuance carries: the appAccountToken, or, for a
+    /// purchase without one, `otid:<originalTransactionId>`, the key Retention Messaging signs
+    /// under for a subscription whose transactions carry no token (`RetentionDecider.customerKey`).
+    public var matchingCustomerKey: String { appAccountToken ?? "otid:" + originalTransactionID }
 }
 
 /// A recorded redemption of a promotional offer, and the issuance it was matched to.
 ///
 /// Matching rule (both stores): the latest signing request (its `signature.issued` records, one
-/// per format, count once) of the same bundle, product, offer and appAccountToken, issued at or
+/// per format, count once) of the same bundle, product, offer and customer — the same
+/// ``RedemptionCandidate/matchingCustomerKey`` (the appAccountToken, or, without one, the key a
+/// Retention Messaging signature was issued under) or the same `originalTransactionId` recorded
+/// on the issuance — in the same environment when the issuance names one (a Sandbox redemption
+/// never uses up a Production issuance; one of unknown environment matches either), issued at or
 /// after the candidate's ``RedemptionCandidate/signatureWindowStart`` (normally
 /// ``RedemptionMatching/signatureLifetime`` before the purchase) and at most
 /// ``RedemptionMatching/clockSkew`` after the purchase, that no other redemption was matched to.
 /// A transaction is recorded once, however often Apple states it; one that only continues a
 /// redemption (``RedemptionCandidate/continuesRedemption``) is not recorded unless it matches.
+///
+/// Placement rule (both stores): a candidate that is not ``RedemptionCandidate/isPlaced`` and
+/// matches no signature within its estimated window is recorded ``State/unplaced`` (never
+/// `unmatched`: an estimate proves no leaked key), whether or not it may only continue a
+/// redemption. When a later update states the same transaction placed (a fetched history), the
+/// stored redemption is matched again with the placed window and becomes matched or unmatched
+/// (``placedAt`` set, an `offer.redemption_placed` audit record), or, when it only continues a
+/// redemption and no signature of its own matches, is removed (audited the same way, outcome
+/// `continues`). A placed state never goes back to unplaced.
 public struct OfferRedemption: Sendable, Equatable {
+    /// Where a redemption stands.
+    public enum State: String, Sendable, Equatable {
+        /// Matched to a signature this service issued.
+        case matched
+        /// Placed, and no signature of ours matched (another signer, a leaked key, or no
+        /// appAccountToken to match by).
+        case unmatched
+        /// The period before it is unknown and no signature matched within the estimated window:
+        /// neither matched nor known to be unmatched until a fetched history places it.
+        case unplaced
+    }
+
     public var candidate: RedemptionCandidate
     /// The audit sequence of the matched `signature.issued` record, `nil` when none matched.
     public var issuanceSequence: Int64?
@@ -115,16 +153,27 @@ public struct OfferRedemption: Sendable, Equatable {
     /// `notification` or `history` (an App Store Server API answer).
     public var source: String
     public var recordedAt: Date
+    /// Recorded unplaced and not placed yet.
+    public var isUnplaced: Bool
+    /// When a redemption recorded unplaced was placed (nil for one placed when recorded, or not yet).
+    public var placedAt: Date?
 
-    public init(candidate: RedemptionCandidate, issuanceSequence: Int64?, signatureIssuedAt: Date?, source: String, recordedAt: Date) {
+    public init(
+        candidate: RedemptionCandidate, issuanceSequence: Int64?, signatureIssuedAt: Date?, source: String, recordedAt: Date, isUnplaced: Bool = false,
+        placedAt: Date? = nil
+    ) {
         self.candidate = candidate
         self.issuanceSequence = issuanceSequence
         self.signatureIssuedAt = signatureIssuedAt
         self.source = source
         self.recordedAt = recordedAt
+        self.isUnplaced = isUnplaced && issuanceSequence == nil
+        self.placedAt = placedAt
     }
 
     public var isMatched: Bool { issuanceSequence != nil }
+
+    public var state: State { isMatched ? .matched : (isUnplaced ? .unplaced : .unmatched) }
 
     /// The `offer.redeemed` audit entry.
     public var auditEntry: AuditEntry {
@@ -138,10 +187,27 @@ public struct OfferRedemption: Sendable, Equatable {
         writer.field("transactionID", candidate.transactionID)
         writer.field("originalTransactionID", candidate.originalTransactionID)
         writer.field("matched", isMatched)
+        if isUnplaced { writer.field("unplaced", true) }
         if let issuanceSequence { writer.field("issuanceSequence", issuanceSequence) }
         if let signatureIssuedAt { writer.field("signatureIssuedAt", signatureIssuedAt.unixMilliseconds) }
         writer.field("source", source)
         return AuditEntry(kind: "offer.redeemed", body: writer.finish())
+    }
+
+    /// The `offer.redemption_placed` audit entry of a redemption recorded unplaced and placed now:
+    /// `outcome` is `matched`, `unmatched`, or `continues` (it only continued a redemption; removed).
+    public func placementAuditEntry(outcome: String) -> AuditEntry {
+        var writer = JSONObjectWriter()
+        writer.field("bundleID", candidate.bundleID)
+        writer.field("environment", candidate.environment)
+        writer.field("offerID", candidate.offerID)
+        writer.field("transactionID", candidate.transactionID)
+        writer.field("outcome", outcome)
+        if let issuanceSequence { writer.field("issuanceSequence", issuanceSequence) }
+        if let signatureIssuedAt { writer.field("signatureIssuedAt", signatureIssuedAt.unixMilliseconds) }
+        writer.field("signatureWindowStart", candidate.signatureWindowStart.unixMilliseconds)
+        writer.field("source", source)
+        return AuditEntry(kind: "offer.redemption_placed", body: writer.finish())
     }
 }
 
@@ -202,7 +268,10 @@ public struct AppleSubscriptionKey: Sendable, Hashable {
 public enum AppleHistoryUpdateResult: Sendable, Equatable {
     /// The notification was recorded before: nothing was written.
     case duplicateNotification
-    /// Recorded; with the redemptions that were new (each now has its `offer.redeemed` audit record).
+    /// Recorded; with the redemptions that were new (each now has its `offer.redeemed` audit
+    /// record) and those recorded unplaced before that this update placed (``OfferRedemption/placedAt``
+    /// set; each has its `offer.redemption_placed` record; one that only continued a redemption
+    /// was removed and comes back unmatched with ``OfferRedemption/candidate`` `continuesRedemption`).
     case recorded(redemptions: [OfferRedemption])
 }
 

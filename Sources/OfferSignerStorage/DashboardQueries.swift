@@ -9,7 +9,7 @@ public enum DashboardSchema {
     /// Milliseconds in a UTC day: the dashboard's charts count per UTC day (`time / dayMilliseconds`).
     public static let dayMilliseconds: Int64 = 86_400_000
 
-    /// The indexes the dashboard's windows need (SQLite "v6-dashboard", PostgreSQL migration 7):
+    /// The indexes the dashboard's windows need (SQLite "v7-dashboard", PostgreSQL migration 8):
     /// the ledger by time, covering every column the offers chart and clients' last use read (so
     /// a window is read from the index alone, without a visit to each row), notifications by
     /// time, covering what the per-type-per-day counts read, and by app and environment (the

@@ -31,6 +31,13 @@ extension SQLiteStore {
         }.map { Date(timeIntervalSince1970: Double($0) / 1000) }
     }
 
+    public func notificationRecoveryLastRun(bundleID: String, environment: String) async throws -> Date? {
+        try await read { db in
+            try Int64.fetchOne(
+                db, sql: "SELECT updated_at FROM notification_recovery WHERE bundle_id = ? AND environment = ?", arguments: [bundleID, environment])
+        }.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+    }
+
     public func setNotificationRecoveryWatermark(bundleID: String, environment: String, recoveredUntil: Date, at time: Date) async throws {
         try await write { db in
             try db.execute(

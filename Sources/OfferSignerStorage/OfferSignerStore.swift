@@ -108,7 +108,8 @@ public protocol OfferSignerStore: StoreCoordination {
     /// says: the notification's UUID (a UUID recorded before makes the call a no-op,
     /// `.duplicateNotification`), the items (a later `signedDate` replaces an earlier one), which
     /// subscriptions are complete, and each redemption not recorded before, matched to its
-    /// issuance (see ``OfferRedemption``) with its `offer.redeemed` audit record.
+    /// issuance (see ``OfferRedemption``) with its `offer.redeemed` audit record, or one recorded
+    /// unplaced before that the update places, with its `offer.redemption_placed` record.
     func recordAppleHistories(_ updates: [AppleHistoryUpdate], at time: Date) async throws -> [AppleHistoryUpdateResult]
 
     /// The stored history of the subscription that `transactionID` belongs to (a transaction ID
@@ -130,12 +131,19 @@ public protocol OfferSignerStore: StoreCoordination {
     /// scheduled catch-up's watermark, see `NotificationCatchUp`), nil before the first run.
     func notificationRecoveryWatermark(bundleID: String, environment: String) async throws -> Date?
 
+    /// When the scheduled catch-up of an app and environment last moved (or held) its watermark,
+    /// nil before the first run.
+    func notificationRecoveryLastRun(bundleID: String, environment: String) async throws -> Date?
+
     /// Moves the watermark of an app and environment to `recoveredUntil` (never back: an earlier
     /// time leaves a later one in place), with the time of the run.
     func setNotificationRecoveryWatermark(bundleID: String, environment: String, recoveredUntil: Date, at time: Date) async throws
 
     /// Recorded redemptions whose purchase date is at or after `since` (all when nil), oldest first.
     func offerRedemptions(since: Date?) async throws -> [OfferRedemption]
+
+    /// Redemptions recorded `unplaced` and not placed yet, the earliest recorded first, at most `limit`.
+    func unplacedOfferRedemptions(limit: Int) async throws -> [OfferRedemption]
 
     /// Issuances per bundle and offer, issued at or after `since` (all when nil).
     func offerIssuances(since: Date?) async throws -> [OfferIssuanceCount]

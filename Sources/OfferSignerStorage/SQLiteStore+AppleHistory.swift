@@ -92,12 +92,29 @@ public enum AppleHistorySchema {
         ("apple_renewal_infos", ["bundle_id", "environment", "original_transaction_id", "signed_date", "decoded", "jws"], ["bundle_id", "environment", "original_transaction_id"]),
         ("offer_redemptions", [
             "bundle_id", "environment", "transaction_id", "original_transaction_id", "product_id", "offer_id", "app_account_token", "purchase_date",
-            "issuance_seq", "signature_issued_at", "source", "recorded_at",
+            "issuance_seq", "signature_issued_at", "source", "recorded_at", "unplaced", "placed_at",
         ], ["bundle_id", "environment", "transaction_id"]),
+        // The scheduled catch-up's watermarks: a copy goes on from where the source was.
+        ("notification_recovery", ["bundle_id", "environment", "recovered_until", "updated_at"], ["bundle_id", "environment"]),
     ]
 
     /// Columns that hold integers (the others hold text).
-    public static let integerColumns: Set<String> = ["signed_date", "received_at", "complete", "updated_at", "purchase_date", "issuance_seq", "signature_issued_at", "recorded_at"]
+    public static let integerColumns: Set<String> = [
+        "signed_date", "received_at", "complete", "updated_at", "purchase_date", "issuance_seq", "signature_issued_at", "recorded_at", "unplaced",
+        "placed_at", "recovered_until",
+    ]
+
+    /// Redemptions recorded `unplaced` until a fetched history places them (see
+    /// ``OfferRedemption``), and issuances that keep the customer's subscription and environment
+    /// when known: SQLite "v6-redemption-placement", PostgreSQL migration 7; the same statements
+    /// in both.
+    public static let unplacedRedemptionStatements: [String] = [
+        "ALTER TABLE issued_signatures ADD COLUMN original_transaction_id TEXT",
+        "ALTER TABLE issued_signatures ADD COLUMN environment TEXT",
+        "ALTER TABLE offer_redemptions ADD COLUMN unplaced BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE offer_redemptions ADD COLUMN placed_at BIGINT",
+        "CREATE INDEX offer_redemptions_unplaced ON offer_redemptions (recorded_at) WHERE unplaced = 1",
+    ]
 }
 
 /// One column's value in a verbatim copy of a table.
@@ -169,49 +186,81 @@ extension SQLiteStore {
             var redemptions: [OfferRedemption] = []
             for candidate in update.redemptions {
                 let seen = try Row.fetchOne(
-                    db.cachedStatement(sql: "SELECT 1 FROM offer_redemptions WHERE bundle_id = ? AND environment = ? AND transaction_id = ?"),
+                    db.cachedStatement(sql: "SELECT unplaced, recorded_at, source FROM offer_redemptions WHERE bundle_id = ? AND environment = ? AND transaction_id = ?"),
                     arguments: [candidate.bundleID, candidate.environment, candidate.transactionID])
-                if seen != nil { continue }
-                var issuance: (Int64, Int64)?
-                if let token = candidate.appAccountToken {
-                    let purchase = candidate.purchaseDate
-                    let row = try Row.fetchOne(
-                        db.cachedStatement(
+                if let seen {
+                    // Recorded before: only an unplaced one, now stated placed, changes.
+                    guard (seen["unplaced"] as Int64) != 0, candidate.isPlaced else { continue }
+                    let issuance = try Self.matchingIssuance(candidate, in: db)
+                    var placed = OfferRedemption(
+                        candidate: candidate, issuanceSequence: issuance?.0, signatureIssuedAt: issuance.map { Self.date($0.1) }, source: seen["source"],
+                        recordedAt: Self.date(seen["recorded_at"] as Int64), placedAt: Self.date(now))
+                    let outcome: String
+                    if issuance == nil && candidate.continuesRedemption {
+                        outcome = "continues"
+                        try db.cachedStatement(sql: "DELETE FROM offer_redemptions WHERE bundle_id = ? AND environment = ? AND transaction_id = ?")
+                            .execute(arguments: [candidate.bundleID, candidate.environment, candidate.transactionID])
+                    } else {
+                        outcome = placed.state.rawValue
+                        try db.cachedStatement(
                             sql: """
-                            SELECT s.audit_seq, s.issued_at FROM issued_signatures s
-                            WHERE s.bundle_id = ? AND s.offer_id = ? AND s.product_id = ? AND s.app_account_token = ? AND s.issued_at BETWEEN ? AND ?
-                              AND NOT EXISTS (
-                                SELECT 1 FROM offer_redemptions r WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id
-                                  AND r.app_account_token = s.app_account_token AND r.signature_issued_at = s.issued_at)
-                            ORDER BY s.issued_at DESC, s.audit_seq DESC LIMIT 1
-                            """),
-                        arguments: [
-                            candidate.bundleID, candidate.offerID, candidate.productID, token,
-                            candidate.signatureWindowStart.unixMilliseconds,
-                            purchase.addingTimeInterval(RedemptionMatching.clockSkew).unixMilliseconds,
-                        ])
-                    if let row { issuance = (row["audit_seq"], row["issued_at"]) }
+                                UPDATE offer_redemptions SET unplaced = 0, placed_at = ?, issuance_seq = ?, signature_issued_at = ?
+                                WHERE bundle_id = ? AND environment = ? AND transaction_id = ?
+                                """
+                        ).execute(arguments: [now, issuance?.0, issuance?.1, candidate.bundleID, candidate.environment, candidate.transactionID])
+                    }
+                    placed.source = update.source
+                    _ = try Self.appendAudit(db, [AuditAppend(entry: placed.placementAuditEntry(outcome: outcome))], at: time)
+                    redemptions.append(placed)
+                    continue
                 }
-                if issuance == nil && candidate.continuesRedemption { continue }
+                let issuance = try Self.matchingIssuance(candidate, in: db)
+                let unplaced = issuance == nil && !candidate.isPlaced
+                if issuance == nil && candidate.continuesRedemption && !unplaced { continue }
                 let redemption = OfferRedemption(
-                    candidate: candidate, issuanceSequence: issuance?.0,
-                    signatureIssuedAt: issuance.map { Date(timeIntervalSince1970: Double($0.1) / 1000) }, source: update.source,
-                    recordedAt: Date(timeIntervalSince1970: Double(now) / 1000))
+                    candidate: candidate, issuanceSequence: issuance?.0, signatureIssuedAt: issuance.map { Self.date($0.1) }, source: update.source,
+                    recordedAt: Self.date(now), isUnplaced: unplaced)
                 try db.cachedStatement(
                     sql: """
                         INSERT INTO offer_redemptions (bundle_id, environment, transaction_id, original_transaction_id, product_id, offer_id,
-                            app_account_token, purchase_date, issuance_seq, signature_issued_at, source, recorded_at)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                            app_account_token, purchase_date, issuance_seq, signature_issued_at, source, recorded_at, unplaced)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """).execute(
                     arguments: [
                         candidate.bundleID, candidate.environment, candidate.transactionID, candidate.originalTransactionID, candidate.productID,
                         candidate.offerID, candidate.appAccountToken, candidate.purchaseDate.unixMilliseconds, issuance?.0, issuance?.1, update.source, now,
+                        unplaced ? 1 : 0,
                     ])
                 _ = try Self.appendAudit(db, [AuditAppend(entry: redemption.auditEntry)], at: time)
                 redemptions.append(redemption)
             }
             return .recorded(redemptions: redemptions)
         }
+    }
+
+    /// The issuance a candidate matches (audit sequence, issue time), see ``OfferRedemption``.
+    private static func matchingIssuance(_ candidate: RedemptionCandidate, in db: Database) throws -> (Int64, Int64)? {
+        let customer = candidate.matchingCustomerKey
+        let row = try Row.fetchOne(
+            db.cachedStatement(
+                sql: """
+                SELECT s.audit_seq, s.issued_at FROM issued_signatures s
+                WHERE s.bundle_id = ? AND s.offer_id = ? AND s.product_id = ? AND s.issued_at BETWEEN ? AND ?
+                  AND (s.app_account_token = ? OR s.original_transaction_id = ?)
+                  AND (s.environment IS NULL OR s.environment = ?)
+                  AND NOT EXISTS (
+                    SELECT 1 FROM offer_redemptions r JOIN issued_signatures m
+                      ON m.bundle_id = r.bundle_id AND m.offer_id = r.offer_id AND m.issued_at = r.signature_issued_at AND m.audit_seq = r.issuance_seq
+                    WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id AND r.signature_issued_at = s.issued_at
+                      AND m.client = s.client AND m.product_id = s.product_id AND COALESCE(m.app_account_token, '') = COALESCE(s.app_account_token, ''))
+                ORDER BY s.issued_at DESC, s.audit_seq DESC LIMIT 1
+                """),
+            arguments: [
+                candidate.bundleID, candidate.offerID, candidate.productID, candidate.signatureWindowStart.unixMilliseconds,
+                candidate.purchaseDate.addingTimeInterval(RedemptionMatching.clockSkew).unixMilliseconds, customer, candidate.originalTransactionID,
+                candidate.environment,
+            ])
+        return row.map { ($0["audit_seq"], $0["issued_at"]) }
     }
 
     /// The subscription `transactionID` belongs to (a transaction ID, or an original transaction
@@ -269,17 +318,26 @@ extension SQLiteStore {
                 sql: """
                     SELECT * FROM offer_redemptions WHERE purchase_date >= ? ORDER BY purchase_date, transaction_id
                     """, arguments: [since?.unixMilliseconds ?? Int64.min]
-            ).map { row in
-                OfferRedemption(
-                    candidate: RedemptionCandidate(
-                        transactionID: row["transaction_id"], originalTransactionID: row["original_transaction_id"], bundleID: row["bundle_id"],
-                        environment: row["environment"], productID: row["product_id"], offerID: row["offer_id"], appAccountToken: row["app_account_token"],
-                        purchaseDate: Date(timeIntervalSince1970: Double(row["purchase_date"] as Int64) / 1000)),
-                    issuanceSequence: row["issuance_seq"],
-                    signatureIssuedAt: (row["signature_issued_at"] as Int64?).map { Date(timeIntervalSince1970: Double($0) / 1000) },
-                    source: row["source"], recordedAt: Date(timeIntervalSince1970: Double(row["recorded_at"] as Int64) / 1000))
-            }
+            ).map(Self.redemption)
         }
+    }
+
+    public func unplacedOfferRedemptions(limit: Int) async throws -> [OfferRedemption] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM offer_redemptions WHERE unplaced = 1 ORDER BY recorded_at, transaction_id LIMIT ?", arguments: [limit]
+            ).map(Self.redemption)
+        }
+    }
+
+    private static func redemption(_ row: Row) -> OfferRedemption {
+        OfferRedemption(
+            candidate: RedemptionCandidate(
+                transactionID: row["transaction_id"], originalTransactionID: row["original_transaction_id"], bundleID: row["bundle_id"],
+                environment: row["environment"], productID: row["product_id"], offerID: row["offer_id"], appAccountToken: row["app_account_token"],
+                purchaseDate: date(row["purchase_date"] as Int64)),
+            issuanceSequence: row["issuance_seq"], signatureIssuedAt: date(row["signature_issued_at"] as Int64?), source: row["source"],
+            recordedAt: date(row["recorded_at"] as Int64), isUnplaced: (row["unplaced"] as Int64) != 0, placedAt: date(row["placed_at"] as Int64?))
     }
 
     public func offerIssuances(since: Date?) async throws -> [OfferIssuanceCount] {

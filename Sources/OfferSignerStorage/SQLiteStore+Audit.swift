@@ -24,8 +24,9 @@ extension SQLiteStore {
         records.reserveCapacity(batch.count)
         let insertAudit = try db.cachedStatement(sql: "INSERT INTO audit_log (seq, recorded_at, kind, body, previous_hash, hash) VALUES (?, ?, ?, ?, ?, ?)")
         let insertSignature = try db.cachedStatement(sql: """
-            INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format,
+                original_transaction_id, environment)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """)
         for append in batch {
             sequence += 1
@@ -50,6 +51,8 @@ extension SQLiteStore {
                 row.bind(signature.appAccountToken)
                 row.bind(signature.keyID)
                 row.bind(signature.format)
+                row.bind(signature.originalTransactionID)
+                row.bind(signature.environment)
                 do {
                     try row.run(db)
                 } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
@@ -150,7 +153,9 @@ extension SQLiteStore {
                         client: try row.column("client", "issued_signatures"), bundleID: try row.column("bundle_id", "issued_signatures"),
                         productID: try row.column("product_id", "issued_signatures"), offerID: try row.column("offer_id", "issued_signatures"),
                         appAccountToken: try row.column("app_account_token", "issued_signatures"),
-                        keyID: try row.column("key_id", "issued_signatures"), format: try row.column("format", "issued_signatures")),
+                        keyID: try row.column("key_id", "issued_signatures"), format: try row.column("format", "issued_signatures"),
+                        originalTransactionID: try row.column("original_transaction_id", "issued_signatures"),
+                        environment: try row.column("environment", "issued_signatures")),
                     auditSequence: try row.column("audit_seq", "issued_signatures"))
             }
         }

@@ -48,7 +48,8 @@ extension SQLiteStore {
                         client: try row.column("client", table), bundleID: try row.column("bundle_id", table),
                         productID: try row.column("product_id", table), offerID: try row.column("offer_id", table),
                         appAccountToken: try row.column("app_account_token", table), keyID: try row.column("key_id", table),
-                        format: try row.column("format", table)),
+                        format: try row.column("format", table), originalTransactionID: try row.column("original_transaction_id", table),
+                        environment: try row.column("environment", table)),
                     auditSequence: try row.column("audit_seq", table))
             }
         }
@@ -115,8 +116,9 @@ extension SQLiteStore {
             }
             if !batch.ledger.isEmpty {
                 let insert = try db.cachedStatement(sql: """
-                    INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format,
+                        original_transaction_id, environment)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """)
                 for row in batch.ledger {
                     let signature = row.signature
@@ -124,6 +126,7 @@ extension SQLiteStore {
                         try insert.execute(arguments: [
                             signature.nonce, row.auditSequence, signature.issuedAt.unixMilliseconds, signature.client, signature.bundleID,
                             signature.productID, signature.offerID, signature.appAccountToken, signature.keyID, signature.format,
+                            signature.originalTransactionID, signature.environment,
                         ])
                     } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
                         throw StoreError(.duplicate, "nonce \(signature.nonce) is in the store already")

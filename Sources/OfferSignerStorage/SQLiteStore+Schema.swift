@@ -83,8 +83,13 @@ extension SQLiteStore {
         migrator.registerMigration("v5-notification-recovery") { db in
             try db.execute(sql: NotificationRecoverySchema.createTable)
         }
+        // Redemptions recorded `unplaced` until a fetched history places them, and issuances that
+        // keep the customer's original transaction and environment.
+        migrator.registerMigration("v6-redemption-placement") { db in
+            for statement in AppleHistorySchema.unplacedRedemptionStatements { try db.execute(sql: statement) }
+        }
         // The dashboard's windows (/admin): the ledger and notifications by time, notifications by app.
-        migrator.registerMigration("v6-dashboard") { db in
+        migrator.registerMigration("v7-dashboard") { db in
             for statement in DashboardSchema.indexes { try db.execute(sql: statement) }
         }
         return migrator

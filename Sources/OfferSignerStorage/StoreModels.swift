@@ -105,15 +105,29 @@ public struct IssuedSignature: Sendable, Equatable {
     public var appAccountToken: String?
     public var keyID: String
     public var format: String
-    /// For a signature answered to Apple's Retention Messaging request: the subscription and the
-    /// request (audit only; not ledger columns).
+    /// The customer's subscription (`originalTransactionId`) when known: for a signature answered
+    /// to Apple's Retention Messaging request, the subscription Apple named. A ledger column
+    /// (redemptions match on it, see `OfferRedemption`) and in the audit record.
     public var originalTransactionID: String?
+    /// The App Store environment of the customer's purchases (`Production`, `Sandbox`) when known
+    /// (a Retention Messaging request states it): a redemption in another environment never uses
+    /// this issuance up. A ledger column and in the audit record; nil when unknown.
+    public var environment: String?
+    /// For a signature answered to Apple's Retention Messaging request: the request (audit only).
     public var retentionRequestIdentifier: String?
+    /// For an introductory-offer eligibility signature (format `introEligibility`): the
+    /// `transactionId` and `allowIntroductoryOffer` it signed (audit only; not ledger columns).
+    public var transactionID: String?
+    public var allowIntroductoryOffer: Bool?
 
     public init(
         nonce: String, issuedAt: Date, client: String, bundleID: String, productID: String, offerID: String, appAccountToken: String?, keyID: String, format: String,
-        originalTransactionID: String? = nil, retentionRequestIdentifier: String? = nil
+        originalTransactionID: String? = nil, retentionRequestIdentifier: String? = nil, transactionID: String? = nil, allowIntroductoryOffer: Bool? = nil,
+        environment: String? = nil
     ) {
+        self.environment = environment
+        self.transactionID = transactionID
+        self.allowIntroductoryOffer = allowIntroductoryOffer
         self.originalTransactionID = originalTransactionID
         self.retentionRequestIdentifier = retentionRequestIdentifier
         self.nonce = nonce
@@ -128,7 +142,8 @@ public struct IssuedSignature: Sendable, Equatable {
     }
 
     /// The audit body for this signature: time, client, bundle, product, offer,
-    /// appAccountToken, key ID, nonce, format.
+    /// appAccountToken, key ID, nonce, format (and, when set, the retention and
+    /// introductory-offer eligibility fields).
     public var auditEntry: AuditEntry {
         var writer = JSONObjectWriter()
         writer.field("issuedAt", issuedAt.unixMilliseconds)
@@ -141,7 +156,10 @@ public struct IssuedSignature: Sendable, Equatable {
         writer.field("nonce", nonce)
         writer.field("format", format)
         if let originalTransactionID { writer.field("originalTransactionID", originalTransactionID) }
+        if let environment { writer.field("environment", environment) }
         if let retentionRequestIdentifier { writer.field("retentionRequestIdentifier", retentionRequestIdentifier) }
+        if let transactionID { writer.field("transactionID", transactionID) }
+        if let allowIntroductoryOffer { writer.field("allowIntroductoryOffer", allowIntroductoryOffer) }
         return AuditEntry(kind: "signature.issued", body: writer.finish())
     }
 }

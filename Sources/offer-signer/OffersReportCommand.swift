@@ -17,10 +17,11 @@ struct OffersCommand: AsyncParsableCommand {
 ///
 /// Per offer: issuances (signing requests, whatever their formats), redemptions Apple reported
 /// that were matched to one of them, conversion (matched / issued), the median time from
-/// signature to purchase, and redemptions with no matching signature: with an appAccountToken
-/// (a signature from another signer, or a leaked key) or without one (cannot be attributed).
+/// signature to purchase, redemptions with no matching signature: with an appAccountToken
+/// (a signature from another signer, or a leaked key) or without one (cannot be attributed), and
+/// unplaced redemptions (the period they were redeemed in is not known yet; see `OfferReport`).
 struct OffersReportCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "report", abstract: "Per offer: issued, redeemed, conversion, time to redemption, unmatched redemptions.")
+    static let configuration = CommandConfiguration(commandName: "report", abstract: "Per offer: issued, redeemed, conversion, time to redemption, unmatched and unplaced redemptions.")
     @OptionGroup var store: StoreOptions
     @Option(help: "Only signatures issued, and redemptions purchased, at or after this ISO 8601 time (e.g. 2026-11-01T00:00:00Z).")
     var since: String?

@@ -410,6 +410,64 @@ import X509
         }
     }
 
+    @Test("productType / subscriptionGroupIdentifier filters go with every page; a filtered answer is cached under its filter only and is marked filtered")
+    func historyFilters() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 5)
+        var apple = try customer.customer(chain, now: now)
+        // Three consumables of the same customer, in no subscription group.
+        for index in 0..<3 {
+            let id = "300000000\(index)"
+            apple.signedTransactions.append(try chain.signJWS([
+                "transactionId": id, "originalTransactionId": id, "productId": "com.example.app.coins", "purchaseDate": TestAppleChain.milliseconds(now),
+                "type": "Consumable", "environment": "Production", "bundleId": Self.bundleID, "inAppOwnershipType": "PURCHASED",
+                "signedDate": TestAppleChain.milliseconds(now),
+            ]))
+        }
+        fake.add(apple)
+        let client = try client()
+        let group = HistoryFilter.subscriptionGroup("21345678")
+        try await fake.run { port in
+            try await withClient(client) {
+                let id = customer.transactionID(0)
+                guard case .history(let filtered) = await client.history(transactionID: id, app: app(port: port), credentials: credentials, now: now, filter: group)
+                else {
+                    Issue.record("no history")
+                    return
+                }
+                #expect(filtered.isFiltered)
+                #expect(filtered.transactions.count == 5, "the group's subscription only")
+                let pages = fake.requests.filter { $0.endpoint == .history }
+                #expect(pages.count == 3, "5 transactions, 2 a page")
+                #expect(pages.allSatisfy { $0.query?.contains("productType=AUTO_RENEWABLE&subscriptionGroupIdentifier=21345678") == true }, "\(pages.map(\.query))")
+                #expect(pages.filter { $0.revision != nil }.count == 2)
+
+                // Not the whole history: an unfiltered lookup asks Apple.
+                fake.clearRequests()
+                guard case .history(let whole) = await client.history(transactionID: id, app: app(port: port), credentials: credentials, now: now) else {
+                    Issue.record("no history")
+                    return
+                }
+                #expect(!whole.isFiltered && whole.transactions.count == 8)
+                #expect(fake.requests.filter { $0.endpoint == .history }.allSatisfy { $0.query == nil || $0.query?.contains("productType") == false })
+                #expect(!fake.requests.isEmpty)
+
+                // The whole history serves the filtered lookup from the cache.
+                fake.clearRequests()
+                guard case .history = await client.history(transactionID: id, app: app(port: port), credentials: credentials, now: now, filter: group) else {
+                    Issue.record("no history")
+                    return
+                }
+                #expect(fake.requests.isEmpty)
+
+                // A notification about the subscription drops both.
+                client.invalidate(originalTransactionID: customer.originalTransactionID)
+                _ = await client.history(transactionID: id, app: app(port: port), credentials: credentials, now: now, filter: group)
+                #expect(fake.requests.filter { $0.endpoint == .history }.count == 3)
+            }
+        }
+    }
+
     @Test func itemsSignedOutsideTheTrustedRootAreUnverifiable() async throws {
         let fake = fake()
         let customer = subscriber(months: 2)

@@ -96,6 +96,8 @@ public final class FakeAppStoreServerAPI: Sendable {
         public var answeredStatus: Int
         /// The request body (notification history and Set App Account Token).
         public var body: String? = nil
+        /// The query string as sent (e.g. `revision=…&productType=AUTO_RENEWABLE`), nil without one.
+        public var query: String? = nil
     }
 
     struct State {
@@ -181,9 +183,29 @@ public final class FakeAppStoreServerAPI: Sendable {
     public enum FakeServerError: Error { case didNotStart }
 
     private func answer(_ endpoint: Endpoint, request: Request, context: some RequestContext) async -> Response {
-        await answer(endpoint, request: request, context: context, requestBody: nil) { environment, transactionID, revision in
-            self.content(endpoint, environment: environment, transactionID: transactionID, revision: revision)
+        // Get Transaction History's filters, as Apple reads them (each may repeat).
+        let items = (request.uri.query ?? "").split(separator: "&").map { $0.split(separator: "=", maxSplits: 1).map(String.init) }
+        func values(_ name: String) -> Set<String> { Set(items.filter { $0.count == 2 && $0[0] == name }.map { $0[1].removingPercentEncoding ?? $0[1] }) }
+        let (types, groups) = (values("productType"), values("subscriptionGroupIdentifier"))
+        return await answer(endpoint, request: request, context: context, requestBody: nil) { environment, transactionID, revision in
+            self.content(endpoint, environment: environment, transactionID: transactionID, revision: revision, productTypes: types, groups: groups)
         }
+    }
+
+    /// Whether a signed transaction passes Get Transaction History's filters (its payload's
+    /// `type`, as Apple's `ProductType` names it, and `subscriptionGroupIdentifier`).
+    static func passes(_ jws: String, productTypes: Set<String>, groups: Set<String>) -> Bool {
+        let parts = jws.split(separator: ".")
+        guard parts.count == 3, let data = base64URLDecode(parts[1]),
+            let payload = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        else { return false }
+        let typeNames = [
+            "Auto-Renewable Subscription": "AUTO_RENEWABLE", "Non-Renewing Subscription": "NON_RENEWABLE", "Consumable": "CONSUMABLE",
+            "Non-Consumable": "NON_CONSUMABLE",
+        ]
+        if !productTypes.isEmpty, !productTypes.contains(typeNames[payload["type"] as? String ?? ""] ?? "") { return false }
+        if !groups.isEmpty, !groups.contains(payload["subscriptionGroupIdentifier"] as? String ?? "") { return false }
+        return true
     }
 
     /// Authenticates, applies the scripted faults, answers with `content` and records the request.
@@ -227,24 +249,27 @@ public final class FakeAppStoreServerAPI: Sendable {
         }
         let record = ReceivedRequest(
             environment: environment, endpoint: endpoint, transactionID: transactionID, revision: revision, token: token,
-            answeredStatus: Int(response.status.code), body: requestBody)
+            answeredStatus: Int(response.status.code), body: requestBody, query: request.uri.query)
         state.withLock { $0.requests.append(record) }
         return response
     }
 
-    private func content(_ endpoint: Endpoint, environment: String, transactionID: String, revision: String?) -> Response {
+    private func content(
+        _ endpoint: Endpoint, environment: String, transactionID: String, revision: String?, productTypes: Set<String>, groups: Set<String>
+    ) -> Response {
         guard let customer = state.withLock({ $0.customers.first { $0.environment == environment && $0.transactionIDs.contains(transactionID) } }) else {
             return Self.json(#"{"errorCode":4040010,"errorMessage":"Transaction id not found."}"#, status: .notFound)
         }
         switch endpoint {
         case .history:
             let offset = revision.flatMap { $0.hasPrefix("rev-") ? Int($0.dropFirst(4)) : nil } ?? 0
-            guard revision == nil || (offset > 0 && offset <= customer.signedTransactions.count) else {
+            let selected = customer.signedTransactions.filter { Self.passes($0, productTypes: productTypes, groups: groups) }
+            guard revision == nil || (offset > 0 && offset <= selected.count) else {
                 return Self.json(#"{"errorCode":4000005,"errorMessage":"Invalid revision."}"#, status: .badRequest)
             }
-            let page = Array(customer.signedTransactions.dropFirst(offset).prefix(pageSize))
+            let page = Array(selected.dropFirst(offset).prefix(pageSize))
             let next = offset + page.count
-            let hasMore = next < customer.signedTransactions.count
+            let hasMore = next < selected.count
             let items = page.map { "\"\($0)\"" }.joined(separator: ",")
             return Self.json(
                 #"{"revision":"rev-\#(next)","hasMore":\#(hasMore),"bundleId":"\#(bundleID)","appAppleId":\#(appAppleID),"environment":"\#(environment)","signedTransactions":[\#(items)]}"#)

@@ -5,9 +5,10 @@ import OfferSignerEligibility
 import Prometheus
 import ServiceLifecycle
 
-/// Owns the App Store Server API client of a running server: made only when an offer of the
-/// catalog asks Apple (`historySource` `apple` or `apple-then-client`), with its metrics in the
-/// server's registry, and shut down (its connection pool closed) when the server stops.
+/// Owns the App Store Server API client of a running server: made whenever the server has an
+/// offers catalog (offers with `historySource` `apple` or `apple-then-client` ask it, and
+/// ``RedemptionPlacer`` places unplaced redemptions with it), with its metrics in the server's
+/// registry, and shut down (its connection pool closed) when the server stops.
 final class AppleHistoryClientService: Service, Sendable {
     let client: AppStoreServerAPIClient
 
@@ -19,7 +20,7 @@ final class AppleHistoryClientService: Service, Sendable {
         _ eligibility: EligibilityConfiguration?, metrics: ServerMetrics, logger: Logger, chainCache: AppleChainValidationCache,
         onFetch: @escaping @Sendable (VerifiedHistory) -> Void
     ) throws -> AppleHistoryClientService? {
-        guard let eligibility, eligibility.catalog.offers.contains(where: { $0.rules != nil && $0.historySource.asksApple }) else { return nil }
+        guard let eligibility else { return nil }
         do {
             let client = try AppStoreServerAPIClient(
                 configuration: eligibility.appStoreServerAPI, trustedRoots: eligibility.trustedRoots,

@@ -28,7 +28,13 @@ struct MetricFamily: Sendable {
         help: "Offer issuances (one per signing request, whatever its formats) by bundle and offer")
     static let offerRedemptions = MetricFamily(
         metricName: "offer_redemptions", unit: "total", type: "counter",
-        help: "Promotional offer redemptions Apple reported, by bundle, offer and whether the issuance that enabled them was found")
+        help: "Promotional offer redemptions Apple reported, by bundle, offer and whether the issuance that enabled them was found (unplaced: not known yet)")
+    static let offerRedemptionsPlaced = MetricFamily(
+        metricName: "offer_redemptions_placed", unit: "total", type: "counter",
+        help: "Redemptions recorded unplaced that a fetched history placed later, by bundle, offer and outcome")
+    static let redemptionPlacementLookups = MetricFamily(
+        metricName: "redemption_placement_lookups", unit: "total", type: "counter",
+        help: "Background lookups of Apple's history that place unplaced redemptions, by outcome")
     static let redemptionsWithoutSignature = MetricFamily(
         metricName: "offer_signer_redemptions_without_signature", unit: "total", type: "counter",
         help:
@@ -79,7 +85,7 @@ struct MetricFamily: Sendable {
 
     /// The service's own families (the App Store Server API client's are `AppStoreServerAPIMetrics.families`).
     static let server: [MetricFamily] = [
-        httpRequests, httpRequestDuration, signaturesIssued, offerIssuances, offerRedemptions, redemptionsWithoutSignature, appleNotifications,
+        httpRequests, httpRequestDuration, signaturesIssued, offerIssuances, offerRedemptions, offerRedemptionsPlaced, redemptionPlacementLookups, redemptionsWithoutSignature, appleNotifications,
         notificationLastReceived, appleHistoriesStored, retentionRequests, retentionAnswers, retentionFallbacks, retentionDuration, rejections,
         auditCommitDuration, auditCommitEntries, auditCommitGroupSize, auditCommitFailures, checkpointRefusals, ready, connectionsTimedOut,
         registryRowsRejected, rateLimit, rateLimitBurst,

@@ -110,12 +110,20 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     let eligibility = configuration.eligibility.map {
         EligibilityService(configuration: $0, store: store, storeTimeout: configuration.storeTimeout, appleHistory: appleHistory?.client, chainCache: chainCache)
     }
+    let apiCredentials = keyRing.appStoreServerAPICredentials
+    let redemptionPlacer = appleHistory.map {
+        RedemptionPlacer(
+            store: store, client: $0.client, catalog: configuration.eligibility?.catalog, credentials: apiCredentials, metrics: metrics, logger: logger,
+            retryInterval: configuration.redemptionPlacementRetryInterval)
+    }
     let notificationIntake = AppleNotificationIntake(
         store: store, servedBundles: { keyRing.ring.configuredBundles }, catalog: configuration.eligibility?.catalog,
         trustedRoots: configuration.eligibility?.trustedRoots ?? [.appleRootCAG3], chainCache: chainCache, metrics: metrics, logger: logger,
-        storeTimeout: configuration.storeTimeout, onStored: { [client = appleHistory?.client] in client?.invalidate(originalTransactionID: $0) })
+        storeTimeout: configuration.storeTimeout, onStored: { [client = appleHistory?.client] in client?.invalidate(originalTransactionID: $0) },
+        onUnplaced: { redemptionPlacer?.submit($0) })
     let notifications = AppleNotificationController(intake: notificationIntake, maximumBodyBytes: ServerConfiguration.maximumNotificationBytes)
-    let notificationCatchUp = try makeNotificationCatchUp(configuration: configuration, store: store, keyRing: keyRing, intake: notificationIntake)
+    let notificationCatchUp = try makeNotificationCatchUp(
+        configuration: configuration, store: store, credentials: apiCredentials, served: keyRing.ring.configuredBundles, intake: notificationIntake)
     let signing = SigningController(
         keyRing: keyRing, committer: committer, authenticator: authenticator,
         tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit), metrics: metrics,
@@ -212,6 +220,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger), readiness,
     ]
     if let appleHistory { services.append(contentsOf: [appleHistory, historyRecorder] as [any Service]) }
+    if let redemptionPlacer { services.append(redemptionPlacer) }
     if let notificationCatchUp { services.append(notificationCatchUp) }
     return Application(
         router: router, server: server, configuration: applicationConfiguration, services: services,
@@ -245,10 +254,10 @@ private func prepareCheckpointFile(_ file: LastCheckpointFile, store: any OfferS
 /// The scheduled notification catch-up (`serve --notification-recovery-interval`), for each
 /// catalog app with a key, in each environment it accepts; nil when not asked for.
 private func makeNotificationCatchUp(
-    configuration: ServerConfiguration, store: any OfferSignerStore, keyRing: KeyRingHolder, intake: AppleNotificationIntake
+    configuration: ServerConfiguration, store: any OfferSignerStore, credentials: @escaping @Sendable (String) -> AppStoreServerAPICredentials?,
+    served: Set<String>, intake: AppleNotificationIntake
 ) throws -> NotificationCatchUp? {
     guard let interval = configuration.notificationRecoveryInterval, let eligibility = configuration.eligibility else { return nil }
-    let served = keyRing.ring.configuredBundles
     let targets = eligibility.catalog.apps.keys.sorted().filter(served.contains).flatMap { bundleID in
         let app = eligibility.catalog.appSettings(bundleID: bundleID)
         return app.environments.filter { $0 == .production || $0 == .sandbox }.map { NotificationCatchUp.Target(app: app, environment: $0) }
@@ -264,11 +273,19 @@ private func makeNotificationCatchUp(
     }
     return NotificationCatchUp(
         store: store, recovery: NotificationRecovery(client: client, intake: intake), client: client, targets: targets,
-        credentials: { bundleID in
-            keyRing.ring.activeKeys[bundleID].flatMap { active in
+        credentials: credentials, interval: interval, logger: configuration.logger)
+}
+
+extension KeyRingHolder {
+    /// The credentials of Apple's App Store Server API for an app: its active key, when it has an
+    /// issuer ID (read at each call, so a key activated later is used).
+    var appStoreServerAPICredentials: @Sendable (String) -> AppStoreServerAPICredentials? {
+        { [self] bundleID in
+            ring.activeKeys[bundleID].flatMap { active in
                 active.issuerID.map { AppStoreServerAPICredentials(key: active.signer.key, issuerID: $0, bundleID: bundleID) }
             }
-        }, interval: interval, logger: configuration.logger)
+        }
+    }
 }
 
 extension Response {

@@ -47,6 +47,9 @@ public struct ServerConfiguration: Sendable {
     /// How often the scheduled notification catch-up asks Apple's Get Notification History for
     /// what was missed (``NotificationCatchUp``); nil: never. Needs the offers catalog.
     public var notificationRecoveryInterval: Duration?
+    /// How often redemptions left unplaced (Apple could not be asked when they arrived) are asked
+    /// about again (``RedemptionPlacer``). Needs the offers catalog.
+    public var redemptionPlacementRetryInterval: Duration = .seconds(900)
     /// How often running servers look for key and client changes.
     public var registryPollInterval: Duration = .milliseconds(250)
     /// Most audit entries committed in one transaction (group commit).

@@ -1,4 +1,5 @@
 import Foundation
+import OfferSignerStorage
 import Prometheus
 import Synchronization
 
@@ -142,17 +143,39 @@ final class ServerMetrics: Sendable {
         counter(MetricFamily.offerIssuances, labels: [("bundle_id", bundleID), ("offer_id", offerLabel(bundleID, offerID))]).increment()
     }
 
-    /// A recorded redemption of a promotional offer; `matched` when the issuance that enabled it
-    /// was found. One no signature matches is also counted by whether the purchase carried an
-    /// appAccountToken (with one, the offer was signed elsewhere: another signer or a leaked key).
-    func offerRedeemed(bundleID: String, offerID: String, matched: Bool, hasAppAccountToken: Bool) {
-        let offerLabel = offerLabel(bundleID, offerID)
-        counter(MetricFamily.offerRedemptions, labels: [("bundle_id", bundleID), ("offer_id", offerLabel), ("matched", matched ? "true" : "false")]).increment()
-        guard !matched else { return }
+    /// A redemption recorded (`matched` `true`, `false`, or `unplaced`: not known yet), or one
+    /// recorded unplaced before and placed now (`offer_redemptions_placed_total`, `matched` `true`,
+    /// `false`, or `continues`: it only continued a redemption and was removed). One no signature
+    /// matches is also counted by whether the purchase carried an appAccountToken (with one, the
+    /// offer was signed elsewhere: another signer or a leaked key); an unplaced one only once placed.
+    func offerRedeemed(_ redemption: OfferRedemption) {
+        let bundleID = redemption.candidate.bundleID
+        let offer = offerLabel(bundleID, redemption.candidate.offerID)
+        if redemption.placedAt != nil {
+            let outcome = redemption.isMatched ? "true" : (redemption.candidate.continuesRedemption ? "continues" : "false")
+            counter(MetricFamily.offerRedemptionsPlaced, labels: [("bundle_id", bundleID), ("offer_id", offer), ("matched", outcome)]).increment()
+            if outcome == "false" { redemptionWithoutSignature(redemption, offer: offer) }
+            return
+        }
+        let matched = redemption.isMatched ? "true" : (redemption.isUnplaced ? "unplaced" : "false")
+        counter(MetricFamily.offerRedemptions, labels: [("bundle_id", bundleID), ("offer_id", offer), ("matched", matched)]).increment()
+        if matched == "false" { redemptionWithoutSignature(redemption, offer: offer) }
+    }
+
+    private func redemptionWithoutSignature(_ redemption: OfferRedemption, offer: String) {
         counter(
             MetricFamily.redemptionsWithoutSignature,
-            labels: [("bundle_id", bundleID), ("offer_id", offerLabel), ("app_account_token", hasAppAccountToken ? "present" : "absent")]
+            labels: [
+                ("bundle_id", redemption.candidate.bundleID), ("offer_id", offer),
+                ("app_account_token", redemption.candidate.appAccountToken != nil ? "present" : "absent"),
+            ]
         ).increment()
+    }
+
+    /// A background lookup of Apple's history to place unplaced redemptions (`RedemptionPlacer`):
+    /// `history` (answered and stored), or why not (a `HistoryUnavailable` reason, `store_failed`).
+    func redemptionPlacementLookup(outcome: String) {
+        counter(MetricFamily.redemptionPlacementLookups, labels: [("outcome", outcome)]).increment()
     }
 
     /// An App Store Server Notification by type and outcome (`recorded`, `duplicate`, or the problem code).

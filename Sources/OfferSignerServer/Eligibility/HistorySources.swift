@@ -14,6 +14,10 @@ struct EligibilityOutcome: Sendable {
     /// Where Apple's word came from when it decided: `api` (the App Store Server API) or `store`
     /// (the stored history that notifications keep current).
     var appleVia: String?
+    /// The request's subscription as Apple's history proved it (its `originalTransactionId` and
+    /// environment), when Apple's history decided and covers the request's `transactionID`: kept
+    /// on the issuance so a redemption matches it (see `OfferRedemption`).
+    var subscription: (originalTransactionID: String, environment: String)?
 }
 
 /// Apple's answer about a customer and where it came from: `api` (the App Store Server API) or
@@ -34,7 +38,9 @@ struct PrefetchedAppleAnswer: Sendable {
 /// - The request must carry what every offer with rules needs: `evidence` for `client`, a
 ///   `transactionID` for `apple`, one of them for `apple-then-client` (400 `evidence_required` /
 ///   `transaction_id_required` otherwise).
-/// - Apple is asked at most once per request, and only when an offer needs it. When the app's
+/// - Apple is asked at most once per request, and only when an offer needs it; when every offer
+///   asked about is of one subscription group, for that group's auto-renewable transactions only
+///   (`HistoryFilter.subscriptionGroup`: the evaluator reads the offer's group only). When the app's
 ///   notifications come here (`apps.<bundle>.notificationHistory`) and the store holds the
 ///   subscription's complete history, with the subscription group of every offer asked about,
 ///   that history is Apple's word and the API is not asked.
@@ -93,7 +99,10 @@ struct HistorySourceResolver: Sendable {
         guard let client = service.appleHistory else {
             return AppleAnswer(lookup: .unavailable(HistoryUnavailable(.noCredentials, "this service has no App Store Server API client")), via: "api")
         }
-        return AppleAnswer(lookup: await client.history(transactionID: transactionID, app: app, credentials: credentials, now: now), via: "api")
+        // One subscription group decides: Apple is asked for its auto-renewable transactions only
+        // (fewer pages for a customer with many other purchases; see `HistoryFilter`).
+        let filter = groups.count == 1 ? groups.first.map(HistoryFilter.subscriptionGroup) : nil
+        return AppleAnswer(lookup: await client.history(transactionID: transactionID, app: app, credentials: credentials, now: now, filter: filter), via: "api")
     }
 
     /// Decides each offer. `prefetched` is Apple's answer asked before (see `askApple`); without
@@ -132,10 +141,11 @@ struct HistorySourceResolver: Sendable {
                 let decision = service.evaluator.evaluate(offer, evidence: try await appEvidence(), ledger: ledger, now: now)
                 outcomes.append(EligibilityOutcome(decision: decision, source: .client))
             case (_, .history(let history)?):
+                let original = transactionID.flatMap(history.originalTransactionID(of:))
                 outcomes.append(EligibilityOutcome(
                     decision: decideOnApple(
                         offer, history: history, appAccountToken: appAccountToken, strictAccountToken: strictAccountToken, ledger: ledger, now: now),
-                    source: .apple, appleVia: appleVia))
+                    source: .apple, appleVia: appleVia, subscription: original.map { ($0, history.environment.rawValue) }))
             case (.appleThenClient, .unavailable(let unavailable)?) where unavailable.allowsFallback && evidence != nil:
                 let decision = service.evaluator.evaluate(offer, evidence: try await appEvidence(), ledger: ledger, now: now)
                 outcomes.append(EligibilityOutcome(decision: decision, source: .client, appleUnavailable: unavailable))

@@ -6,8 +6,13 @@ import OfferSignerStorage
 ///
 /// Per bundle and offer: issuances (signing requests, whatever their formats), redemptions Apple
 /// reported that were matched to one of them, conversion (matched / issued), the median time
-/// from signature to purchase, and redemptions no signature of ours matched: with an
-/// appAccountToken (another signer, or a leaked key) or without one (cannot be attributed).
+/// from signature to purchase, redemptions no signature of ours matched: with an
+/// appAccountToken (another signer, or a leaked key) or without one (cannot be attributed), and
+/// redemptions not placed yet (``OfferRedemption/State/unplaced``: the period they were redeemed
+/// in is unknown until Apple's history is fetched; never counted as without a signature).
+///
+/// Rule: every stored redemption counts in exactly one of `matched`, `unplaced`, `unattributed`
+/// and `unmatched`, so they add up to the redemptions stored. The admin pages read this model.
 public enum OfferReport {
     public struct Row: Sendable, Equatable {
         public var bundleID: String
@@ -19,6 +24,8 @@ public enum OfferReport {
         public var unmatched: Int64 = 0
         /// Redemptions without an appAccountToken (no signature can be matched to them).
         public var unattributed: Int64 = 0
+        /// Redemptions not placed yet (see ``OfferRedemption/State/unplaced``).
+        public var unplaced: Int64 = 0
 
         public init(bundleID: String, offerID: String) {
             self.bundleID = bundleID
@@ -27,6 +34,8 @@ public enum OfferReport {
 
         /// Matched redemptions per issuance.
         public var conversion: Double? { issued > 0 ? Double(matched.count) / Double(issued) : nil }
+        /// Every redemption of the offer stored: matched, unplaced, without a token, or unmatched.
+        public var redemptions: Int64 { Int64(matched.count) + unplaced + unattributed + unmatched }
         /// Median seconds from signature to purchase, over matched redemptions.
         public var medianSeconds: Double? {
             guard !matched.isEmpty else { return nil }
@@ -47,6 +56,8 @@ public enum OfferReport {
             var row = rows[key(candidate.bundleID, candidate.offerID)] ?? Row(bundleID: candidate.bundleID, offerID: candidate.offerID)
             if let issuedAt = redemption.signatureIssuedAt {
                 row.matched.append(max(0, candidate.purchaseDate.timeIntervalSince(issuedAt)))
+            } else if redemption.state == .unplaced {
+                row.unplaced += 1
             } else if candidate.appAccountToken == nil {
                 row.unattributed += 1
             } else {
@@ -68,6 +79,8 @@ public enum OfferReport {
             if let median = row.medianSeconds { writer.field("medianSecondsToRedemption", json: String(format: "%.0f", median)) }
             writer.field("redeemedWithoutSignature", row.unmatched)
             writer.field("redeemedWithoutAppAccountToken", row.unattributed)
+            writer.field("redeemedUnplaced", row.unplaced)
+            writer.field("redemptions", row.redemptions)
             return writer.finish()
         }
         return "[" + items.joined(separator: ",") + "]\n"
@@ -75,12 +88,12 @@ public enum OfferReport {
 
     public static func table(_ rows: [Row]) -> String {
         guard !rows.isEmpty else { return "no offers issued or redeemed\n" }
-        var lines = [["bundle", "offer", "issued", "redeemed", "conversion", "median to redemption", "no signature", "no token"]]
+        var lines = [["bundle", "offer", "issued", "redeemed", "conversion", "median to redemption", "no signature", "no token", "unplaced"]]
         for row in rows {
             lines.append([
                 row.bundleID, row.offerID, String(row.issued), String(row.matched.count),
                 row.conversion.map { String(format: "%.1f%%", $0 * 100) } ?? "-",
-                row.medianSeconds.map(Self.duration) ?? "-", String(row.unmatched), String(row.unattributed),
+                row.medianSeconds.map(Self.duration) ?? "-", String(row.unmatched), String(row.unattributed), String(row.unplaced),
             ])
         }
         let widths = (0..<lines[0].count).map { column in lines.map { $0[column].count }.max() ?? 0 }
@@ -90,6 +103,9 @@ public enum OfferReport {
         }.joined(separator: "\n") + "\n"
         if rows.contains(where: { $0.unmatched > 0 }) {
             text += "warning: redemptions with an appAccountToken but no signature from this service: another signer, or a leaked In-App Purchase key\n"
+        }
+        if rows.contains(where: { $0.unplaced > 0 }) {
+            text += "note: unplaced redemptions wait for Apple's history of their subscription (the period they were redeemed in is unknown); a running server asks Apple again every 15 minutes\n"
         }
         return text
     }

@@ -100,12 +100,12 @@ struct SigningController: Sendable {
         // ledger does not count it (`LedgerIssuance.introEligibilityFormat`).
         if let eligibility, let offer, !formats.contains(.introEligibility) {
             let decideAndIssue = {
-                let decision = try await checkEligibility(
+                let (decision, subscription) = try await checkEligibility(
                     offer, request: signatureRequest, bundleID: bundleID, token: token, principal: principal,
                     eligibility: eligibility, prefetched: prefetched, ring: ring, context: context)
                 return try await issue(
                     signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context,
-                    decision: decision)
+                    decision: decision, subscription: subscription)
             }
             guard let token else { return try await decideAndIssue() }
             let customer = token.lowercasedString
@@ -126,12 +126,13 @@ struct SigningController: Sendable {
     /// response exists.
     private func issue(
         _ signatureRequest: SignatureRequest, formats: [SignatureFormat], bundleID: String, token: UUID?, principal: Principal,
-        ring: KeyRing, context: some RequestContext, decision: AuditAppend? = nil
+        ring: KeyRing, context: some RequestContext, decision: AuditAppend? = nil,
+        subscription: (originalTransactionID: String, environment: String)? = nil
     ) async throws -> Response {
         do {
             return try await signAndCommit(
                 signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context,
-                decision: decision)
+                decision: decision, subscription: subscription)
         } catch let problem as APIProblem where problem.code != "audit_unavailable" {
             // Refused before the commit (no usable key, a field that cannot be signed): the
             // eligibility decision is still audited, on its own.
@@ -144,7 +145,8 @@ struct SigningController: Sendable {
 
     private func signAndCommit(
         _ signatureRequest: SignatureRequest, formats: [SignatureFormat], bundleID: String, token: UUID?, principal: Principal,
-        ring: KeyRing, context: some RequestContext, decision: AuditAppend?
+        ring: KeyRing, context: some RequestContext, decision: AuditAppend?,
+        subscription: (originalTransactionID: String, environment: String)?
     ) async throws -> Response {
         guard let active = ring.activeKeys[bundleID] else {
             throw APIProblem(.serviceUnavailable, code: "no_active_key", detail: "'\(bundleID)' has no active signing key; activate one with `offer-signer keys activate`")
@@ -198,10 +200,13 @@ struct SigningController: Sendable {
                     intro.field("allowIntroductoryOffer", allow)
                     writer.field("introEligibility", json: intro.finish())
                 }
+                let isIntro = format == .introEligibility
                 issued.append(IssuedSignature(
                     nonce: nonce.lowercasedString, issuedAt: now, client: principal.identity, bundleID: bundleID,
                     productID: signatureRequest.productID, offerID: signatureRequest.offerID, appAccountToken: token?.lowercasedString,
-                    keyID: active.keyID, format: format.rawValue))
+                    keyID: active.keyID, format: format.rawValue, originalTransactionID: subscription?.originalTransactionID,
+                    transactionID: isIntro ? signatureRequest.transactionID : nil,
+                    allowIntroductoryOffer: isIntro ? (signatureRequest.allowIntroductoryOffer ?? false) : nil, environment: subscription?.environment))
             }
         } catch {
             throw APIProblem.field(error)
@@ -236,7 +241,7 @@ struct SigningController: Sendable {
     private func checkEligibility(
         _ offer: OfferDefinition, request: SignatureRequest, bundleID: String, token: UUID?, principal: Principal,
         eligibility: EligibilityService, prefetched: PrefetchedAppleAnswer?, ring: KeyRing, context: some RequestContext
-    ) async throws -> AuditAppend {
+    ) async throws -> (AuditAppend, subscription: (originalTransactionID: String, environment: String)?) {
         guard offer.productIDs.isEmpty || offer.productIDs.contains(request.productID) else {
             throw APIProblem.badRequest("product_not_in_offer", "offer '\(offer.offerID)' does not apply to product '\(request.productID)'")
         }
@@ -253,7 +258,7 @@ struct SigningController: Sendable {
         let entry = EligibilityService.auditEntry(
             outcome, bundleID: bundleID, productID: request.productID, appAccountToken: token, transactionID: request.transactionID,
             principal: principal.identity, at: now)
-        if decision.eligible { return AuditAppend(entry: entry) }
+        if decision.eligible { return (AuditAppend(entry: entry), outcome.subscription) }
         do {
             _ = try await committer.commit(AuditAppend(entry: entry), within: storeTimeout)
         } catch {

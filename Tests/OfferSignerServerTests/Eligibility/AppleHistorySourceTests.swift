@@ -122,6 +122,12 @@ struct AppleHistorySourceTests {
             // Every request to Apple carried a token signed with the app's key, with Apple's claims.
             #expect(!fake.requests.isEmpty)
             #expect(fake.requests.allSatisfy { $0.token?.problems == [] && $0.token?.bundleID == Self.bundleID })
+            // Every offer asked about is of group G1: the history was asked for that group's
+            // auto-renewable transactions only, on every page (Apple's productType and
+            // subscriptionGroupIdentifier filters).
+            let historyPages = fake.requests.filter { $0.endpoint == .history }
+            #expect(!historyPages.isEmpty)
+            #expect(historyPages.allSatisfy { $0.query?.contains("productType=AUTO_RENEWABLE&subscriptionGroupIdentifier=G1") == true }, "\(historyPages.map(\.query))")
         }
     }
 

@@ -55,6 +55,25 @@ struct SigningEndpointTests {
         }
     }
 
+    @Test("An introductory-offer eligibility signature's audit record names the transactionID and allowIntroductoryOffer it signed")
+    func introEligibilityAudit() async throws {
+        let server = try await TestServer()
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "backend")
+        try await server.live { client in
+            let response = try await client.postJSON(
+                "/v1/offers/signatures",
+                #"{"productID":"pro.monthly","offerID":"intro","formats":["intro-eligibility"],"transactionID":"2000000456","allowIntroductoryOffer":false}"#,
+                bearer: secret)
+            #expect(response.status == .created, "\(response.text)")
+        }
+        let record = try #require(try await server.store.auditRecords(after: 0, limit: 100).last { $0.kind == "signature.issued" })
+        let body = try #require(try JSONSerialization.jsonObject(with: Data(record.body.utf8)) as? [String: Any])
+        #expect(body["format"] as? String == "intro-eligibility")
+        #expect(body["transactionID"] as? String == "2000000456")
+        #expect(body["allowIntroductoryOffer"] as? Bool == false)
+    }
+
     @Test("Legacy is the default format and a token is optional")
     func defaults() async throws {
         let server = try await TestServer()

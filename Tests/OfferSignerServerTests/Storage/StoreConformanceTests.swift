@@ -133,6 +133,12 @@ struct StoreConformanceTests {
             try await store.setNotificationRecoveryWatermark(
                 bundleID: "com.example.app", environment: "Production", recoveredUntil: first.addingTimeInterval(-60), at: first)
             #expect(try await store.notificationRecoveryWatermark(bundleID: "com.example.app", environment: "Production") == first, "never back")
+            // The run's time moves on even when the watermark is held.
+            #expect(try await store.notificationRecoveryLastRun(bundleID: "com.example.app", environment: "Sandbox") == nil)
+            try await store.setNotificationRecoveryWatermark(
+                bundleID: "com.example.app", environment: "Production", recoveredUntil: first, at: first.addingTimeInterval(3600))
+            #expect(try await store.notificationRecoveryLastRun(bundleID: "com.example.app", environment: "Production") == first.addingTimeInterval(3600))
+            #expect(try await store.notificationRecoveryWatermark(bundleID: "com.example.app", environment: "Production") == first)
             #expect(try await store.appleNotificationReceivedAt(notificationUUID: "nothing-stored") == nil)
 
             let lock = StoreLock.notificationRecovery(bundleID: "com.example.app", environment: "Production")

@@ -64,15 +64,28 @@ struct StoreCopyTests {
                 _ = try await store.appendAudit(appends, at: Date())
                 if group.isMultiple(of: 10) { _ = try await AuditCheckpointing.create(in: store, masterKey: masterKey) }
             }
-            // Apple's history: a notification, a fetched history, two redemptions (one matched).
+            // Apple's history: a notification, a fetched history, three redemptions (one matched,
+            // one unplaced), and the notification catch-up's watermark.
             let base = Date()
-            _ = try await store.appendAudit([AppleHistoryStoreTests.signature("copy-n1", at: base.addingTimeInterval(-60))], at: base)
+            var unplaced = AppleHistoryStoreTests.redemption("1003", at: base.addingTimeInterval(1))
+            unplaced.isPlaced = false
+            let watermark = Date(timeIntervalSince1970: Double(base.unixMilliseconds / 1000) - 3600)
+            try await store.setNotificationRecoveryWatermark(bundleID: AppleHistoryStoreTests.bundle, environment: "Production", recoveredUntil: watermark, at: base)
+            // An issuance that keeps the customer's subscription and environment (ledger columns).
+            var kept = AppleHistoryStoreTests.signature("copy-n1", at: base.addingTimeInterval(-60))
+            kept.signatures[0].originalTransactionID = "1000"
+            kept.signatures[0].environment = "Production"
+            kept.entry = kept.signatures[0].auditEntry
+            _ = try await store.appendAudit([kept], at: base)
+            #expect(try await store.ledger(after: nil, limit: 100_000).contains { $0.signature.environment == "Production" && $0.signature.originalTransactionID == "1000" })
             _ = try await store.recordAppleHistory(
                 AppleHistoryUpdate(
                     notification: AppleHistoryStoreTests.receipt("copy-uuid", type: "OFFER_REDEEMED", subtype: nil),
                     transactions: [AppleHistoryStoreTests.transaction("1001", signedAt: base), AppleHistoryStoreTests.transaction("1002", signedAt: base)],
                     subscriptions: [AppleHistoryStoreTests.subscription()],
-                    redemptions: [AppleHistoryStoreTests.redemption("1001", at: base), AppleHistoryStoreTests.redemption("1002", token: nil, at: base)],
+                    redemptions: [
+                        AppleHistoryStoreTests.redemption("1001", at: base), AppleHistoryStoreTests.redemption("1002", token: nil, at: base), unplaced,
+                    ],
                     source: "notification"),
                 at: base)
             _ = try await store.recordAppleHistory(
@@ -84,16 +97,20 @@ struct StoreCopyTests {
             _ = try await AuditCheckpointing.create(in: store, masterKey: masterKey)
             let before = try await Self.everything(store)
             let appleBefore = try await Self.appleHistory(store)
-            #expect(before.1.count == 12_008 && before.2.count == 12_241 && before.3.count == 5)
-            #expect(appleBefore.values.map(\.count).reduce(0, +) == 8, "\(appleBefore)")
+            #expect(before.1.count == 12_009 && before.2.count == 12_241 && before.3.count == 5)
+            #expect(appleBefore.values.map(\.count).reduce(0, +) == 10, "\(appleBefore)")
+            #expect(try await store.offerRedemptions(since: nil).map(\.state) == [.matched, .unmatched, .unplaced])
 
             try await StoreFixture.with(.postgres) { middle in
                 let lines = Mutex<[String]>([])
                 let there = try await StoreCopy.copy(from: store, to: middle.store) { line in lines.withLock { $0.append(line) } }
                 #expect(there.sourceHead == before.4 && there.targetHead == before.4 && there.report.isIntact)
-                #expect(lines.withLock { $0 }.contains("copied 10000 of 12008 audit records"), "progress every 10,000: \(lines.withLock { $0 })")
+                #expect(lines.withLock { $0 }.contains("copied 10000 of 12009 audit records"), "progress every 10,000: \(lines.withLock { $0 })")
                 #expect(try await Self.appleHistory(middle.store) == appleBefore, "Apple's history and redemptions")
                 #expect(try await middle.store.offerRedemptions(since: nil) == (try await store.offerRedemptions(since: nil)))
+                #expect(
+                    try await middle.store.notificationRecoveryWatermark(bundleID: AppleHistoryStoreTests.bundle, environment: "Production") == watermark,
+                    "the catch-up goes on from the source's watermark")
                 let inPostgres = try await Self.everything(middle.store)
                 #expect(inPostgres.0 == before.0, "registry")
                 #expect(inPostgres.1 == before.1, "audit records")
@@ -118,6 +135,8 @@ struct StoreCopyTests {
                     let after = try await Self.everything(back.store)
                     #expect(after.0 == before.0 && after.1 == before.1 && after.2 == before.2 && after.3 == before.3 && after.4 == before.4)
                     #expect(try await Self.appleHistory(back.store) == appleBefore)
+                    #expect(try await back.store.notificationRecoveryWatermark(bundleID: AppleHistoryStoreTests.bundle, environment: "Production") == watermark)
+                    #expect(try await back.store.unplacedOfferRedemptions(limit: 10).map(\.candidate.transactionID) == ["1003"])
                     // The sealed keys still open with the same master key.
                     try await back.store.bindMasterKey(masterKey)
                     _ = try await back.store.auditSigningKey(masterKey: masterKey)

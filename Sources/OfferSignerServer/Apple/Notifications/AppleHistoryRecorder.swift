@@ -79,10 +79,7 @@ final class AppleHistoryRecorder: Service, Sendable {
             for result in results {
                 metrics.appleHistoryStored("recorded")
                 if case .recorded(let redemptions) = result {
-                    for redemption in redemptions {
-                        metrics.offerRedeemed(bundleID: redemption.candidate.bundleID, offerID: redemption.candidate.offerID, matched: redemption.isMatched,
-                        hasAppAccountToken: redemption.candidate.appAccountToken != nil)
-                    }
+                    for redemption in redemptions { metrics.offerRedeemed(redemption) }
                 }
             }
         } catch {

@@ -61,11 +61,26 @@ enum AppleHistoryConversion {
     ///   - otherwise the offer began at this renewal: it was redeemed during the previous period
     ///     (an offer on an active subscription starts at its next renewal), so its signature may
     ///     date from 24 hours before that period began.
-    /// - A renewal whose previous period is not known (a notification lost or not arrived yet):
-    ///   that period is taken to be as long as this one, or to begin no later than a known period
-    ///   that ended within a billing retry before, and the signature may date from 24 hours before
-    ///   it began; a pay-as-you-go period may continue a redemption whose start was in the missing
-    ///   period, so it is recorded only if a signature matches.
+    /// - A renewal whose previous period is not known (a notification lost or not arrived yet) is
+    ///   not placed (``RedemptionCandidate/isPlaced`` false): that period is estimated to be as
+    ///   long as this one, or to begin no later than a known period that ended within a billing
+    ///   retry before, and the signature looked for from 24 hours before it began; a pay-as-you-go
+    ///   period may continue a redemption whose start was in the missing period. When no signature
+    ///   matches the estimate the redemption is recorded `unplaced`, and a history fetched from
+    ///   Apple places it (`RedemptionPlacer`).
+    ///
+    /// Why an estimate cannot decide: the transaction under the offer states the offer's own
+    /// terms, not the product's period. Apple's `offerPeriod` is "the duration of the offer"
+    /// (ISO 8601, e.g. `P1W`; https://developer.apple.com/documentation/appstoreserverapi/offerperiod)
+    /// and `offerDiscountType` "the payment mode you configure for the offer" (`FREE_TRIAL`,
+    /// `PAY_AS_YOU_GO`, `PAY_UP_FRONT`; https://developer.apple.com/documentation/appstoreserverapi/offerdiscounttype;
+    /// appstoreserverlibrary/models/JWSTransactionDecodedPayload.py), so a one-week free offer on
+    /// an annual product has a period (`expiresDate` − `purchaseDate`) of a week while the period
+    /// it was redeemed in lasted a year. A promotional offer redeemed on an active subscription
+    /// applies "at the next renewal period" (https://developer.apple.com/documentation/storekit/product/subscriptioninfo/renewalinfo/offer;
+    /// https://developer.apple.com/documentation/storekit/implementing-promotional-offers-in-your-app).
+    /// Apple's transaction carries no field for the product's own duration: Apple is silent on
+    /// how long the unknown period was, so only the subscription's history tells.
     static func redemption(_ transaction: VerifiedTransaction, known: [VerifiedTransaction] = [], knownWhole: Bool = false) -> RedemptionCandidate? {
         guard transaction.offerType == .promotional, let offerID = transaction.offerIdentifier, !offerID.isEmpty else { return nil }
         let token = transaction.appAccountToken.flatMap { $0.isEmpty ? nil : $0.lowercased() }
@@ -99,6 +114,7 @@ enum AppleHistoryConversion {
             if let previous, transaction.followsAfterBillingRetry(previous) { guess = min(guess, previous.purchaseDate) }
             earliest = guess
             candidate.continuesRedemption = transaction.offerDiscountType == .payAsYouGo
+            candidate.isPlaced = false
         }
         candidate.signatureWindowStart = min(candidate.signatureWindowStart, earliest.addingTimeInterval(-RedemptionMatching.signatureLifetime))
         return candidate
@@ -137,13 +153,16 @@ enum AppleHistoryConversion {
     }
 
     /// What a history fetched from the App Store Server API adds: it is the customer's whole
-    /// history, so every subscription in it is complete.
+    /// history, so every subscription in it is complete, unless the answer was filtered
+    /// (`VerifiedHistory.isFiltered`, `HistoryFilter`): then it is stored, but marks no
+    /// subscription complete (Apple does not say a filtered answer holds every transaction of
+    /// the subscriptions it names).
     static func update(_ history: VerifiedHistory) -> AppleHistoryUpdate {
         var update = AppleHistoryUpdate(source: "history")
         let transactions = history.transactions
         for transaction in transactions {
             if let item = item(transaction, jws: history.jws(ofTransaction: transaction.transactionID)) { update.transactions.append(item) }
-            if let candidate = redemption(transaction, known: transactions, knownWhole: true) { update.redemptions.append(candidate) }
+            if let candidate = redemption(transaction, known: transactions, knownWhole: !history.isFiltered) { update.redemptions.append(candidate) }
         }
         for info in history.renewalInfos {
             if let original = info.originalTransactionID, let item = item(info, bundleID: history.bundleID, jws: history.jws(ofRenewalInfo: original)) {
@@ -154,7 +173,7 @@ enum AppleHistoryConversion {
             AppleSubscriptionKey(bundleID: history.bundleID, environment: history.environment.rawValue, originalTransactionID: $0)
         }
         update.subscriptions = keys
-        update.completeSubscriptions = keys
+        update.completeSubscriptions = history.isFiltered ? [] : keys
         return update
     }
 

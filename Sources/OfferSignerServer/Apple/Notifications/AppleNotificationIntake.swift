@@ -25,6 +25,8 @@ import X509
 ///   https://developer.apple.com/documentation/appstoreservernotifications/responding-to-app-store-server-notifications),
 ///   counted (`apple_notifications_total{outcome="ignored_…"}`), logged once per app,
 ///   environment and reason, and not stored.
+/// - A redemption recorded `unplaced` (its previous period unknown) is handed to `onUnplaced`
+///   (the server's ``RedemptionPlacer``), after the store's commit and without waiting.
 /// - Idempotent by `notificationUUID`: a notification stored before is `duplicate`, not written again.
 /// - A store failure is thrown (the endpoint answers 503, so Apple sends it again).
 public final class AppleNotificationIntake: Sendable {
@@ -63,6 +65,7 @@ public final class AppleNotificationIntake: Sendable {
     /// Stored histories verified again from their JWS (see ``DecodedHistoryCache``).
     private let storedHistories = DecodedHistoryCache(capacity: 2_000)
     private let onStored: @Sendable (_ originalTransactionID: String) -> Void
+    private let onUnplaced: @Sendable (OfferRedemption) -> Void
     private let metrics: ServerMetrics
     private let logger: Logger
     private let storeTimeout: Duration
@@ -71,7 +74,7 @@ public final class AppleNotificationIntake: Sendable {
     init(
         store: any OfferSignerStore, servedBundles: @escaping @Sendable () -> Set<String>, catalog: OfferCatalog?, trustedRoots: [Certificate],
         chainCache: AppleChainValidationCache, metrics: ServerMetrics, logger: Logger, storeTimeout: Duration,
-        onStored: @escaping @Sendable (String) -> Void = { _ in }
+        onStored: @escaping @Sendable (String) -> Void = { _ in }, onUnplaced: @escaping @Sendable (OfferRedemption) -> Void = { _ in }
     ) {
         self.store = store
         self.servedBundles = servedBundles
@@ -82,6 +85,7 @@ public final class AppleNotificationIntake: Sendable {
         self.logger = logger
         self.storeTimeout = storeTimeout
         self.onStored = onStored
+        self.onUnplaced = onUnplaced
     }
 
     /// An intake outside a running server (the CLI's `notifications recover`): the apps served
@@ -137,14 +141,16 @@ public final class AppleNotificationIntake: Sendable {
             case .recorded(let redemptions):
                 metrics.notificationStored(bundleID: notification.bundleID, environment: notification.environment.rawValue, at: Date())
                 for redemption in redemptions {
-                    metrics.offerRedeemed(bundleID: redemption.candidate.bundleID, offerID: redemption.candidate.offerID, matched: redemption.isMatched,
-                        hasAppAccountToken: redemption.candidate.appAccountToken != nil)
+                    metrics.offerRedeemed(redemption)
                     logger.notice(
                         "offer redeemed",
                         metadata: [
                             "bundle_id": "\(redemption.candidate.bundleID)", "offer_id": "\(redemption.candidate.offerID)",
                             "transaction_id": "\(redemption.candidate.transactionID)", "matched": "\(redemption.isMatched)",
+                            "state": "\(redemption.state.rawValue)",
                         ])
+                    // Its previous period is unknown: Apple's history places it, in the background.
+                    if redemption.state == .unplaced { onUnplaced(redemption) }
                 }
             }
         } catch {

@@ -13,10 +13,14 @@ import ServiceLifecycle
 /// - Every `interval`, per app and environment, under the store's exclusive lock
 ///   `.notificationRecovery` (a PostgreSQL advisory lock: one instance of a deployment at a time;
 ///   one that cannot take it within 5 s leaves this round to the holder): read the watermark;
-///   when it was moved on less than 0.9 interval ago (by another instance), do nothing; otherwise ask
+///   when the last round (by any instance) ended less than 0.9 interval ago, do nothing; otherwise ask
 ///   Get Notification History from the watermark less `overlap` (Apple lists a notification when
 ///   it first tries to send it, which may lag; what is asked twice is stored once, by
-///   `notificationUUID`) to now, and move the watermark to now once every page was read.
+///   `notificationUUID`) to now, and move the watermark to now once every page was read and
+///   every notification stored. When some failed (did not verify), the watermark moves only to
+///   the earliest failed notification's first send attempt (never back), so the next rounds ask
+///   for it again, however long it keeps failing (each such round is logged as a warning), and
+///   not only within the `overlap`.
 /// - Without a watermark (the first run), the last `firstLookBack` are asked.
 /// - A failed round (Apple unavailable, a store failure) is logged and counted; the watermark
 ///   stays, so the next round asks again from there.
@@ -76,7 +80,9 @@ final class NotificationCatchUp: Service, Sendable {
         do {
             return try await store.withExclusiveLock(.notificationRecovery(bundleID: bundleID, environment: environment), timeout: .seconds(5)) {
                 let watermark = try await store.notificationRecoveryWatermark(bundleID: bundleID, environment: environment)
-                if let watermark, now.timeIntervalSince(watermark) < Self.seconds(interval) * 0.9 { return nil }
+                // The last run's time, not the watermark: a watermark held at a failed notification is old.
+                let lastRun = try await store.notificationRecoveryLastRun(bundleID: bundleID, environment: environment)
+                if let lastRun, now.timeIntervalSince(lastRun) < Self.seconds(interval) * 0.9 { return nil }
                 let start = watermark.map { $0.addingTimeInterval(-Self.seconds(overlap)) } ?? now.addingTimeInterval(-Self.seconds(firstLookBack))
                 let tally = try await recovery.run(
                     NotificationHistoryRequest(startDate: start, endDate: now), environment: target.environment, app: target.app, credentials: credentials)
@@ -88,8 +94,16 @@ final class NotificationCatchUp: Service, Sendable {
                     logger.warning("notification catch-up stopped; the next round asks again", metadata: metadata.merging(["reason": "\(stopped)"]) { $1 })
                     return tally
                 }
-                try await store.setNotificationRecoveryWatermark(bundleID: bundleID, environment: environment, recoveredUntil: now, at: Date())
-                logger.log(level: tally.new > 0 || tally.failed > 0 ? .notice : .debug, "notification catch-up", metadata: metadata)
+                // A notification that failed is asked for again next round: not past it.
+                let recoveredUntil = tally.earliestFailure.map { min($0, now) } ?? now
+                try await store.setNotificationRecoveryWatermark(bundleID: bundleID, environment: environment, recoveredUntil: recoveredUntil, at: Date())
+                if tally.failed > 0 {
+                    logger.warning(
+                        "notification catch-up: some notifications did not verify; the watermark stays before them and the next round asks again",
+                        metadata: metadata.merging(["failures": "\(tally.failures.joined(separator: "; "))"]) { $1 })
+                    return tally
+                }
+                logger.log(level: tally.new > 0 ? .notice : .debug, "notification catch-up", metadata: metadata)
                 return tally
             }
         } catch let error as StoreError where error.code == .timeout {

@@ -33,6 +33,10 @@ public struct NotificationRecovery: Sendable {
         public var failures: [String] = []
         /// Why the run stopped before the last page (nil when it read them all).
         public var stoppedBy: String?
+        /// The earliest time Apple tried to send a notification that failed here (its first
+        /// `sendAttempts` date; the request's `startDate` when Apple gave none): a scheduled
+        /// catch-up must not move its watermark past it.
+        public var earliestFailure: Date?
 
         public init() {}
 
@@ -84,6 +88,8 @@ public struct NotificationRecovery: Sendable {
                     }
                 case .failure(let refusal):
                     tally.failed += 1
+                    let sent = item.sendAttempts.compactMap(\.attemptDate).min() ?? request.startDate
+                    tally.earliestFailure = min(tally.earliestFailure ?? sent, sent)
                     if tally.failures.count < 10 { tally.failures.append(refusal.detail) }
                 }
             }

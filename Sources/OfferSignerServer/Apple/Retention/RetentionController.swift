@@ -296,7 +296,7 @@ struct RetentionController: Sendable {
         let signature = IssuedSignature(
             nonce: nonce.lowercasedString, issuedAt: now, client: Self.client, bundleID: bundleID, productID: verified.productID, offerID: choice.offerID,
             appAccountToken: customer, keyID: active.keyID, format: format, originalTransactionID: verified.originalTransactionID,
-            retentionRequestIdentifier: verified.requestIdentifier)
+            retentionRequestIdentifier: verified.requestIdentifier, environment: verified.environment.rawValue)
         let appends = [answeredEntry(verified, bundleID: bundleID, decision: decision, answer: "promotionalOffer", now: now), AuditAppend(entry: signature.auditEntry, signatures: [signature])]
         // Queued with the deadline: the writer never starts it later, and the answer withdraws it
         // at the deadline if the writer has not taken it.

@@ -246,5 +246,164 @@ struct AppleHistoryStoreTests {
             #expect(redemptions.map(\.isMatched) == [true, false])
         }
     }
+
+    @Test("Unplaced redemptions: recorded as such (never unmatched), listed, then placed by a later statement: matched, or removed when only a continuation; audited each time", arguments: StoreBackend.testedCases)
+    func unplacedThenPlaced(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let renewal = Self.base
+            // Signed two months before the renewal the offer starts at, during a year-long period.
+            _ = try await store.appendAudit([Self.signature("n-months-before", at: renewal.addingTimeInterval(-60 * 86400))], at: renewal.addingTimeInterval(-60 * 86400))
+            let headBefore = try await store.auditHead().count
+            // The estimate (a week's period before) finds nothing: unplaced.
+            var estimated = Self.redemption("4001", at: renewal)
+            estimated.signatureWindowStart = renewal.addingTimeInterval(-8 * 86400)
+            estimated.isPlaced = false
+            // A pay-as-you-go period after an unknown one: maybe a continuation, maybe not.
+            var maybeContinued = Self.redemption("4002", offer: "winback_1", at: renewal)
+            maybeContinued.continuesRedemption = true
+            maybeContinued.isPlaced = false
+            guard case .recorded(let first) = try await store.recordAppleHistory(
+                AppleHistoryUpdate(notification: Self.receipt("uuid-u1"), redemptions: [estimated, maybeContinued], source: "notification"), at: renewal)
+            else {
+                Issue.record("not recorded")
+                return
+            }
+            #expect(first.map(\.state) == [.unplaced, .unplaced])
+            #expect(first.allSatisfy { $0.placedAt == nil })
+            #expect(try await store.unplacedOfferRedemptions(limit: 10).map(\.candidate.transactionID) == ["4001", "4002"])
+            #expect(try await store.unplacedOfferRedemptions(limit: 1).count == 1)
+            let redeemed = try await store.auditRecords(after: headBefore, limit: 10)
+            #expect(redeemed.map(\.kind) == ["offer.redeemed", "offer.redeemed"])
+            #expect(redeemed.allSatisfy { $0.body.contains(#""unplaced":true"#) && $0.body.contains(#""matched":false"#) })
+
+            // Stated unplaced again (another notification): nothing changes.
+            #expect(try await store.recordAppleHistory(AppleHistoryUpdate(redemptions: [estimated], source: "notification"), at: renewal) == .recorded(redemptions: []))
+
+            // Apple's history places both: the offer was redeemed during the year before.
+            var placed = estimated
+            placed.isPlaced = true
+            placed.signatureWindowStart = renewal.addingTimeInterval(-366 * 86400)
+            var continued = maybeContinued
+            continued.isPlaced = true
+            continued.signatureWindowStart = renewal.addingTimeInterval(-86400)
+            let placedAt = renewal.addingTimeInterval(600)
+            guard case .recorded(let second) = try await store.recordAppleHistory(AppleHistoryUpdate(redemptions: [placed, continued], source: "history"), at: placedAt)
+            else {
+                Issue.record("not recorded")
+                return
+            }
+            #expect(second.count == 2)
+            let matched = try #require(second.first { $0.candidate.transactionID == "4001" })
+            #expect(matched.state == .matched)
+            #expect(matched.signatureIssuedAt == renewal.addingTimeInterval(-60 * 86400))
+            #expect(matched.placedAt == placedAt)
+            #expect(second.first { $0.candidate.transactionID == "4002" }?.candidate.continuesRedemption == true)
+            let placements = try await store.auditRecords(after: headBefore + 2, limit: 10)
+            #expect(placements.map(\.kind) == ["offer.redemption_placed", "offer.redemption_placed"])
+            #expect(placements[0].body.contains(#""outcome":"matched""#) && placements[0].body.contains(#""transactionID":"4001""#))
+            #expect(placements[1].body.contains(#""outcome":"continues""#))
+
+            // Placed once: a later statement, placed or not, changes nothing.
+            #expect(try await store.recordAppleHistory(AppleHistoryUpdate(redemptions: [placed, estimated], source: "history"), at: placedAt) == .recorded(redemptions: []))
+            let all = try await store.offerRedemptions(since: nil)
+            #expect(all.map(\.candidate.transactionID) == ["4001"], "the continuation was removed")
+            #expect(all.first?.state == .matched && all.first?.placedAt == placedAt && all.first?.issuanceSequence == matched.issuanceSequence)
+            #expect(try await store.unplacedOfferRedemptions(limit: 10).isEmpty)
+            #expect(try await store.auditHead().count == headBefore + 4)
+            #expect(try await fixture.store.verifiedChain().isIntact)
+        }
+    }
+
+    @Test("The report counts each redemption once: matched, unplaced, without a token, or without a signature, adding up to those stored")
+    func reportAddsUp() {
+        let at = Self.base
+        func stored(_ id: String, token: String? = Self.token, matched: Bool = false, unplaced: Bool = false) -> OfferRedemption {
+            OfferRedemption(
+                candidate: Self.redemption(id, token: token, at: at), issuanceSequence: matched ? 7 : nil, signatureIssuedAt: matched ? at.addingTimeInterval(-60) : nil,
+                source: "notification", recordedAt: at, isUnplaced: unplaced)
+        }
+        let redemptions = [stored("1", matched: true), stored("2", unplaced: true), stored("3", token: nil, unplaced: true), stored("4", token: nil), stored("5")]
+        let rows = OfferReport.rows(issuances: [OfferIssuanceCount(bundleID: Self.bundle, offerID: "retain_50", issuances: 3)], redemptions: redemptions)
+        #expect(rows.count == 1)
+        let row = rows[0]
+        #expect(row.matched.count == 1 && row.unplaced == 2 && row.unattributed == 1 && row.unmatched == 1)
+        #expect(row.redemptions == Int64(redemptions.count))
+        #expect(OfferReport.json(rows).contains(#""redeemedUnplaced":2,"redemptions":5"#))
+        let table = OfferReport.table(rows)
+        #expect(table.split(separator: "\n")[0].hasSuffix("unplaced"))
+        #expect(table.contains("leaked") && table.contains("unplaced redemptions wait"))
+    }
+
+    @Test("A retention offer to a subscription without an appAccountToken (issued under otid:<originalTransactionId>) is matched through the original transaction, once", arguments: StoreBackend.testedCases)
+    func retentionWithoutTokenMatchesByOriginalTransaction(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let purchase = Self.base
+            // As RetentionController issues it: the ledger's customer is the subscription.
+            var retention = Self.signature("n-retention", token: "otid:1000", at: purchase.addingTimeInterval(-3600), client: "apple-retention")
+            retention.signatures[0].originalTransactionID = "1000"
+            retention.entry = retention.signatures[0].auditEntry
+            _ = try await store.appendAudit([retention, Self.signature("n-other-subscription", token: "otid:2000", at: purchase.addingTimeInterval(-60))], at: purchase)
+            guard case .recorded(let redemptions) = try await store.recordAppleHistory(
+                AppleHistoryUpdate(
+                    redemptions: [Self.redemption("5001", token: nil, at: purchase), Self.redemption("5002", token: nil, at: purchase.addingTimeInterval(60))],
+                    source: "notification"),
+                at: purchase.addingTimeInterval(120))
+            else {
+                Issue.record("not recorded")
+                return
+            }
+            #expect(redemptions.map(\.state) == [.matched, .unmatched], "matched once: the second finds the issuance taken")
+            #expect(redemptions.first?.signatureIssuedAt == purchase.addingTimeInterval(-3600))
+            #expect(redemptions.first?.candidate.appAccountToken == nil)
+        }
+    }
+
+    @Test("Issuances keep the subscription and environment: a redemption matches by token or original transaction, never across environments", arguments: StoreBackend.testedCases)
+    func issuanceEnvironmentAndOriginalTransaction(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let purchase = Self.base
+            func issuance(_ nonce: String, token: String?, original: String?, environment: String?, at offset: TimeInterval) -> AuditAppend {
+                var append = Self.signature(nonce, token: token, at: purchase.addingTimeInterval(offset))
+                append.signatures[0].originalTransactionID = original
+                append.signatures[0].environment = environment
+                append.entry = append.signatures[0].auditEntry
+                return append
+            }
+            _ = try await store.appendAudit(
+                [
+                    // A Production issuance of subscription 1000 (as Retention Messaging records one).
+                    issuance("n-production", token: Self.token, original: "1000", environment: "Production", at: -3600),
+                    // A Sandbox issuance of subscription 7000, whose purchases carry no token.
+                    issuance("n-sandbox", token: "otid:7000", original: "7000", environment: "Sandbox", at: -1800),
+                ], at: purchase)
+            let ledger = try await store.issuedSignatures(appAccountToken: Self.token, bundleID: Self.bundle)
+            #expect(ledger.first?.signature.environment == "Production" && ledger.first?.signature.originalTransactionID == "1000")
+
+            // A Sandbox redemption of the same customer does not use up the Production issuance.
+            var sandbox = Self.redemption("6001", at: purchase)
+            sandbox.environment = "Sandbox"
+            // A Production redemption of subscription 1000 without a token matches it through the original transaction.
+            let noToken = Self.redemption("6002", token: nil, at: purchase.addingTimeInterval(60))
+            // Subscription 7000's Production redemption finds no Sandbox issuance; its Sandbox one does.
+            var otherProduction = Self.redemption("6003", token: nil, at: purchase)
+            otherProduction.originalTransactionID = "7000"
+            var otherSandbox = otherProduction
+            otherSandbox.transactionID = "6004"
+            otherSandbox.environment = "Sandbox"
+            guard case .recorded(let redemptions) = try await store.recordAppleHistory(
+                AppleHistoryUpdate(redemptions: [sandbox, noToken, otherProduction, otherSandbox], source: "notification"), at: purchase.addingTimeInterval(120))
+            else {
+                Issue.record("not recorded")
+                return
+            }
+            let states = Dictionary(uniqueKeysWithValues: redemptions.map { ($0.candidate.transactionID, $0.state) })
+            #expect(states == ["6001": .unmatched, "6002": .matched, "6003": .unmatched, "6004": .matched])
+            #expect(redemptions.first { $0.candidate.transactionID == "6002" }?.signatureIssuedAt == purchase.addingTimeInterval(-3600))
+            #expect(try await fixture.store.verifiedChain().isIntact)
+        }
+    }
 }
 

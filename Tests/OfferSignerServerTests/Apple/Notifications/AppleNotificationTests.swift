@@ -459,12 +459,20 @@ struct AppleNotificationTests {
             #expect(row.unmatched == 0, "a later period of the offer is not a redemption without a signature")
 
             // A period of the offer whose previous period never arrived (a lost notification): it may
-            // continue the redemption above, so with no signature of its own it is not recorded.
+            // continue the redemption above, or be a new one; with no signature of its own it is
+            // recorded unplaced (never dropped, never "without a signature") until Apple's history
+            // places it (this fake Apple knows nobody, so it stays unplaced).
             start = calendar.date(byAdding: .month, value: 1, to: start)!
             let afterGap = try await client.postJSON(
                 "/v1/apple/notifications", try body("DID_RENEW", transaction: renewalUnderOffer("400000001009", from: start)))
             #expect(afterGap.status == .ok, "\(afterGap.text)")
-            #expect(try await server.store.auditRecords(after: 0, limit: 300).filter { $0.kind == "offer.redeemed" }.count == 1)
+            let afterGapRecords = try await server.store.auditRecords(after: 0, limit: 300).filter { $0.kind == "offer.redeemed" }
+            #expect(afterGapRecords.count == 2)
+            #expect(afterGapRecords.last?.body.contains(#""unplaced":true"#) == true)
+            let rowAfterGap = try #require(
+                OfferReport.rows(issuances: try await server.store.offerIssuances(since: nil), redemptions: try await server.store.offerRedemptions(since: nil))
+                    .first { $0.offerID == "promo_50" })
+            #expect(rowAfterGap.unplaced == 1 && rowAfterGap.unmatched == 0 && rowAfterGap.matched.count == 1)
         }
     }
 

@@ -3,6 +3,7 @@ import AppleTestChain
 import FakeAppStoreServerAPI
 import Foundation
 import HummingbirdTesting
+import Logging
 import OfferSignerCore
 import OfferSignerEligibility
 @testable import OfferSignerServer
@@ -113,6 +114,55 @@ struct NotificationRecoveryTests {
 
                 let bad = try await Self.offerSigner(["notifications", "recover"] + arguments + ["--since", "yesterday"])
                 #expect(bad.status != 0 && bad.stderr.contains("ISO 8601"))
+            }
+        }
+    }
+
+    @Test("The scheduled catch-up does not move its watermark past a notification that failed: later rounds ask for it again, beyond the 10-minute overlap")
+    func catchUpHoldsWatermarkAtFailure() async throws {
+        let key = try InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY001")
+        let fake = FakeAppStoreServerAPI(bundleID: Self.bundleID, keyID: key.keyID, issuerID: TestServer.issuerID, publicKey: key.publicKey)
+        let root = try chain.root.serializeAsPEM().pemString
+        let forger = try TestAppleChain()
+        try await StoreFixture.with(.sqlite) { fixture in
+            try await fake.run { port in
+                let eligibility = try EligibilityConfiguration(catalogJSON: Data(AppleNotificationTests.catalog(port: port).utf8), trustedRootPEMs: [root])
+                let logger = Logger(label: "catch-up-test")
+                let intake = AppleNotificationIntake(
+                    store: fixture.store, servedBundles: [Self.bundleID], catalog: eligibility.catalog, trustedRoots: eligibility.trustedRoots, logger: logger)
+                let client = try AppStoreServerAPIClient(configuration: eligibility.appStoreServerAPI, trustedRoots: eligibility.trustedRoots, metrics: .none, logger: logger)
+                let target = NotificationCatchUp.Target(app: eligibility.catalog.appSettings(bundleID: Self.bundleID), environment: .production)
+                let catchUp = NotificationCatchUp(
+                    store: fixture.store, recovery: NotificationRecovery(client: client, intake: intake), client: client, targets: [target],
+                    credentials: { AppStoreServerAPICredentials(key: key, issuerID: TestServer.issuerID, bundleID: $0) }, interval: .seconds(3600), logger: logger)
+
+                // Nothing answers at the notification URL: Apple tries each once. The middle one
+                // does not verify here (signed by a chain this service does not trust).
+                _ = await fake.send(try notification("DID_RENEW", uuid: "caught-1"))
+                try await Task.sleep(for: .milliseconds(20))
+                let failing = await fake.send(try forger.signJWS([
+                    "notificationType": "REFUND", "notificationUUID": "forged-1", "version": "2.0", "signedDate": TestAppleChain.milliseconds(now),
+                    "data": ["bundleId": Self.bundleID, "environment": "Production", "appAppleId": AppleNotificationTests.appAppleID],
+                ]))
+                try await Task.sleep(for: .milliseconds(20))
+                _ = await fake.send(try notification("DID_RENEW", uuid: "caught-2"))
+                let failedAt = try #require(failing.attempts.first?.date)
+
+                // The first round, an hour later: two stored, one failed; the watermark stays at the failure.
+                let firstRound = Date().addingTimeInterval(3600)
+                let first = try #require(await catchUp.catchUp(target, now: firstRound))
+                #expect(first.found == 3 && first.new == 2 && first.failed == 1)
+                let held = try #require(try await fixture.store.notificationRecoveryWatermark(bundleID: Self.bundleID, environment: "Production"))
+                #expect(abs(held.timeIntervalSince(failedAt)) < 0.002, "held at the failed notification's first attempt, not moved to the round's end")
+
+                // Two hours on: the failed notification is asked for again (it is long past the
+                // overlap of the round before), and still holds the watermark.
+                let second = try #require(await catchUp.catchUp(target, now: firstRound.addingTimeInterval(7200)))
+                #expect(second.found == 3 && second.alreadyStored == 2 && second.failed == 1)
+                #expect(try await fixture.store.notificationRecoveryWatermark(bundleID: Self.bundleID, environment: "Production") == held)
+                // Held, yet the round counts as run: another round within 0.9 interval of it is skipped.
+                #expect(await catchUp.catchUp(target, now: Date()) == nil)
+                try await client.shutdown()
             }
         }
     }

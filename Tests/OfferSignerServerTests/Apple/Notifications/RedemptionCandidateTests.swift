@@ -105,6 +105,44 @@ struct RedemptionCandidateTests {
         // Nothing known within a billing retry: the missing period is taken to be as long as this one.
         let alone = try #require(AppleHistoryConversion.redemption(Self.period(4, offer: "promo_50"), known: [Self.period(0)]))
         #expect(alone.signatureWindowStart == Self.window(from: Self.period(3).purchaseDate))
+        // Each is an estimate, not Apple's word: not placed (recorded unplaced when no signature matches).
+        #expect([payAsYouGo, upFront, alone].allSatisfy { !$0.isPlaced })
+        // A fetched history holding every period places them.
+        let whole = Self.fromHistory([Self.period(0), Self.period(1), Self.period(2), Self.period(3, offer: "promo_50")])
+        #expect(try #require(whole["500003"]).isPlaced)
+    }
+
+    @Test("A filtered answer of Apple's API is stored, but marks no subscription complete")
+    func filteredHistoryIsNotComplete() {
+        var history = VerifiedHistory(bundleID: "com.example.app", environment: .production, asOf: Self.start)
+        for transaction in [Self.period(0), Self.period(1)] { _ = history.record(transaction, jws: "") }
+        #expect(AppleHistoryConversion.update(history).completeSubscriptions.count == 1)
+        history.isFiltered = true
+        let update = AppleHistoryConversion.update(history)
+        #expect(update.completeSubscriptions.isEmpty)
+        #expect(update.subscriptions.count == 1 && update.transactions.count == 2)
+    }
+
+    @Test("A one-week free offer on an annual product (offerPeriod P1W, FREE_TRIAL): alone, the estimate is a week; Apple's history places it in the year before")
+    func oneWeekFreeOnAnnual() throws {
+        let renewal = Self.start.addingTimeInterval(730 * Self.day)
+        func annual(_ index: Int) -> VerifiedTransaction {
+            let begin = renewal.addingTimeInterval(Double(index - 2) * 365 * Self.day)
+            return VerifiedTransaction(
+                transactionID: "70000\(index)", originalTransactionID: "700000", productID: "pro.annual", subscriptionGroupID: "G2", purchaseDate: begin,
+                expiresDate: begin.addingTimeInterval(365 * Self.day), environment: .production, bundleID: "com.example.app",
+                appAccountToken: "7e3fb20b-4cdb-47cc-936d-99d65f608138", transactionReason: index == 0 ? .purchase : .renewal)
+        }
+        let freeWeek = VerifiedTransaction(
+            transactionID: "700002", originalTransactionID: "700000", productID: "pro.annual", subscriptionGroupID: "G2", purchaseDate: renewal,
+            expiresDate: renewal.addingTimeInterval(7 * Self.day), offerType: .promotional, offerIdentifier: "free_week", offerDiscountType: .freeTrial,
+            environment: .production, bundleID: "com.example.app", appAccountToken: "7e3fb20b-4cdb-47cc-936d-99d65f608138", transactionReason: .renewal)
+        let estimated = try #require(AppleHistoryConversion.redemption(freeWeek, known: []))
+        #expect(!estimated.isPlaced)
+        #expect(estimated.signatureWindowStart == Self.window(from: renewal.addingTimeInterval(-7 * Self.day)), "a week: the offer's own period")
+        let placed = try #require(Self.fromHistory([annual(0), annual(1), freeWeek])["700002"])
+        #expect(placed.isPlaced && !placed.continuesRedemption)
+        #expect(placed.signatureWindowStart == Self.window(from: annual(1).purchaseDate), "from the start of the year it was redeemed in")
     }
 
     @Test("A billing retry: in Apple's whole history (or with BILLING_RECOVERY) the period before the gap places the renewal; otherwise it is unknown")
