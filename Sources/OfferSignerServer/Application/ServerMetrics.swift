@@ -21,13 +21,29 @@ final class ServerMetrics: Sendable {
         .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .seconds(1),
     ]
 
+    /// The labels of one route's request metrics. A struct key, not an interpolated string:
+    /// the lookup runs on every request.
+    private struct RequestKey: Hashable {
+        var route: String
+        var method: String
+        var status: Int
+    }
+
+    /// Two label values (format and key; bundle and offer).
+    private struct PairKey: Hashable {
+        var first: String
+        var second: String
+    }
+
     private struct Handles {
-        var requests: [String: Counter] = [:]
-        var latency: [String: DurationHistogram] = [:]
-        var signatures: [String: Counter] = [:]
+        var requests: [RequestKey: (Counter, DurationHistogram)] = [:]
+        var signatures: [PairKey: Counter] = [:]
         var rejections: [String: Counter] = [:]
         var labelled: [String: Counter] = [:]
-        var offerLabels: Set<String> = []
+        /// `offer_issuances` by bundle and offer as requested (an offer past the label limit
+        /// maps to its bundle's `other` counter).
+        var issuances: [PairKey: Counter] = [:]
+        var offerLabels: Set<PairKey> = []
     }
 
     /// Most distinct offer IDs the per-offer metrics name; further ones are counted as `other`
@@ -35,13 +51,14 @@ final class ServerMetrics: Sendable {
     static let maximumOfferLabels = 500
 
     private func offerLabel(_ bundleID: String, _ offerID: String) -> String {
-        handles.withLock { handles in
-            let key = bundleID + "\u{1F}" + offerID
-            if handles.offerLabels.contains(key) { return offerID }
-            guard handles.offerLabels.count < Self.maximumOfferLabels else { return "other" }
-            handles.offerLabels.insert(key)
-            return offerID
-        }
+        handles.withLock { handles in Self.offerLabel(PairKey(first: bundleID, second: offerID), in: &handles) }
+    }
+
+    private static func offerLabel(_ key: PairKey, in handles: inout Handles) -> String {
+        if handles.offerLabels.contains(key) { return key.second }
+        guard handles.offerLabels.count < maximumOfferLabels else { return "other" }
+        handles.offerLabels.insert(key)
+        return key.second
     }
 
     private let handles = Mutex(Handles())
@@ -82,14 +99,13 @@ final class ServerMetrics: Sendable {
     }
 
     func request(route: String, method: String, status: Int, duration: Duration) {
-        let key = "\(route) \(method) \(status)"
+        let key = RequestKey(route: route, method: method, status: status)
         let (counter, histogram) = handles.withLock { handles -> (Counter, DurationHistogram) in
-            if let counter = handles.requests[key], let histogram = handles.latency[key] { return (counter, histogram) }
+            if let handles = handles.requests[key] { return handles }
             let labels = [("route", route), ("method", method), ("status", String(status))]
             let counter = registry.makeCounter(descriptor: Self.name("http_requests", unit: "total", help: "HTTP requests by route, method and status"), labels: labels)
             let histogram = registry.makeDurationHistogram(descriptor: Self.name("http_request_duration", unit: "seconds", help: "HTTP request latency by route, method and status"), labels: labels, buckets: Self.latencyBuckets)
-            handles.requests[key] = counter
-            handles.latency[key] = histogram
+            handles.requests[key] = (counter, histogram)
             return (counter, histogram)
         }
         counter.increment()
@@ -97,7 +113,7 @@ final class ServerMetrics: Sendable {
     }
 
     func signatureIssued(format: String, keyID: String) {
-        let key = "\(format) \(keyID)"
+        let key = PairKey(first: format, second: keyID)
         handles.withLock { handles in
             if let counter = handles.signatures[key] { return counter }
             let counter = registry.makeCounter(descriptor: Self.name("offer_signatures_issued", unit: "total", help: "Signatures issued by format and key"), labels: [("format", format), ("key_id", keyID)])
@@ -107,8 +123,22 @@ final class ServerMetrics: Sendable {
     }
 
     /// One issuance (one audit record, whatever its formats) of an offer.
+    ///
+    /// On every signature: one lookup by (bundle, offer) under one lock; the label limit and the
+    /// registry are consulted only the first time a pair is seen.
     func offerIssued(bundleID: String, offerID: String) {
-        counter("offer_issuances", help: "Offer issuances (one per signing request, whatever its formats) by bundle and offer", labels: [("bundle_id", bundleID), ("offer_id", offerLabel(bundleID, offerID))]).increment()
+        let key = PairKey(first: bundleID, second: offerID)
+        handles.withLock { handles in
+            if let counter = handles.issuances[key] { return counter }
+            let labels = [("bundle_id", bundleID), ("offer_id", Self.offerLabel(key, in: &handles))]
+            let counter = Self.counter(
+                "offer_issuances", help: "Offer issuances (one per signing request, whatever its formats) by bundle and offer", labels: labels,
+                registry: registry, in: &handles)
+            // Offers past the label limit share `other`: only the first `maximumOfferLabels`
+            // pairs (and as many more) are remembered here, so the table stays bounded too.
+            if handles.issuances.count < 2 * Self.maximumOfferLabels { handles.issuances[key] = counter }
+            return counter
+        }.increment()
     }
 
     /// A recorded redemption of a promotional offer; `matched` when the issuance that enabled it was found.
@@ -145,13 +175,17 @@ final class ServerMetrics: Sendable {
     }
 
     private func counter(_ name: String, help: String, labels: [(String, String)]) -> Counter {
+        handles.withLock { handles in Self.counter(name, help: help, labels: labels, registry: registry, in: &handles) }
+    }
+
+    private static func counter(
+        _ name: String, help: String, labels: [(String, String)], registry: PrometheusCollectorRegistry, in handles: inout Handles
+    ) -> Counter {
         let key = name + labels.map { "\u{1F}\($0.0)=\($0.1)" }.joined()
-        return handles.withLock { handles in
-            if let counter = handles.labelled[key] { return counter }
-            let counter = registry.makeCounter(descriptor: Self.name(name, unit: "total", help: help), labels: labels)
-            handles.labelled[key] = counter
-            return counter
-        }
+        if let counter = handles.labelled[key] { return counter }
+        let counter = registry.makeCounter(descriptor: Self.name(name, unit: "total", help: help), labels: labels)
+        handles.labelled[key] = counter
+        return counter
     }
 
     func rejection(_ code: String) {
