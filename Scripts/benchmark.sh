@@ -132,7 +132,7 @@ trap cleanup EXIT
 start_extra_servers() {
     local i
     for ((i = 1; i < INSTANCES; i++)); do
-        "$BIN" serve --store "$STORE" --master-key-file "$MASTER" --port "$((PORT + i))" \
+        "$BIN" serve --store "$STORE" --master-key-file "$MASTER" --port "$((PORT + i))" --operator-token-file "$OPERATOR_TOKEN_FILE" \
             --log-level warning --client-rate 0 --token-rate 0 > "$WORK/server-$i.log" 2>&1 &
         EXTRA_SERVER_PIDS+=($!)
     done
@@ -188,6 +188,9 @@ MASTER="$WORK/master.key"
 KEY="$WORK/AuthKey_BENCH00001.p8"
 (umask 077 && openssl rand -base64 32 > "$MASTER")
 chmod 600 "$MASTER"
+# GET /metrics answers operators only: the run reads it (CPU and commit figures) with this token.
+OPERATOR_TOKEN_FILE="$WORK/operator-token"
+(umask 077 && openssl rand -hex 32 > "$OPERATOR_TOKEN_FILE")
 
 "$BIN" keys generate --key-id BENCH00001 --output "$KEY" 2>/dev/null
 "$BIN" keys import --store "$STORE" --master-key-file "$MASTER" \
@@ -203,7 +206,7 @@ export OFFER_SIGNER_BENCH_RATE="$RATE"
 export OFFER_SIGNER_BENCH_THREADS="$THREADS"
 
 # --- Server ---------------------------------------------------------------------------
-"$BIN" serve --store "$STORE" --master-key-file "$MASTER" --port "$PORT" \
+"$BIN" serve --store "$STORE" --master-key-file "$MASTER" --port "$PORT" --operator-token-file "$OPERATOR_TOKEN_FILE" \
     --log-level warning --client-rate 0 --token-rate 0 > "$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 URL="http://127.0.0.1:$PORT"
@@ -333,7 +336,7 @@ fi
 server_ticks() { all_server_ticks; }
 TICKS_BEFORE=$(server_ticks)
 PG_TICKS_BEFORE=$(postgres_ticks)
-curl -fsS "$URL/metrics" > "$WORK/metrics-before.txt"
+curl -fsS -H "Authorization: Bearer $(cat "$OPERATOR_TOKEN_FILE")" "$URL/metrics" > "$WORK/metrics-before.txt"
 if [ "$RATE" -gt 0 ]; then LOAD="fixed load: $RATE requests/s offered"; else LOAD="think time: $THINK_MS ms"; fi
 echo "==> wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s --latency -s $LUA $URL/v1/offers/signatures (formats: $FORMATS, $LOAD)"
 if [ "$INSTANCES" -gt 1 ]; then
@@ -344,7 +347,7 @@ fi
 
 TICKS_AFTER=$(server_ticks)
 PG_TICKS_AFTER=$(postgres_ticks)
-curl -fsS "$URL/metrics" > "$WORK/metrics-after.txt"
+curl -fsS -H "Authorization: Bearer $(cat "$OPERATOR_TOKEN_FILE")" "$URL/metrics" > "$WORK/metrics-after.txt"
 # From the server's own /metrics, over the measured run only: time spent inside the server per
 # signing request (from the request head to the response; the rest of wrk's latency is socket
 # queues, event loops and wrk itself) and the audit's group commits.

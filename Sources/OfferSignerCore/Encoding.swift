@@ -30,7 +30,11 @@ public enum Encoding {
         Data(base64Encoded: String(text))
     }
 
-    private static let hexDigits = Array("0123456789abcdef".utf8)
+    /// The lowercase hex digit of a nibble (0...15).
+    @inlinable
+    public static func hexDigit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? UInt8(ascii: "0") &+ nibble : UInt8(ascii: "a") &+ (nibble &- 10)
+    }
 
     /// Lowercase hex, two digits per byte.
     public static func hex(_ bytes: some ContiguousBytes) -> String {
@@ -38,8 +42,8 @@ public enum Encoding {
             String(unsafeUninitializedCapacity: raw.count * 2) { out in
                 var index = 0
                 for byte in raw {
-                    out[index] = hexDigits[Int(byte >> 4)]
-                    out[index + 1] = hexDigits[Int(byte & 0x0F)]
+                    out[index] = hexDigit(byte >> 4)
+                    out[index + 1] = hexDigit(byte & 0x0F)
                     index += 2
                 }
                 return index

@@ -97,16 +97,20 @@ extension UUID {
     /// Linux `uuidString` goes through `sprintf`, which shows on the signing path.)
     public var lowercasedString: String {
         withUnsafeBytes(of: uuid) { bytes in
-            let digits: [UInt8] = Array("0123456789abcdef".utf8)
-            var out = [UInt8](repeating: UInt8(ascii: "-"), count: 36)
-            var position = 0
-            for (index, byte) in bytes.enumerated() {
-                if index == 4 || index == 6 || index == 8 || index == 10 { position += 1 }
-                out[position] = digits[Int(byte >> 4)]
-                out[position + 1] = digits[Int(byte & 0x0F)]
-                position += 2
+            String(unsafeUninitializedCapacity: 36) { out in
+                var position = 0
+                for index in 0..<16 {
+                    if index == 4 || index == 6 || index == 8 || index == 10 {
+                        out[position] = UInt8(ascii: "-")
+                        position += 1
+                    }
+                    let byte = bytes[index]
+                    out[position] = Encoding.hexDigit(byte >> 4)
+                    out[position + 1] = Encoding.hexDigit(byte & 0x0F)
+                    position += 2
+                }
+                return position
             }
-            return String(decoding: out, as: UTF8.self)
         }
     }
 

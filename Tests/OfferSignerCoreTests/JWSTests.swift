@@ -210,5 +210,35 @@ struct SignatureDocumentTests {
         #expect(Date.rfc3339(milliseconds: 0) == "1970-01-01T00:00:00.000Z")
         #expect(Date.rfc3339(milliseconds: 951_782_400_005) == "2000-02-29T00:00:00.005Z")
         #expect(Date.rfc3339(milliseconds: 4_102_444_799_999) == "2099-12-31T23:59:59.999Z")
+        #expect(Date.rfc3339(milliseconds: -1) == "1969-12-31T23:59:59.999Z")
+        #expect(Date.rfc3339(milliseconds: 253_402_300_799_999) == "9999-12-31T23:59:59.999Z")
+        #expect(Date.rfc3339(milliseconds: 253_402_300_800_000) == "10000-01-01T00:00:00.000Z")
+    }
+
+    /// The hand-written form agrees with Foundation's calendar and formatter on random times
+    /// from year 1600 to 9999 (Foundation's calendar is Julian before 1582), and UUIDs print as
+    /// `uuidString` lowercased.
+    @Test("RFC 3339 times and lowercase UUIDs agree with Foundation's own")
+    func rfc3339AndUUIDsAgreeWithFoundation() {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        var random = SeededGenerator()
+        for _ in 0..<2_000 {
+            let milliseconds = Int64.random(in: -11_676_096_000_000...253_402_300_799_999, using: &random)
+            let seconds = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
+            let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: Date(timeIntervalSince1970: Double(seconds)))
+            let expected = String(
+                format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", parts.year!, parts.month!, parts.day!, parts.hour!, parts.minute!, parts.second!,
+                Int(milliseconds - seconds * 1000))
+            #expect(Date.rfc3339(milliseconds: milliseconds) == expected, "seed \(random.seed): \(milliseconds)")
+            let uuid = UUID(uuid: (
+                UInt8.random(in: 0...255, using: &random), UInt8.random(in: 0...255, using: &random), UInt8.random(in: 0...255, using: &random),
+                UInt8.random(in: 0...255, using: &random), UInt8.random(in: 0...255, using: &random), UInt8.random(in: 0...255, using: &random),
+                UInt8.random(in: 0...255, using: &random), UInt8.random(in: 0...255, using: &random), UInt8.random(in: 0...255, using: &random),
+                UInt8.random(in: 0...255, using: &random), UInt8.random(in: 0...255, using: &random), UInt8.random(in: 0...255, using: &random),
+                UInt8.random(in: 0...255, using: &random), UInt8.random(in: 0...255, using: &random), UInt8.random(in: 0...255, using: &random),
+                UInt8.random(in: 0...255, using: &random)))
+            #expect(uuid.lowercasedString == uuid.uuidString.lowercased())
+        }
     }
 }

@@ -34,14 +34,30 @@ final class ServerMetrics: Sendable {
     ]
     private static let groupSizeBuckets: [Double] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
+    /// The labels of one route's request metrics. A struct key, not an interpolated string:
+    /// the lookup runs on every request.
+    private struct RequestKey: Hashable {
+        var route: String
+        var method: String
+        var status: Int
+    }
+
+    /// Two label values (format and key; bundle and offer).
+    private struct PairKey: Hashable {
+        var first: String
+        var second: String
+    }
+
     private struct Handles {
-        var requests: [String: Counter] = [:]
-        var latency: [String: DurationHistogram] = [:]
-        var signatures: [String: Counter] = [:]
+        var requests: [RequestKey: (Counter, DurationHistogram)] = [:]
+        var signatures: [PairKey: Counter] = [:]
         var rejections: [String: Counter] = [:]
         var labelled: [String: Counter] = [:]
         var notificationTimes: [String: Gauge] = [:]
-        var offerLabels: Set<String> = []
+        /// `offer_issuances` by bundle and offer as requested (an offer past the label limit
+        /// maps to its bundle's `other` counter).
+        var issuances: [PairKey: Counter] = [:]
+        var offerLabels: Set<PairKey> = []
     }
 
     /// Most distinct offer IDs the per-offer metrics name; further ones are counted as `other`
@@ -49,13 +65,14 @@ final class ServerMetrics: Sendable {
     static let maximumOfferLabels = 500
 
     private func offerLabel(_ bundleID: String, _ offerID: String) -> String {
-        handles.withLock { handles in
-            let key = bundleID + "\u{1F}" + offerID
-            if handles.offerLabels.contains(key) { return offerID }
-            guard handles.offerLabels.count < Self.maximumOfferLabels else { return "other" }
-            handles.offerLabels.insert(key)
-            return offerID
-        }
+        handles.withLock { handles in Self.offerLabel(PairKey(first: bundleID, second: offerID), in: &handles) }
+    }
+
+    private static func offerLabel(_ key: PairKey, in handles: inout Handles) -> String {
+        if handles.offerLabels.contains(key) { return key.second }
+        guard handles.offerLabels.count < maximumOfferLabels else { return "other" }
+        handles.offerLabels.insert(key)
+        return key.second
     }
 
     private let handles = Mutex(Handles())
@@ -114,14 +131,13 @@ final class ServerMetrics: Sendable {
     }
 
     func request(route: String, method: String, status: Int, duration: Duration) {
-        let key = "\(route) \(method) \(status)"
+        let key = RequestKey(route: route, method: method, status: status)
         let (counter, histogram) = handles.withLock { handles -> (Counter, DurationHistogram) in
-            if let counter = handles.requests[key], let histogram = handles.latency[key] { return (counter, histogram) }
+            if let handles = handles.requests[key] { return handles }
             let labels = [("route", route), ("method", method), ("status", String(status))]
             let counter = registry.makeCounter(descriptor: MetricFamily.httpRequests.descriptor, labels: labels)
             let histogram = registry.makeDurationHistogram(descriptor: MetricFamily.httpRequestDuration.descriptor, labels: labels, buckets: Self.latencyBuckets)
-            handles.requests[key] = counter
-            handles.latency[key] = histogram
+            handles.requests[key] = (counter, histogram)
             return (counter, histogram)
         }
         counter.increment()
@@ -129,7 +145,7 @@ final class ServerMetrics: Sendable {
     }
 
     func signatureIssued(format: String, keyID: String) {
-        let key = "\(format) \(keyID)"
+        let key = PairKey(first: format, second: keyID)
         handles.withLock { handles in
             if let counter = handles.signatures[key] { return counter }
             let counter = registry.makeCounter(descriptor: MetricFamily.signaturesIssued.descriptor, labels: [("format", format), ("key_id", keyID)])
@@ -139,8 +155,20 @@ final class ServerMetrics: Sendable {
     }
 
     /// One issuance (one audit record, whatever its formats) of an offer.
+    ///
+    /// On every signature: one lookup by (bundle, offer) under one lock; the label limit and the
+    /// registry are consulted only the first time a pair is seen.
     func offerIssued(bundleID: String, offerID: String) {
-        counter(MetricFamily.offerIssuances, labels: [("bundle_id", bundleID), ("offer_id", offerLabel(bundleID, offerID))]).increment()
+        let key = PairKey(first: bundleID, second: offerID)
+        handles.withLock { handles in
+            if let counter = handles.issuances[key] { return counter }
+            let labels = [("bundle_id", bundleID), ("offer_id", Self.offerLabel(key, in: &handles))]
+            let counter = Self.counter(MetricFamily.offerIssuances, labels: labels, registry: registry, in: &handles)
+            // Offers past the label limit share `other`: only the first `maximumOfferLabels`
+            // pairs (and as many more) are remembered here, so the table stays bounded too.
+            if handles.issuances.count < 2 * Self.maximumOfferLabels { handles.issuances[key] = counter }
+            return counter
+        }.increment()
     }
 
     /// A redemption recorded (`matched` `true`, `false`, or `unplaced`: not known yet), or one
@@ -204,13 +232,17 @@ final class ServerMetrics: Sendable {
     }
 
     private func counter(_ family: MetricFamily, labels: [(String, String)]) -> Counter {
+        handles.withLock { handles in Self.counter(family, labels: labels, registry: registry, in: &handles) }
+    }
+
+    private static func counter(
+        _ family: MetricFamily, labels: [(String, String)], registry: PrometheusCollectorRegistry, in handles: inout Handles
+    ) -> Counter {
         let key = family.metricName + labels.map { "\u{1F}\($0.0)=\($0.1)" }.joined()
-        return handles.withLock { handles in
-            if let counter = handles.labelled[key] { return counter }
-            let counter = registry.makeCounter(descriptor: family.descriptor, labels: labels)
-            handles.labelled[key] = counter
-            return counter
-        }
+        if let counter = handles.labelled[key] { return counter }
+        let counter = registry.makeCounter(descriptor: family.descriptor, labels: labels)
+        handles.labelled[key] = counter
+        return counter
     }
 
     func rejection(_ code: String) {

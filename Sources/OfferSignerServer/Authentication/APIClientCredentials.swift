@@ -33,18 +33,23 @@ public enum APIClientCredentials {
 
     /// The client ID a secret claims to belong to, if it has the API-key shape.
     static func clientID(of secret: Substring) -> Substring? {
-        guard secret.hasPrefix(prefix) else { return nil }
-        let rest = secret.dropFirst(prefix.count)
-        guard let underscore = rest.firstIndex(of: "_") else { return nil }
-        return rest[..<underscore]
+        // By UTF-8 bytes (`prefix` and `_` are ASCII): walking the `Character`s cost about
+        // 7,000 instructions a request.
+        let utf8 = secret.utf8
+        guard utf8.starts(with: prefix.utf8) else { return nil }
+        let rest = utf8.index(utf8.startIndex, offsetBy: prefix.utf8.count)
+        guard let underscore = utf8[rest...].firstIndex(of: UInt8(ascii: "_")) else { return nil }
+        return secret[rest..<underscore]
     }
 
     /// Finds the client a secret belongs to.
     static func authenticate(_ secret: Substring, clients: [String: APIClientRecord]) -> APIClientRecord? {
         guard let clientID = clientID(of: secret), let client = clients[String(clientID)] else { return nil }
         // Both sides are lowercase hex of a SHA-256, the form the store keeps: compare them as
-        // they are, in constant time.
-        return constantTimeEquals(Array(hash(String(secret)).utf8), Array(client.secretHash.utf8)) ? client : nil
+        // they are, in constant time. The presented secret is hashed from its bytes in place.
+        var secret = secret
+        let digest = secret.withUTF8 { SHA256.hash(data: UnsafeRawBufferPointer($0)) }
+        return constantTimeEquals(Array(Encoding.hex(digest).utf8), Array(client.secretHash.utf8)) ? client : nil
     }
 
     static func constantTimeEquals(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
