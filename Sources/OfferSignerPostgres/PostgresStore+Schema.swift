@@ -146,6 +146,11 @@ extension PostgresStore {
         // 6: the scheduled notification catch-up's watermark per app and environment (SQLite's
         // "v5-notification-recovery").
         [NotificationRecoverySchema.createTable],
+        // 7: the registry manifest (RegistryManifest), as SQLite's "v6-registry-manifest".
+        [
+            "ALTER TABLE registry ADD COLUMN manifest_version BIGINT",
+            "ALTER TABLE registry ADD COLUMN manifest_mac TEXT",
+        ],
     ]
 
     /// The longest an instance waits to open a store whose schema it must check or migrate.

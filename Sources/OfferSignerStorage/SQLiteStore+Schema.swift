@@ -83,6 +83,14 @@ extension SQLiteStore {
         migrator.registerMigration("v5-notification-recovery") { db in
             try db.execute(sql: NotificationRecoverySchema.createTable)
         }
+        // The registry manifest (RegistryManifest): written by the CLI with every registry
+        // change; a store with rows and none waits for `offer-signer store authenticate`.
+        migrator.registerMigration("v6-registry-manifest") { db in
+            try db.execute(sql: """
+                ALTER TABLE registry ADD COLUMN manifest_version INTEGER;
+                ALTER TABLE registry ADD COLUMN manifest_mac TEXT;
+                """)
+        }
         return migrator
     }
 }

@@ -9,7 +9,8 @@ import Synchronization
 /// status; `offer_signatures_issued_total` by format and key; `audit_commit_duration_seconds`,
 /// `audit_commit_entries_total` and `audit_commit_failures_total`;
 /// `offer_signer_rejections_total` by reason code; `offer_signer_connections_timed_out_total`;
-/// `offer_signer_registry_rows_rejected` (rows of the loaded registry whose MAC did not verify) and
+/// `offer_signer_registry_rows_rejected` (rows of the loaded registry whose MAC did not verify),
+/// `offer_signer_registry_manifest_refusals_total` (registry reads refused for their manifest) and
 /// `offer_signer_audit_checkpoint_refusals_total`;
 /// `offer_signer_rate_limit_per_second` and
 /// `offer_signer_rate_limit_burst` by limit, with `scope="instance"`: each instance keeps its
@@ -51,6 +52,7 @@ final class ServerMetrics: Sendable {
     private let connectionsTimedOut: Counter
     private let rowsRejected: Gauge
     private let checkpointRefusals: Counter
+    private let manifestRefusals: Counter
 
     private static func name(_ name: String, unit: String, help: String) -> MetricNameDescriptor {
         MetricNameDescriptor(metricName: name, unitName: unit, helpText: help)
@@ -69,6 +71,16 @@ final class ServerMetrics: Sendable {
         checkpointRefusals = registry.makeCounter(
             descriptor: Self.name("offer_signer_audit_checkpoint_refusals", unit: "total", help: "Audit checkpoints refused: the chain does not extend the last signed checkpoint, or the audit-signing key row is missing or not the master key's"),
             labels: [])
+        manifestRefusals = registry.makeCounter(
+            descriptor: Self.name(
+                "offer_signer_registry_manifest_refusals", unit: "total",
+                help: "Registry reads refused because the registry manifest does not vouch for the rows (added, deleted or restored rows) or is older than one seen (rollback); the last verified registry keeps serving"),
+            labels: [])
+    }
+
+    /// A registry read the key ring refused for its manifest.
+    func registryManifestRefused() {
+        manifestRefusals.increment()
     }
 
     /// A checkpoint the audit checkpointer refused to sign.
