@@ -93,9 +93,12 @@ extension PostgresStore {
         return values
     }
 
-    /// Locks the registry row for the rest of the transaction and bumps its version.
+    /// Locks the registry row for the rest of the transaction and bumps its version; then locks
+    /// the key and client tables against writes (reads go on), so no row changes between the
+    /// manifest check and the manifest written (see ``changeRegistry``).
     static func lockAndBumpRegistry(_ connection: PostgresConnection, _ logger: Logger) async throws {
         try await connection.run("UPDATE registry SET version = version + 1 WHERE id = 1", logger: logger)
+        try await connection.run("LOCK TABLE signing_keys, api_clients IN EXCLUSIVE MODE", logger: logger)
     }
 
     /// Reads the stored check value first, so binding an already bound store writes nothing
