@@ -32,7 +32,7 @@ extension PostgresStore {
             return SealedAuditSigningKey(publicKeyPEM: pem, fingerprint: fingerprint, sealedPrivateKey: sealed, createdAt: Self.date(createdAt))
         }
         return StoreCopyRegistry(masterKeyCheck: check, registryVersion: snapshot.version, keys: snapshot.keys, clients: snapshot.clients, auditSigningKey: signingKey,
-            rowsAuthenticated: snapshot.rowsAuthenticated)
+            rowsAuthenticated: snapshot.rowsAuthenticated, manifest: snapshot.manifest)
     }
 
     public func ledger(after position: LedgerPosition?, limit: Int) async throws -> [IssuedSignatureRecord] {
@@ -67,7 +67,9 @@ extension PostgresStore {
                 if let check = registry.masterKeyCheck {
                     try await connection.run("INSERT INTO meta (name, value) VALUES ('master_key_check', \(check))", logger: logger)
                 }
-                try await connection.run("UPDATE registry SET version = \(registry.registryVersion) WHERE id = 1", logger: logger)
+                try await connection.run(
+                    "UPDATE registry SET version = \(registry.registryVersion), manifest_version = \(registry.manifest?.version), manifest_mac = \(registry.manifest?.mac) WHERE id = 1",
+                    logger: logger)
                 if !registry.rowsAuthenticated {
                     try await connection.run("DELETE FROM meta WHERE name = \(RegistryRowsMarker.name)", logger: logger)
                 }

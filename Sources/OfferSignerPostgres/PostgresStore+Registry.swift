@@ -39,10 +39,52 @@ extension PostgresStore {
         try await connection.query("SELECT 1 FROM meta WHERE name = \(RegistryRowsMarker.name)", logger: logger).collect().count > 0
     }
 
-    /// Gives key `keyID`'s row, as it now is, its MAC.
-    static func reauthenticateKey(_ connection: PostgresConnection, _ logger: Logger, keyID: String, _ authenticator: RegistryRowAuthenticator) async throws {
-        guard let key = try await fetchKey(connection, logger, where: "key_id = \(keyID)") else { return }
-        try await connection.run("UPDATE signing_keys SET registry_mac = \(authenticator.mac(for: key)) WHERE key_id = \(keyID)", logger: logger)
+    static func storedManifest(_ connection: PostgresConnection, _ logger: Logger) async throws -> StoredRegistryManifest? {
+        guard let row = try await connection.query("SELECT manifest_version, manifest_mac FROM registry WHERE id = 1", logger: logger).collect().first else {
+            return nil
+        }
+        let (version, mac) = try row.decode((Int64?, String?).self)
+        guard let version, let mac else { return nil }
+        return StoredRegistryManifest(version: version, mac: mac)
+    }
+
+    static func manifestEntries(_ connection: PostgresConnection, _ logger: Logger) async throws -> [RegistryManifestEntry] {
+        var entries: [RegistryManifestEntry] = []
+        for try await (id, mac) in try await connection.query("SELECT key_id, registry_mac FROM signing_keys", logger: logger).decode((String, String?).self) {
+            entries.append(RegistryManifestEntry(table: "signing_keys", rowID: id, rowMAC: mac))
+        }
+        for try await (id, mac) in try await connection.query("SELECT client_id, registry_mac FROM api_clients", logger: logger).decode((String, String?).self) {
+            entries.append(RegistryManifestEntry(table: "api_clients", rowID: id, rowMAC: mac))
+        }
+        return entries.sorted()
+    }
+
+    static func writeManifest(_ connection: PostgresConnection, _ logger: Logger, _ manifest: StoredRegistryManifest) async throws {
+        try await connection.run(
+            "UPDATE registry SET manifest_version = \(manifest.version), manifest_mac = \(manifest.mac) WHERE id = 1", logger: logger)
+    }
+
+    /// Runs a registry change (see ``RegistryManifest``) in the caller's transaction: locks the
+    /// registry row and bumps its version, checks that the stored manifest vouches for the rows,
+    /// runs `change`, then writes the next manifest.
+    static func changeRegistry<T: Sendable>(
+        _ connection: PostgresConnection, _ logger: Logger, _ authenticator: RegistryRowAuthenticator, _ change: () async throws -> T
+    ) async throws -> T {
+        try await lockAndBumpRegistry(connection, logger)
+        let version = try RegistryManifest.checkBeforeChange(
+            stored: try await storedManifest(connection, logger), entries: try await manifestEntries(connection, logger), authenticator: authenticator)
+        let result = try await change()
+        try await writeManifest(connection, logger, RegistryManifest.next(after: version, entries: try await manifestEntries(connection, logger), authenticator: authenticator))
+        return result
+    }
+
+    static func writeKeyState(_ connection: PostgresConnection, _ logger: Logger, _ key: SigningKeyRecord) async throws {
+        try await connection.run(
+            """
+            UPDATE signing_keys SET state = \(key.state.rawValue), activated_at = \(key.activatedAt?.unixMilliseconds), retired_at = \(key.retiredAt?.unixMilliseconds),
+                revoked_at = \(key.revokedAt?.unixMilliseconds), registry_mac = \(key.registryMAC)
+            WHERE key_id = \(key.keyID)
+            """, logger: logger)
     }
 
     static func all<T>(_ sequence: PostgresRowSequence, _ transform: (PostgresRow) throws -> T) async throws -> [T] {
@@ -51,9 +93,12 @@ extension PostgresStore {
         return values
     }
 
-    /// Locks the registry row for the rest of the transaction and bumps its version.
+    /// Locks the registry row for the rest of the transaction and bumps its version; then locks
+    /// the key and client tables against writes (reads go on), so no row changes between the
+    /// manifest check and the manifest written (see ``changeRegistry``).
     static func lockAndBumpRegistry(_ connection: PostgresConnection, _ logger: Logger) async throws {
         try await connection.run("UPDATE registry SET version = version + 1 WHERE id = 1", logger: logger)
+        try await connection.run("LOCK TABLE signing_keys, api_clients IN EXCLUSIVE MODE", logger: logger)
     }
 
     /// Reads the stored check value first, so binding an already bound store writes nothing
@@ -97,6 +142,14 @@ extension PostgresStore {
         try await rows("reading the registry version", "SELECT version FROM registry WHERE id = 1").first?.decode(Int64.self) ?? 0
     }
 
+    public func registryChangeMark() async throws -> String {
+        guard let row = try await rows("reading the registry version", "SELECT version, manifest_version, manifest_mac FROM registry WHERE id = 1").first else {
+            return ""
+        }
+        let (version, manifestVersion, mac) = try row.decode((Int64, Int64?, String?).self)
+        return "\(version)/\(manifestVersion ?? -1)/\(mac ?? "")"
+    }
+
     public func registrySnapshot() async throws -> RegistrySnapshot {
         // One transaction (REPEATABLE READ) so keys and clients match the version.
         try await transaction("reading the registry") { connection, logger in
@@ -112,13 +165,13 @@ extension PostgresStore {
                 try await connection.query(PostgresQuery(unsafeSQL: "SELECT \(Self.clientColumns) FROM api_clients ORDER BY created_at, name"), logger: logger),
                 Self.client(from:))
             return RegistrySnapshot(
-                version: version, keys: keys, clients: clients, rowsAuthenticated: try await Self.rowsAuthenticated(connection, logger))
+                version: version, keys: keys, clients: clients, rowsAuthenticated: try await Self.rowsAuthenticated(connection, logger),
+                manifest: try await Self.storedManifest(connection, logger))
         }
     }
 
     public func importKey(_ key: SigningKeyRecord, actor: String, reason: String?, authenticator: RegistryRowAuthenticator) async throws -> SigningKeyRecord {
-        try await transaction("importing key '\(key.keyID)'") { connection, logger in
-            try await Self.lockAndBumpRegistry(connection, logger)
+        try await transaction("importing key '\(key.keyID)'") { connection, logger in try await Self.changeRegistry(connection, logger, authenticator) {
             if try await connection.query("SELECT 1 FROM signing_keys WHERE key_id = \(key.keyID)", logger: logger).collect().count > 0 {
                 throw StoreError(.duplicate, "key '\(key.keyID)' is already in the store")
             }
@@ -147,7 +200,7 @@ extension PostgresStore {
             ])
             _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: AuditEntry(kind: "key.imported", body: body))], at: key.importedAt)
             return stored
-        }
+        } }
     }
 
     public func listKeys() async throws -> [SigningKeyRecord] {
@@ -159,68 +212,31 @@ extension PostgresStore {
         return try await connection.query(query, logger: logger).collect().first.map(key(from:))
     }
 
+    /// Locks the rows it reads (`FOR UPDATE`), checks their MACs, and writes the key (and the
+    /// bundle's previous active key) as planned from those verified records, with the MACs of
+    /// the planned records: a concurrent SQL change of a row either lands before the lock (and
+    /// the row's MAC fails) or waits for the commit (and breaks the MAC written).
     public func transitionKey(
         keyID: String, to state: SigningKeyState, actor: String, reason: String?, force: Bool, authenticator: RegistryRowAuthenticator
     ) async throws -> SigningKeyRecord {
-        try await transaction("changing key '\(keyID)'") { connection, logger in
-            try await Self.lockAndBumpRegistry(connection, logger)
-            guard let key = try await Self.fetchKey(connection, logger, where: "key_id = \(keyID)") else {
+        try await transaction("changing key '\(keyID)'") { connection, logger in try await Self.changeRegistry(connection, logger, authenticator) {
+            guard let key = try await Self.fetchKey(connection, logger, where: "key_id = \(keyID) FOR UPDATE") else {
                 throw StoreError(.notFound, "no key '\(keyID)' in the store")
             }
+            let previousActive = try await Self.fetchKey(connection, logger, where: "bundle_id = \(key.bundleID) AND state = 'active' FOR UPDATE")
             let now = Date()
-            let millis = now.unixMilliseconds
-            let previousActive = try await Self.fetchKey(connection, logger, where: "bundle_id = \(key.bundleID) AND state = 'active'")
-            try KeyRegistry.checkRowsBeforeTransition(key: key, previousActive: previousActive, to: state, authenticator: authenticator)
-            let kind: String
-            switch state {
-            case .active:
-                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is revoked and can never sign again") }
-                guard key.state != .active else { throw StoreError(.conflict, "key '\(keyID)' is already the active key of \(key.bundleID)") }
-                if let previousActive {
-                    try await connection.run(
-                        "UPDATE signing_keys SET state = 'retired', retired_at = \(millis) WHERE key_id = \(previousActive.keyID)", logger: logger)
-                }
-                try await connection.run(
-                    "UPDATE signing_keys SET state = 'active', activated_at = \(millis), retired_at = NULL WHERE key_id = \(keyID)", logger: logger)
-                kind = "key.activated"
-            case .retired:
-                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is revoked; it cannot be retired") }
-                guard key.state != .retired else { throw StoreError(.conflict, "key '\(keyID)' is already retired") }
-                if key.state == .active && !force {
-                    throw StoreError(.conflict, "key '\(keyID)' is the only active key of \(key.bundleID): retiring it stops all signing for that app; activate another key first, or pass --force")
-                }
-                try await connection.run("UPDATE signing_keys SET state = 'retired', retired_at = \(millis) WHERE key_id = \(keyID)", logger: logger)
-                kind = "key.retired"
-            case .revoked:
-                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is already revoked") }
-                if key.state == .active && !force {
-                    throw StoreError(.conflict, "key '\(keyID)' is the only active key of \(key.bundleID): revoking it stops all signing for that app; activate another key first, or pass --force")
-                }
-                try await connection.run("UPDATE signing_keys SET state = 'revoked', revoked_at = \(millis) WHERE key_id = \(keyID)", logger: logger)
-                kind = "key.revoked"
-            case .ready:
-                throw StoreError(.conflict, "a key cannot be moved back to 'ready'")
-            }
-            try await Self.reauthenticateKey(connection, logger, keyID: keyID, authenticator)
-            if state == .active, let previousActive { try await Self.reauthenticateKey(connection, logger, keyID: previousActive.keyID, authenticator) }
-            let newActive = try await Self.fetchKey(connection, logger, where: "bundle_id = \(key.bundleID) AND state = 'active'")
-            let body = AuditBody.make([
-                ("actor", actor), ("reason", reason), ("keyID", keyID), ("bundleID", key.bundleID),
-                ("fromState", key.state.rawValue), ("toState", state.rawValue),
-                ("previousActiveKeyID", previousActive?.keyID), ("previousActiveFingerprint", previousActive?.fingerprint),
-                ("newActiveKeyID", newActive?.keyID), ("newActiveFingerprint", newActive?.fingerprint),
-            ])
-            _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: AuditEntry(kind: kind, body: body))], at: now)
-            guard let updated = try await Self.fetchKey(connection, logger, where: "key_id = \(keyID)") else {
-                throw StoreError(.notFound, "no key '\(keyID)' in the store")
-            }
-            return updated
-        }
+            let plan = try KeyRegistry.planTransition(
+                key: key, previousActive: previousActive, to: state, force: force, now: now, authenticator: authenticator)
+            if let retired = plan.retired { try await Self.writeKeyState(connection, logger, retired) }
+            try await Self.writeKeyState(connection, logger, plan.key)
+            let entry = KeyRegistry.transitionAuditEntry(plan, from: key, previousActive: previousActive, actor: actor, reason: reason)
+            _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: entry)], at: now)
+            return plan.key
+        } }
     }
 
     public func createClient(_ client: APIClientRecord, actor: String, authenticator: RegistryRowAuthenticator) async throws -> APIClientRecord {
-        try await transaction("creating client '\(client.name)'") { connection, logger in
-            try await Self.lockAndBumpRegistry(connection, logger)
+        try await transaction("creating client '\(client.name)'") { connection, logger in try await Self.changeRegistry(connection, logger, authenticator) {
             if try await connection.query("SELECT 1 FROM api_clients WHERE name = \(client.name)", logger: logger).collect().count > 0 {
                 throw StoreError(.duplicate, "a client named '\(client.name)' exists already")
             }
@@ -234,7 +250,7 @@ extension PostgresStore {
             let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", client.name), ("bundleIDs", bundles)])
             _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: AuditEntry(kind: "client.created", body: body))], at: client.createdAt)
             return client
-        }
+        } }
     }
 
     public func listClients() async throws -> [APIClientRecord] {
@@ -242,10 +258,9 @@ extension PostgresStore {
     }
 
     public func revokeClient(name: String, actor: String, authenticator: RegistryRowAuthenticator) async throws -> APIClientRecord {
-        try await transaction("revoking client '\(name)'") { connection, logger in
-            try await Self.lockAndBumpRegistry(connection, logger)
+        try await transaction("revoking client '\(name)'") { connection, logger in try await Self.changeRegistry(connection, logger, authenticator) {
             guard let row = try await connection.query(
-                "SELECT \(unescaped: Self.clientColumns) FROM api_clients WHERE name = \(name)", logger: logger
+                "SELECT \(unescaped: Self.clientColumns) FROM api_clients WHERE name = \(name) FOR UPDATE", logger: logger
             ).collect().first else {
                 throw StoreError(.notFound, "no client named '\(name)'")
             }
@@ -259,7 +274,7 @@ extension PostgresStore {
             let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", name)])
             _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: AuditEntry(kind: "client.revoked", body: body))], at: now)
             return client
-        }
+        } }
     }
 
     public func authenticateRegistry(authenticator: RegistryRowAuthenticator, actor: String) async throws -> RegistryAuthenticationSummary {
@@ -282,10 +297,28 @@ extension PostgresStore {
                     "UPDATE api_clients SET registry_mac = \(authenticator.mac(for: client)) WHERE client_id = \(client.clientID)", logger: logger)
             }
             try await connection.run("INSERT INTO meta (name, value) VALUES (\(RegistryRowsMarker.name), \(RegistryRowsMarker.value))", logger: logger)
+            // The first manifest, over the rows just authenticated.
+            let previous = try await Self.storedManifest(connection, logger)
+            try RegistryManifest.checkNotRolledBack(version: previous?.version ?? 0, authenticator: authenticator)
+            let manifest = RegistryManifest.next(after: previous?.version ?? 0, entries: try await Self.manifestEntries(connection, logger), authenticator: authenticator)
+            try await Self.writeManifest(connection, logger, manifest)
             let summary = RegistryAuthenticationSummary(keyIDs: keys.map(\.keyID), clientNames: clients.map(\.name))
             _ = try await Self.appendAudit(
                 connection, logger, [AuditAppend(entry: KeyRegistry.authenticationAuditEntry(summary, actor: actor))], at: Date())
             return summary
+        }
+    }
+
+    public func writeRegistryManifest(authenticator: RegistryRowAuthenticator, actor: String, reason: String) async throws -> StoredRegistryManifest {
+        try await transaction("writing the registry manifest") { connection, logger in
+            try await Self.lockAndBumpRegistry(connection, logger)
+            let previous = try await Self.storedManifest(connection, logger)
+            let entries = try await Self.manifestEntries(connection, logger)
+            let manifest = RegistryManifest.next(after: previous?.version ?? 0, entries: entries, authenticator: authenticator)
+            try await Self.writeManifest(connection, logger, manifest)
+            let entry = RegistryManifest.rewrittenAuditEntry(manifest, previous: previous, rows: entries.count, actor: actor, reason: reason)
+            _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: entry)], at: Date())
+            return manifest
         }
     }
 }

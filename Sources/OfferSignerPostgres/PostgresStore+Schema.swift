@@ -154,6 +154,11 @@ extension PostgresStore {
         // by time, notifications by app and environment. Building them holds writes to those
         // tables back for the build (seconds on a million issuances), once, at the upgrade.
         DashboardSchema.indexes,
+        // 9: the registry manifest (RegistryManifest), as SQLite's "v8-registry-manifest".
+        [
+            "ALTER TABLE registry ADD COLUMN manifest_version BIGINT",
+            "ALTER TABLE registry ADD COLUMN manifest_mac TEXT",
+        ],
     ]
 
     /// The longest an instance waits to open a store whose schema it must check or migrate.

@@ -56,6 +56,16 @@ public protocol OfferSignerStore: StoreCoordination {
     /// since a row without a MAC in an authenticated store was not written by offer-signer.
     func authenticateRegistry(authenticator: RegistryRowAuthenticator, actor: String) async throws -> RegistryAuthenticationSummary
 
+    /// Writes a registry manifest over the rows as they are, whatever the stored one says (the
+    /// next version above both it and ``RegistryRowAuthenticator/manifestFloor``), audited
+    /// (`registry.manifest.written`). Only `store authenticate` calls it, to upgrade a store made
+    /// before manifests or, when told to, to accept the rows as they are.
+    func writeRegistryManifest(authenticator: RegistryRowAuthenticator, actor: String, reason: String) async throws -> StoredRegistryManifest
+
+    /// A value that changes with every registry change (the version, the manifest's version and
+    /// MAC): a server reloads when it differs from the last one it saw, in either direction.
+    func registryChangeMark() async throws -> String
+
     /// Appends a batch of audit entries (with their ledger rows) in one durable transaction,
     /// in order; returns the stored records. All or nothing.
     func appendAudit(_ batch: [AuditAppend], at time: Date) async throws -> [AuditRecord]

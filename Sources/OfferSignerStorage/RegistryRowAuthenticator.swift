@@ -14,15 +14,21 @@ import OfferSignerCore
 /// column, or split differently, without the MAC failing. Only the holder of the master key
 /// (the CLI, the store upgrade) writes MACs; a serving process only verifies them, when it loads
 /// a registry snapshot, never per request. A row restored exactly as it was earlier (with its
-/// earlier MAC) is not detected by its MAC: see Docs/Security.md.
+/// earlier MAC), or deleted, is not detected by its MAC: the ``RegistryManifest`` (under a key
+/// of its own, derived the same way) detects it.
 public struct RegistryRowAuthenticator: Sendable {
     private let key: SymmetricKey
+    let manifestKey: SymmetricKey
+    /// The highest manifest version known outside the database (the ``RegistryVersionFile``):
+    /// a change onto a stored manifest older than this is refused. 0: none known.
+    public var manifestFloor: Int64 = 0
 
     /// The HKDF label (info) the MAC key is derived with.
     public static let derivationLabel = "offer-signer registry row MAC v1"
 
     init(masterKeyMaterial: SymmetricKey) {
         key = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKeyMaterial, info: Data(Self.derivationLabel.utf8), outputByteCount: 32)
+        manifestKey = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKeyMaterial, info: Data(RegistryManifest.derivationLabel.utf8), outputByteCount: 32)
     }
 
     /// The MAC of a signing key row (base64).

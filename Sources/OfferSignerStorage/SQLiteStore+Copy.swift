@@ -26,7 +26,7 @@ extension SQLiteStore {
             return (check, key)
         }
         return StoreCopyRegistry(masterKeyCheck: check, registryVersion: snapshot.version, keys: snapshot.keys, clients: snapshot.clients, auditSigningKey: signingKey,
-            rowsAuthenticated: snapshot.rowsAuthenticated)
+            rowsAuthenticated: snapshot.rowsAuthenticated, manifest: snapshot.manifest)
     }
 
     public func ledger(after position: LedgerPosition?, limit: Int) async throws -> [IssuedSignatureRecord] {
@@ -68,7 +68,9 @@ extension SQLiteStore {
                 if let check = registry.masterKeyCheck {
                     try db.execute(sql: "INSERT OR REPLACE INTO meta (name, value) VALUES ('master_key_check', ?)", arguments: [check])
                 }
-                try db.execute(sql: "UPDATE registry SET version = ? WHERE id = 1", arguments: [registry.registryVersion])
+                try db.execute(
+                    sql: "UPDATE registry SET version = ?, manifest_version = ?, manifest_mac = ? WHERE id = 1",
+                    arguments: [registry.registryVersion, registry.manifest?.version, registry.manifest?.mac])
                 if !registry.rowsAuthenticated {
                     try db.execute(sql: "DELETE FROM meta WHERE name = ?", arguments: [RegistryRowsMarker.name])
                 }

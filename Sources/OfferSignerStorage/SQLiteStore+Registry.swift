@@ -7,10 +7,6 @@ import Synchronization
 /// The key registry on SQLite: signing keys with their states, API clients, and the version
 /// number that tells a serving process the registry changed.
 extension SQLiteStore {
-    static func bumpRegistry(_ db: Database) throws {
-        try db.execute(sql: "UPDATE registry SET version = version + 1 WHERE id = 1")
-    }
-
     static func key(from row: Row) throws -> SigningKeyRecord {
         let table = "signing_keys"
         let stateName: String = try row.column("state", table)
@@ -40,20 +36,53 @@ extension SQLiteStore {
         try String.fetchOne(db, sql: "SELECT value FROM meta WHERE name = ?", arguments: [RegistryRowsMarker.name]) != nil
     }
 
-    /// Gives key `keyID`'s row, as it now is, its MAC.
-    static func reauthenticateKey(_ db: Database, keyID: String, _ authenticator: RegistryRowAuthenticator) throws {
-        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE key_id = ?", arguments: [keyID]) else { return }
-        try db.execute(sql: "UPDATE signing_keys SET registry_mac = ? WHERE key_id = ?", arguments: [authenticator.mac(for: try key(from: row)), keyID])
+    static func storedManifest(_ db: Database) throws -> StoredRegistryManifest? {
+        guard let row = try Row.fetchOne(db, sql: "SELECT manifest_version, manifest_mac FROM registry WHERE id = 1"),
+            let version = row["manifest_version"] as Int64?, let mac = row["manifest_mac"] as String?
+        else { return nil }
+        return StoredRegistryManifest(version: version, mac: mac)
     }
 
-    /// Gives client `clientID`'s row, as it now is, its MAC.
-    static func reauthenticateClient(_ db: Database, clientID: String, _ authenticator: RegistryRowAuthenticator) throws {
-        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM api_clients WHERE client_id = ?", arguments: [clientID]) else { return }
-        try db.execute(sql: "UPDATE api_clients SET registry_mac = ? WHERE client_id = ?", arguments: [authenticator.mac(for: try client(from: row)), clientID])
+    static func manifestEntries(_ db: Database) throws -> [RegistryManifestEntry] {
+        let keys = try Row.fetchAll(db, sql: "SELECT key_id, registry_mac FROM signing_keys").map {
+            RegistryManifestEntry(table: "signing_keys", rowID: $0["key_id"], rowMAC: $0["registry_mac"])
+        }
+        let clients = try Row.fetchAll(db, sql: "SELECT client_id, registry_mac FROM api_clients").map {
+            RegistryManifestEntry(table: "api_clients", rowID: $0["client_id"], rowMAC: $0["registry_mac"])
+        }
+        return (keys + clients).sorted()
+    }
+
+    static func writeManifest(_ db: Database, _ manifest: StoredRegistryManifest) throws {
+        try db.execute(
+            sql: "UPDATE registry SET manifest_version = ?, manifest_mac = ?, version = version + 1 WHERE id = 1", arguments: [manifest.version, manifest.mac])
+    }
+
+    /// Runs a registry change (see ``RegistryManifest``): the stored manifest must vouch for the
+    /// rows first; afterwards the next manifest is written and the version bumped, all in the
+    /// caller's transaction.
+    static func changeRegistry<T>(_ db: Database, _ authenticator: RegistryRowAuthenticator, _ change: () throws -> T) throws -> T {
+        let version = try RegistryManifest.checkBeforeChange(stored: try storedManifest(db), entries: try manifestEntries(db), authenticator: authenticator)
+        let result = try change()
+        try writeManifest(db, RegistryManifest.next(after: version, entries: try manifestEntries(db), authenticator: authenticator))
+        return result
+    }
+
+    static func writeKeyState(_ db: Database, _ key: SigningKeyRecord) throws {
+        try db.execute(
+            sql: "UPDATE signing_keys SET state = ?, activated_at = ?, retired_at = ?, revoked_at = ?, registry_mac = ? WHERE key_id = ?",
+            arguments: [key.state.rawValue, millis(key.activatedAt), millis(key.retiredAt), millis(key.revokedAt), key.registryMAC, key.keyID])
     }
 
     public func registryVersion() async throws -> Int64 {
         try await read { db in try Int64.fetchOne(db, sql: "SELECT version FROM registry WHERE id = 1") ?? 0 }
+    }
+
+    public func registryChangeMark() async throws -> String {
+        try await read { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT version, manifest_version, manifest_mac FROM registry WHERE id = 1") else { return "" }
+            return "\(row["version"] as Int64? ?? 0)/\(row["manifest_version"] as Int64? ?? -1)/\(row["manifest_mac"] as String? ?? "")"
+        }
     }
 
     public func registrySnapshot() async throws -> RegistrySnapshot {
@@ -62,12 +91,12 @@ extension SQLiteStore {
                 version: try Int64.fetchOne(db, sql: "SELECT version FROM registry WHERE id = 1") ?? 0,
                 keys: try Row.fetchAll(db, sql: "SELECT * FROM signing_keys ORDER BY position").map { try Self.key(from: $0) },
                 clients: try Row.fetchAll(db, sql: "SELECT * FROM api_clients ORDER BY created_at, name").map { try Self.client(from: $0) },
-                rowsAuthenticated: try Self.rowsAuthenticated(db))
+                rowsAuthenticated: try Self.rowsAuthenticated(db), manifest: try Self.storedManifest(db))
         }
     }
 
     public func importKey(_ key: SigningKeyRecord, actor: String, reason: String?, authenticator: RegistryRowAuthenticator) async throws -> SigningKeyRecord {
-        try await write { db in
+        try await write { db in try Self.changeRegistry(db, authenticator) {
             if try Row.fetchOne(db, sql: "SELECT 1 FROM signing_keys WHERE key_id = ?", arguments: [key.keyID]) != nil {
                 throw StoreError(.duplicate, "key '\(key.keyID)' is already in the store")
             }
@@ -90,14 +119,13 @@ extension SQLiteStore {
                     stored.fingerprint, stored.sealedPrivateKey, stored.importedAt.unixMilliseconds, Self.millis(stored.activatedAt), position,
                     stored.registryMAC,
                 ])
-            try Self.bumpRegistry(db)
             let body = AuditBody.make([
                 ("actor", actor), ("reason", reason), ("keyID", stored.keyID), ("bundleID", stored.bundleID),
                 ("origin", stored.origin), ("state", stored.state.rawValue), ("fingerprint", stored.fingerprint),
             ])
             _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "key.imported", body: body))], at: key.importedAt)
             return stored
-        }
+        } }
     }
 
     public func listKeys() async throws -> [SigningKeyRecord] {
@@ -107,60 +135,28 @@ extension SQLiteStore {
     public func transitionKey(
         keyID: String, to state: SigningKeyState, actor: String, reason: String?, force: Bool, authenticator: RegistryRowAuthenticator
     ) async throws -> SigningKeyRecord {
-        try await write { db in
+        // One write transaction: no other writer changes a row between the read and the write,
+        // and the MACs written are those of the records as planned from the rows read.
+        try await write { db in try Self.changeRegistry(db, authenticator) {
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE key_id = ?", arguments: [keyID]) else {
                 throw StoreError(.notFound, "no key '\(keyID)' in the store")
             }
             let key = try Self.key(from: row)
-            let now = Date()
             let activeRow = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE bundle_id = ? AND state = 'active'", arguments: [key.bundleID])
             let previousActive = try activeRow.map { try Self.key(from: $0) }
-            try KeyRegistry.checkRowsBeforeTransition(key: key, previousActive: previousActive, to: state, authenticator: authenticator)
-            var kind: String
-            switch state {
-            case .active:
-                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is revoked and can never sign again") }
-                guard key.state != .active else { throw StoreError(.conflict, "key '\(keyID)' is already the active key of \(key.bundleID)") }
-                if let previousActive {
-                    try db.execute(sql: "UPDATE signing_keys SET state = 'retired', retired_at = ? WHERE key_id = ?", arguments: [now.unixMilliseconds, previousActive.keyID])
-                }
-                try db.execute(sql: "UPDATE signing_keys SET state = 'active', activated_at = ?, retired_at = NULL WHERE key_id = ?", arguments: [now.unixMilliseconds, keyID])
-                kind = "key.activated"
-            case .retired:
-                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is revoked; it cannot be retired") }
-                guard key.state != .retired else { throw StoreError(.conflict, "key '\(keyID)' is already retired") }
-                if key.state == .active && !force {
-                    throw StoreError(.conflict, "key '\(keyID)' is the only active key of \(key.bundleID): retiring it stops all signing for that app; activate another key first, or pass --force")
-                }
-                try db.execute(sql: "UPDATE signing_keys SET state = 'retired', retired_at = ? WHERE key_id = ?", arguments: [now.unixMilliseconds, keyID])
-                kind = "key.retired"
-            case .revoked:
-                guard key.state != .revoked else { throw StoreError(.conflict, "key '\(keyID)' is already revoked") }
-                if key.state == .active && !force {
-                    throw StoreError(.conflict, "key '\(keyID)' is the only active key of \(key.bundleID): revoking it stops all signing for that app; activate another key first, or pass --force")
-                }
-                try db.execute(sql: "UPDATE signing_keys SET state = 'revoked', revoked_at = ? WHERE key_id = ?", arguments: [now.unixMilliseconds, keyID])
-                kind = "key.revoked"
-            case .ready:
-                throw StoreError(.conflict, "a key cannot be moved back to 'ready'")
-            }
-            try Self.reauthenticateKey(db, keyID: keyID, authenticator)
-            if state == .active, let previousActive { try Self.reauthenticateKey(db, keyID: previousActive.keyID, authenticator) }
-            try Self.bumpRegistry(db)
-            let newActive = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE bundle_id = ? AND state = 'active'", arguments: [key.bundleID]).map { try Self.key(from: $0) }
-            let body = AuditBody.make([
-                ("actor", actor), ("reason", reason), ("keyID", keyID), ("bundleID", key.bundleID),
-                ("fromState", key.state.rawValue), ("toState", state.rawValue),
-                ("previousActiveKeyID", previousActive?.keyID), ("previousActiveFingerprint", previousActive?.fingerprint),
-                ("newActiveKeyID", newActive?.keyID), ("newActiveFingerprint", newActive?.fingerprint),
-            ])
-            _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: kind, body: body))], at: now)
-            return try Self.key(from: try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE key_id = ?", arguments: [keyID])!)
-        }
+            let now = Date()
+            let plan = try KeyRegistry.planTransition(
+                key: key, previousActive: previousActive, to: state, force: force, now: now, authenticator: authenticator)
+            if let retired = plan.retired { try Self.writeKeyState(db, retired) }
+            try Self.writeKeyState(db, plan.key)
+            let entry = KeyRegistry.transitionAuditEntry(plan, from: key, previousActive: previousActive, actor: actor, reason: reason)
+            _ = try Self.appendAudit(db, [AuditAppend(entry: entry)], at: now)
+            return plan.key
+        } }
     }
 
     public func createClient(_ client: APIClientRecord, actor: String, authenticator: RegistryRowAuthenticator) async throws -> APIClientRecord {
-        try await write { db in
+        try await write { db in try Self.changeRegistry(db, authenticator) {
             if try Row.fetchOne(db, sql: "SELECT 1 FROM api_clients WHERE name = ?", arguments: [client.name]) != nil {
                 throw StoreError(.duplicate, "a client named '\(client.name)' exists already")
             }
@@ -170,11 +166,10 @@ extension SQLiteStore {
                 arguments: [
                     client.clientID, client.name, client.bundleIDs.joined(separator: " "), client.secretHash, client.createdAt.unixMilliseconds, client.registryMAC,
                 ])
-            try Self.bumpRegistry(db)
             let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", client.name), ("bundleIDs", client.bundleIDs.joined(separator: " "))])
             _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "client.created", body: body))], at: client.createdAt)
             return client
-        }
+        } }
     }
 
     public func listClients() async throws -> [APIClientRecord] {
@@ -182,21 +177,22 @@ extension SQLiteStore {
     }
 
     public func revokeClient(name: String, actor: String, authenticator: RegistryRowAuthenticator) async throws -> APIClientRecord {
-        try await write { db in
+        try await write { db in try Self.changeRegistry(db, authenticator) {
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM api_clients WHERE name = ?", arguments: [name]) else {
                 throw StoreError(.notFound, "no client named '\(name)'")
             }
             var client = try Self.client(from: row)
             guard client.revokedAt == nil else { throw StoreError(.conflict, "client '\(name)' is already revoked") }
             let now = Date()
-            try db.execute(sql: "UPDATE api_clients SET revoked_at = ? WHERE client_id = ?", arguments: [now.unixMilliseconds, client.clientID])
-            try Self.reauthenticateClient(db, clientID: client.clientID, authenticator)
-            try Self.bumpRegistry(db)
+            client.revokedAt = Self.date(now.unixMilliseconds)
+            client = authenticator.authenticated(client)
+            try db.execute(
+                sql: "UPDATE api_clients SET revoked_at = ?, registry_mac = ? WHERE client_id = ?",
+                arguments: [now.unixMilliseconds, client.registryMAC, client.clientID])
             let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", name)])
             _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "client.revoked", body: body))], at: now)
-            client.revokedAt = Self.date(now.unixMilliseconds)
-            return authenticator.authenticated(client)
-        }
+            return client
+        } }
     }
 
     public func authenticateRegistry(authenticator: RegistryRowAuthenticator, actor: String) async throws -> RegistryAuthenticationSummary {
@@ -211,10 +207,27 @@ extension SQLiteStore {
                 try db.execute(sql: "UPDATE api_clients SET registry_mac = ? WHERE client_id = ?", arguments: [authenticator.mac(for: client), client.clientID])
             }
             try db.execute(sql: "INSERT INTO meta (name, value) VALUES (?, ?)", arguments: [RegistryRowsMarker.name, RegistryRowsMarker.value])
-            try Self.bumpRegistry(db)
+            // The first manifest, over the rows just authenticated.
+            let previous = try Self.storedManifest(db)
+            try RegistryManifest.checkNotRolledBack(version: previous?.version ?? 0, authenticator: authenticator)
+            let entries = try Self.manifestEntries(db)
+            let manifest = RegistryManifest.next(after: previous?.version ?? 0, entries: entries, authenticator: authenticator)
+            try Self.writeManifest(db, manifest)
             let summary = RegistryAuthenticationSummary(keyIDs: keys.map(\.keyID), clientNames: clients.map(\.name))
             _ = try Self.appendAudit(db, [AuditAppend(entry: KeyRegistry.authenticationAuditEntry(summary, actor: actor))], at: Date())
             return summary
+        }
+    }
+
+    public func writeRegistryManifest(authenticator: RegistryRowAuthenticator, actor: String, reason: String) async throws -> StoredRegistryManifest {
+        try await write { db in
+            let previous = try Self.storedManifest(db)
+            let entries = try Self.manifestEntries(db)
+            let manifest = RegistryManifest.next(after: previous?.version ?? 0, entries: entries, authenticator: authenticator)
+            try Self.writeManifest(db, manifest)
+            let entry = RegistryManifest.rewrittenAuditEntry(manifest, previous: previous, rows: entries.count, actor: actor, reason: reason)
+            _ = try Self.appendAudit(db, [AuditAppend(entry: entry)], at: Date())
+            return manifest
         }
     }
 }

@@ -92,6 +92,14 @@ extension SQLiteStore {
         migrator.registerMigration("v7-dashboard") { db in
             for statement in DashboardSchema.indexes { try db.execute(sql: statement) }
         }
+        // The registry manifest (RegistryManifest): written by the CLI with every registry
+        // change; a store with rows and none waits for `offer-signer store authenticate`.
+        migrator.registerMigration("v8-registry-manifest") { db in
+            try db.execute(sql: """
+                ALTER TABLE registry ADD COLUMN manifest_version INTEGER;
+                ALTER TABLE registry ADD COLUMN manifest_mac TEXT;
+                """)
+        }
         return migrator
     }
 }

@@ -28,12 +28,16 @@ public struct StoreCopyRegistry: Sendable, Equatable {
     /// Whether the source's rows carry MACs (its ``RegistryRowsMarker``); MACs are copied as they
     /// are (the master key stays the same).
     public var rowsAuthenticated: Bool
+    /// The source's registry manifest, copied as it is: it names the same rows with the same
+    /// MACs, so it verifies in the copy exactly when it verified in the source.
+    public var manifest: StoredRegistryManifest?
 
     public init(
         masterKeyCheck: String?, registryVersion: Int64, keys: [SigningKeyRecord], clients: [APIClientRecord], auditSigningKey: SealedAuditSigningKey?,
-        rowsAuthenticated: Bool = true
+        rowsAuthenticated: Bool = true, manifest: StoredRegistryManifest? = nil
     ) {
         self.rowsAuthenticated = rowsAuthenticated
+        self.manifest = manifest
         self.masterKeyCheck = masterKeyCheck
         self.registryVersion = registryVersion
         self.keys = keys

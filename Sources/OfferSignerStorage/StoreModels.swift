@@ -258,12 +258,17 @@ public struct RegistrySnapshot: Sendable {
     /// was run): the marker `registry_rows_authenticated` in `meta`. It only decides whether
     /// `serve` starts; each row's own MAC decides whether the row is used.
     public var rowsAuthenticated: Bool
+    /// The registry manifest as stored (nil: none), unverified (see ``RegistryManifest``).
+    public var manifest: StoredRegistryManifest?
 
-    public init(version: Int64, keys: [SigningKeyRecord], clients: [APIClientRecord], rowsAuthenticated: Bool = true) {
+    public init(
+        version: Int64, keys: [SigningKeyRecord], clients: [APIClientRecord], rowsAuthenticated: Bool = true, manifest: StoredRegistryManifest? = nil
+    ) {
         self.version = version
         self.keys = keys
         self.clients = clients
         self.rowsAuthenticated = rowsAuthenticated
+        self.manifest = manifest
     }
 }
 

@@ -21,6 +21,7 @@ struct ClientsCreateCommand: AsyncParsableCommand {
     )
     @OptionGroup var store: StoreOptions
     @OptionGroup var masterKey: MasterKeyOptions
+    @OptionGroup var registryFile: RegistryFileOptions
     @OptionGroup var actor: ActorOptions
     @Option(help: "A unique name for the client.")
     var name: String
@@ -34,7 +35,9 @@ struct ClientsCreateCommand: AsyncParsableCommand {
         let store = try await store.open(mustExist: false)
         do {
             let (client, secret) = try await APIClientCredentials.create(
-                in: store, name: name, bundleIDs: bundleIDs, actor: actor.resolvedActor, masterKey: masterKey)
+                in: store, name: name, bundleIDs: bundleIDs, actor: actor.resolvedActor, masterKey: masterKey,
+                authenticator: try registryFile.authenticator(masterKey, masterKeyFile: self.masterKey.path))
+            await registryFile.recordChange(of: store, masterKey, masterKeyFile: self.masterKey.path)
             if json {
                 var writer = JSONObjectWriter()
                 writer.field("name", client.name)
@@ -90,6 +93,7 @@ struct ClientsRevokeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "revoke", abstract: "Revoke an API client; running servers refuse it within a second.")
     @OptionGroup var store: StoreOptions
     @OptionGroup var masterKey: MasterKeyOptions
+    @OptionGroup var registryFile: RegistryFileOptions
     @OptionGroup var actor: ActorOptions
     @Option(help: "The client's name.")
     var name: String
@@ -99,7 +103,9 @@ struct ClientsRevokeCommand: AsyncParsableCommand {
         do {
             let store = try await store.open()
             try await store.bindMasterKey(masterKey)
-            let client = try await store.revokeClient(name: name, actor: actor.resolvedActor, authenticator: masterKey.registryRows)
+            let authenticator = try registryFile.authenticator(masterKey, masterKeyFile: self.masterKey.path)
+            let client = try await store.revokeClient(name: name, actor: actor.resolvedActor, authenticator: authenticator)
+            await registryFile.recordChange(of: store, masterKey, masterKeyFile: self.masterKey.path)
             print("revoked client '\(client.name)' (\(client.clientID))")
         } catch let error as StoreError {
             throw CLIFailure(error.message)

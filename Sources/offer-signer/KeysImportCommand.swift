@@ -13,6 +13,7 @@ struct KeysImportCommand: AsyncParsableCommand {
 
     @OptionGroup var store: StoreOptions
     @OptionGroup var masterKey: MasterKeyOptions
+    @OptionGroup var registryFile: RegistryFileOptions
     @OptionGroup var actor: ActorOptions
 
     @Option(help: "The key ID from App Store Connect.")
@@ -38,7 +39,11 @@ struct KeysImportCommand: AsyncParsableCommand {
         }
         let masterKey = try self.masterKey.load()
         let store = try await self.store.open(mustExist: false)
-        let record = try await KeyRegistry.importKey(key, bundleID: bundleID, issuerID: issuerID, development: development, into: store, masterKey: masterKey, actor: actor.resolvedActor, reason: actor.reason)
+        let authenticator = try registryFile.authenticator(masterKey, masterKeyFile: self.masterKey.path)
+        let record = try await KeyRegistry.importKey(
+            key, bundleID: bundleID, issuerID: issuerID, development: development, into: store, masterKey: masterKey, actor: actor.resolvedActor,
+            reason: actor.reason, authenticator: authenticator)
+        await registryFile.recordChange(of: store, masterKey, masterKeyFile: self.masterKey.path)
         print("imported \(record.keyID) for \(record.bundleID): \(record.state.rawValue), public key SHA-256 \(record.fingerprint)")
     }
 }

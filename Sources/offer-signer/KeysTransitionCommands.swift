@@ -12,6 +12,7 @@ struct KeyTransitionOptions: ParsableArguments {
 
     @OptionGroup var store: StoreOptions
     @OptionGroup var masterKey: MasterKeyOptions
+    @OptionGroup var registryFile: RegistryFileOptions
     @OptionGroup var actor: ActorOptions
 
     func transition(to state: SigningKeyState, force: Bool) async throws {
@@ -27,7 +28,9 @@ struct KeyTransitionOptions: ParsableArguments {
                     throw StoreError(.conflict, "key '\(keyID)' belongs to \(key.bundleID), not \(bundleID); a key signs only for its own app")
                 }
             }
-            let key = try await store.transitionKey(keyID: keyID, to: state, actor: actor.resolvedActor, reason: actor.reason, force: force, authenticator: masterKey.registryRows)
+            let authenticator = try registryFile.authenticator(masterKey, masterKeyFile: self.masterKey.path)
+            let key = try await store.transitionKey(keyID: keyID, to: state, actor: actor.resolvedActor, reason: actor.reason, force: force, authenticator: authenticator)
+            await registryFile.recordChange(of: store, masterKey, masterKeyFile: self.masterKey.path)
             print("\(key.keyID) (\(key.bundleID)) is now \(key.state.rawValue); public key SHA-256 \(key.fingerprint)")
         } catch let error as StoreError {
             throw CLIFailure(error.message)

@@ -32,6 +32,7 @@ struct ServeCommand: AsyncParsableCommand {
     @OptionGroup var store: StoreOptions
     @OptionGroup var masterKey: MasterKeyOptions
     @OptionGroup var checkpointFileOptions: CheckpointFileOptions
+    @OptionGroup var registryFileOptions: RegistryFileOptions
     @Option(help: "Largest request body in bytes. Env: OFFER_SIGNER_MAX_BODY_BYTES. Default 1048576 (evidence of a long-time subscriber needs room).")
     var maxBodyBytes: Int?
     @Option(help: "Requests per second per API client or user (0: no limit). Env: OFFER_SIGNER_CLIENT_RATE. Default 200.")
@@ -148,6 +149,11 @@ struct ServeCommand: AsyncParsableCommand {
 
         var configuration = ServerConfiguration(masterKey: masterKey, logger: logger)
         configuration.checkpointFile = checkpointFile
+        // Beside the master key file, or beside the checkpoint file serve keeps (always one):
+        // a rollback of the registry before this process starts is refused.
+        configuration.registryFile =
+            registryFileOptions.resolve(masterKeyFile: dev ? DevelopmentSetup.masterKeyPath : self.masterKey.path)
+            ?? RegistryVersionFile.beside(checkpointFile: checkpointFile.path)
         configuration.host = dev ? "127.0.0.1" : host
         configuration.port = port
         configuration.developmentMode = dev
@@ -326,18 +332,22 @@ enum DevelopmentSetup {
         let path = storePath ?? "\(directory)/offer-signer.sqlite"
         let store = try SQLiteStore(path: path)
         try await store.bindMasterKey(masterKey)
-        if try await !store.registrySnapshot().rowsAuthenticated {
+        let snapshot = try await store.registrySnapshot()
+        if !snapshot.rowsAuthenticated || (snapshot.manifest == nil && !snapshot.manifestEntries.isEmpty) {
             // A development store made by an earlier offer-signer: upgraded in place (its only
-            // master key is the local one beside it).
+            // master key is the local one beside it, and its audit log is a development one).
             _ = try await StoreAuthentication.run(
-                store: store, masterKey: masterKey, checkpointFile: LastCheckpointFile.beside(masterKeyFile: masterKeyPath), actor: "serve --dev")
+                store: store, masterKey: masterKey, checkpointFile: LastCheckpointFile.beside(masterKeyFile: masterKeyPath),
+                registryFile: RegistryVersionFile.beside(masterKeyFile: masterKeyPath), trustExistingChain: true, actor: "serve --dev")
             CLI.printNote("upgraded the development store: its key and client rows now carry MACs under the development master key")
         }
         if try await store.listKeys().isEmpty {
             let key = try InAppPurchaseKey.generateForDevelopment(keyID: keyID)
             _ = try await KeyRegistry.importKey(
                 key, bundleID: bundleID, issuerID: UUID().uuidString.lowercased(), development: true, into: store, masterKey: masterKey,
-                actor: "serve --dev", reason: "development key generated on first start (not issued by Apple)")
+                actor: "serve --dev", reason: "development key generated on first start (not issued by Apple)",
+                authenticator: try RegistryVersionFile.beside(masterKeyFile: masterKeyPath).authenticator(masterKey))
+            try await RegistryVersionFile.beside(masterKeyFile: masterKeyPath).recordCurrent(of: store, masterKey: masterKey)
             try KeyFileWriter.writePrivate(key.pkcs8PEMRepresentation, to: "\(directory)/\(keyID).p8", overwrite: true)
             try key.publicKey.pemRepresentation.write(toFile: "\(directory)/\(keyID).pub.pem", atomically: true, encoding: .utf8)
         }

@@ -141,6 +141,39 @@ struct CheckpointFileOptions: ParsableArguments {
     }
 }
 
+/// `--registry-file PATH` (or `OFFER_SIGNER_REGISTRY_FILE`): where the highest registry manifest
+/// version seen is kept outside the database; by default `<master-key-file>.registry` when the
+/// master key comes from a file (see `RegistryVersionFile`).
+struct RegistryFileOptions: ParsableArguments {
+    @Option(help: "The file that keeps the highest registry manifest version seen outside the database (a rollback of the registry below it is refused). Env: OFFER_SIGNER_REGISTRY_FILE. Default: <master-key-file>.registry; for serve with the key in OFFER_SIGNER_MASTER_KEY, beside its checkpoint file.")
+    var registryFile: String?
+
+    /// The file to use, nil when neither it nor a master key file is given.
+    func resolve(masterKeyFile: String?) -> RegistryVersionFile? {
+        if let path = registryFile ?? Environment.value("OFFER_SIGNER_REGISTRY_FILE") { return RegistryVersionFile(path: path) }
+        return masterKeyFile.map(RegistryVersionFile.beside(masterKeyFile:))
+    }
+
+    /// The master key's registry authenticator, refusing a change onto a registry older than the file's version.
+    func authenticator(_ masterKey: MasterKey, masterKeyFile: String?) throws -> RegistryRowAuthenticator {
+        do {
+            return try resolve(masterKeyFile: masterKeyFile)?.authenticator(masterKey) ?? masterKey.registryRows
+        } catch {
+            throw CLIFailure("\(error)")
+        }
+    }
+
+    /// After a change: records the store's manifest version in the file (when it verifies).
+    func recordChange(of store: any OfferSignerStore, _ masterKey: MasterKey, masterKeyFile: String?) async {
+        guard let file = resolve(masterKeyFile: masterKeyFile) else { return }
+        do {
+            try await file.recordCurrent(of: store, masterKey: masterKey)
+        } catch {
+            CLI.printNote("warning: the change is made, but the registry file '\(file.path)' was not updated: \(error)")
+        }
+    }
+}
+
 /// `--actor` and `--reason`, recorded in the audit log with every operation.
 struct ActorOptions: ParsableArguments {
     @Option(help: "Who performs the operation (default: the OS user).")

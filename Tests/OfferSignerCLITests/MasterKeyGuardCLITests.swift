@@ -79,6 +79,17 @@ struct MasterKeyGuardCLITests {
             try expectSuccess(upgraded)
             #expect(upgraded.stdout.contains("authenticated 1 key row(s): K1") && upgraded.stdout.contains("authenticated 1 client row(s): backend"), "\(upgraded.stdout)")
             expectCleanFailure(try run(["store", "authenticate", "--store", store, "--master-key-file", masterKey]), mentions: ["already"])
+            // The manifest's version is kept beside the master key; a registry older than it is a rollback.
+            let registryFile = masterKey + ".registry"
+            let recorded = try String(contentsOfFile: registryFile, encoding: .utf8)
+            #expect(recorded.hasPrefix("offer-signer registry manifest version "), "\(recorded)")
+            try expectSuccess(try run(["clients", "create", "--store", store, "--master-key-file", masterKey, "--name", "second"]))
+            #expect(try String(contentsOfFile: registryFile, encoding: .utf8) != recorded, "moved forward")
+            try writeFile("offer-signer registry manifest version 1000000\n", to: URL(fileURLWithPath: registryFile), mode: 0o600)
+            expectCleanFailure(
+                try run(["clients", "create", "--store", store, "--master-key-file", masterKey, "--name", "third"]), mentions: ["rolled back"])
+            expectCleanFailure(try run(["serve", "--store", store, "--master-key-file", masterKey, "--port", "0"]), mentions: ["rolled back"])
+            try FileManager.default.removeItem(atPath: registryFile)
             let audit = try run(["audit", "export", "--store", store])
             #expect(audit.stdout.contains("registry.authenticated"), "audited")
             try expectSuccess(try run(["audit", "verify", "--store", store]))

@@ -76,6 +76,9 @@ struct MetricFamily: Sendable {
     static let registryRowsRejected = MetricFamily(
         metricName: "offer_signer_registry_rows_rejected", unit: "", type: "gauge",
         help: "Key and client rows of the loaded registry left out because their MAC under the master key is missing or does not verify")
+    static let registryManifestRefusals = MetricFamily(
+        metricName: "offer_signer_registry_manifest_refusals", unit: "total", type: "counter",
+        help: "Registry reads refused because the registry manifest does not vouch for the rows (added, deleted or restored rows) or is older than one seen (rollback); the last verified registry keeps serving")
     static let rateLimit = MetricFamily(
         metricName: "offer_signer_rate_limit", unit: "per_second", type: "gauge",
         help: "Configured sustained rate per key (0: no limit), enforced per instance: with N instances the effective limit is N times this")
@@ -88,7 +91,7 @@ struct MetricFamily: Sendable {
         httpRequests, httpRequestDuration, signaturesIssued, offerIssuances, offerRedemptions, offerRedemptionsPlaced, redemptionPlacementLookups, redemptionsWithoutSignature, appleNotifications,
         notificationLastReceived, appleHistoriesStored, retentionRequests, retentionAnswers, retentionFallbacks, retentionDuration, rejections,
         auditCommitDuration, auditCommitEntries, auditCommitGroupSize, auditCommitFailures, checkpointRefusals, ready, connectionsTimedOut,
-        registryRowsRejected, rateLimit, rateLimitBurst,
+        registryRowsRejected, registryManifestRefusals, rateLimit, rateLimitBurst,
     ]
 
     /// Every family `GET /metrics` declares: `(name, type, help)`.

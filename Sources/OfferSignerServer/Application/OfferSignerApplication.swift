@@ -82,10 +82,26 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     try await store.prepareForServing()
     let metrics = ServerMetrics()
     metrics.rateLimits([("client", configuration.clientRateLimit), ("app_account_token", configuration.appAccountTokenRateLimit)])
+    let highestKnownManifest: Int64
+    do {
+        highestKnownManifest = try configuration.registryFile?.read() ?? 0
+    } catch {
+        throw ServerConfigurationError(String(describing: error))
+    }
     let keyRing = KeyRingHolder(
         store: store, masterKey: configuration.masterKey, interval: configuration.registryPollInterval, logger: logger,
-        onRejectedRows: { metrics.registryRowsRejected($0) })
-    try await keyRing.reload()
+        registryFile: configuration.registryFile, highestKnownManifest: highestKnownManifest,
+        onRejectedRows: { metrics.registryRowsRejected($0) }, onManifestRefused: { metrics.registryManifestRefused() })
+    do {
+        try await keyRing.reload()
+    } catch let refusal as RegistryManifestRefused {
+        guard refusal.rowsAuthenticated else {
+            throw ServerConfigurationError(
+                "the store's key and client rows carry no MACs yet (it was made by an earlier offer-signer): check them with `offer-signer keys list` and `offer-signer clients list`, then run `offer-signer store authenticate --store … --master-key-file …` once")
+        }
+        throw ServerConfigurationError(
+            "refusing to serve: \(refusal.problem). A store made before registry manifests gets its first one from `offer-signer store authenticate --store … --master-key-file …`; otherwise restore the store from a backup (see Docs/Security.md, Registry manifest)")
+    }
     // Without the marker and without a single row whose MAC verifies: a store made before MACs.
     // With rows that verify, the marker was removed by someone else: rows without a valid MAC are
     // refused anyway, so it serves (and says so).

@@ -152,6 +152,10 @@ final class ReadinessMonitor: Service, Sendable {
             "registryRowsRejected": String(ring.rejectedRows.count),
             "auditCheckpointRefused": checkpointRefusal() != nil ? "true" : "false",
         ]
+        // A registry read refused for its manifest: the last verified ring keeps serving.
+        let manifestProblem = keyRing.manifestProblem
+        details["registryManifestVerified"] = manifestProblem == nil ? "true" : "false"
+        if let manifestProblem { details["registryManifestProblem"] = JSONObjectWriter.quoted(manifestProblem) }
         if let checkedAt = storeCheck.withLock({ $0?.checkedAt }) {
             details["storeCheckedAt"] = JSONObjectWriter.quoted(Date.rfc3339(milliseconds: checkedAt.unixMilliseconds))
         }

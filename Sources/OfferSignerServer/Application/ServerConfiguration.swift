@@ -76,6 +76,10 @@ public struct ServerConfiguration: Sendable {
     /// moved forward to the store's newest verified checkpoint. Nil (library use, tests): only
     /// the store keeps it.
     public var checkpointFile: LastCheckpointFile?
+    /// Where the highest registry manifest version seen is kept outside the database (see
+    /// ``RegistryVersionFile``); `serve` uses `<master-key-file>.registry` unless told otherwise.
+    /// Nil: only this process remembers it (a rollback before its start is not detected).
+    public var registryFile: RegistryVersionFile?
     /// A connection must deliver a complete request (head and body) within this long of the
     /// server starting to wait for one (the connection opening, or the previous response
     /// written), or it is closed; so idle keep-alive connections and clients that send a request

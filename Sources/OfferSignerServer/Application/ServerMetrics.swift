@@ -10,7 +10,8 @@ import Synchronization
 /// status; `offer_signatures_issued_total` by format and key; `audit_commit_duration_seconds`,
 /// `audit_commit_entries_total` and `audit_commit_failures_total`;
 /// `offer_signer_rejections_total` by reason code; `offer_signer_connections_timed_out_total`;
-/// `offer_signer_registry_rows_rejected` (rows of the loaded registry whose MAC did not verify) and
+/// `offer_signer_registry_rows_rejected` (rows of the loaded registry whose MAC did not verify),
+/// `offer_signer_registry_manifest_refusals_total` (registry reads refused for their manifest) and
 /// `offer_signer_audit_checkpoint_refusals_total`;
 /// `offer_signer_rate_limit_per_second` and
 /// `offer_signer_rate_limit_burst` by limit, with `scope="instance"`: each instance keeps its
@@ -85,6 +86,7 @@ final class ServerMetrics: Sendable {
     private let auditGroupSize: ValueHistogram
     private let ready: Gauge
     private let retentionLatency: DurationHistogram
+    private let manifestRefusals: Counter
 
     init() {
         auditLatency = registry.makeDurationHistogram(descriptor: MetricFamily.auditCommitDuration.descriptor, labels: [], buckets: Self.latencyBuckets)
@@ -97,6 +99,12 @@ final class ServerMetrics: Sendable {
         // 0 until the first readiness check says otherwise.
         ready = registry.makeGauge(descriptor: MetricFamily.ready.descriptor)
         retentionLatency = registry.makeDurationHistogram(descriptor: MetricFamily.retentionDuration.descriptor, labels: [], buckets: Self.retentionBuckets)
+        manifestRefusals = registry.makeCounter(descriptor: MetricFamily.registryManifestRefusals.descriptor, labels: [])
+    }
+
+    /// A registry read the key ring refused for its manifest.
+    func registryManifestRefused() {
+        manifestRefusals.increment()
     }
 
     /// The outcome of a readiness check (`ReadinessMonitor`): 1 ready, 0 not.

@@ -14,7 +14,8 @@ public enum APIClientCredentials {
     /// Creates a client and returns it with its secret (shown once, never stored). The row is
     /// stored with its MAC under `masterKey` (which must be the store's).
     public static func create(
-        in store: any OfferSignerStore, name: String, bundleIDs: [String], actor: String, masterKey: MasterKey
+        in store: any OfferSignerStore, name: String, bundleIDs: [String], actor: String, masterKey: MasterKey,
+        authenticator: RegistryRowAuthenticator? = nil
     ) async throws -> (client: APIClientRecord, secret: String) {
         try OfferFieldValidator.validateIdentifier(name, field: "name")
         for bundleID in bundleIDs { try OfferFieldValidator.validateIdentifier(bundleID, field: "bundleID") }
@@ -23,7 +24,7 @@ public enum APIClientCredentials {
         let secret = "\(prefix)\(clientID)_\(Encoding.base64URL(random))"
         let client = APIClientRecord(clientID: clientID, name: name, bundleIDs: bundleIDs, secretHash: hash(secret), createdAt: Date())
         try await store.bindMasterKey(masterKey)
-        return (try await store.createClient(client, actor: actor, authenticator: masterKey.registryRows), secret)
+        return (try await store.createClient(client, actor: actor, authenticator: authenticator ?? masterKey.registryRows), secret)
     }
 
     /// Lowercase hex SHA-256 of a secret.

@@ -251,6 +251,8 @@ public enum OpenAPIDocument {
                       apps: {type: integer}
                       storeCheckedAt: {type: string}
                       registryRowsRejected: {type: integer, description: 'Key and client rows left out because their MAC under the master key does not verify (with ?detail)'}
+                      registryManifestVerified: {type: boolean, description: 'The last registry read matched its manifest; false: the last verified registry keeps serving (with ?detail)'}
+                      registryManifestProblem: {type: string, description: 'Why the last registry read was refused: rows added, deleted or restored outside offer-signer, or a rollback (with ?detail)'}
                       auditCheckpointRefused: {type: boolean, description: 'The audit checkpointer refuses to sign: the chain does not extend the last signed checkpoint, or the audit-signing key row is missing or replaced (with ?detail)'}
             '401': {$ref: '#/components/responses/Problem'}
             '503': {$ref: '#/components/responses/Problem'}

@@ -78,60 +78,145 @@ struct KeyRing: Sendable {
     }
 }
 
-/// Holds the current ``KeyRing`` and swaps it when the store's registry version changes.
+/// The first registry load found no manifest that vouches for the rows: the server does not start.
+struct RegistryManifestRefused: Error, CustomStringConvertible {
+    var problem: String
+    /// Whether the store's rows carry MACs at all (see ``RegistrySnapshot/rowsAuthenticated``).
+    var rowsAuthenticated: Bool
+    var description: String { problem }
+}
+
+/// Holds the current ``KeyRing`` and swaps it when the store's registry changes.
 ///
-/// Rule: a key activation or client revocation in the store is in force on every running
+/// Rules: a key activation or client revocation in the store is in force on every running
 /// server within one poll interval (250 ms by default), without restart; when the store can
 /// notify (PostgreSQL's LISTEN/NOTIFY), at once, with polling kept as the safety net for a lost
-/// notification or connection. Requests in flight finish with the ring they started with, and a
-/// ring never gives way to one read at an older registry version.
+/// notification or connection. A reload happens whenever the store's change mark (its version,
+/// the manifest's version and MAC) differs from the last one seen, in either direction: the
+/// store's version is no order (`UPDATE registry SET version = 0` must not freeze the servers).
+/// Loads are ordered by a counter of this process (a later load wins) and the authoritative
+/// version is the registry manifest's (``RegistryManifest``), verified under the master key:
+///
+/// - a snapshot whose manifest does not vouch for its rows (a row added, deleted, or restored
+///   with an earlier MAC) is not used: the last verified ring keeps serving; at start, the
+///   server refuses to start;
+/// - a manifest older than the highest version this process has seen, or the registry file
+///   beside the master key holds (``RegistryVersionFile``), is a rollback and refused the same way;
+/// - each refusal is counted, logged once per problem, and shown in `/readyz?detail`.
+///
+/// Requests in flight finish with the ring they started with.
 final class KeyRingHolder: Service, Sendable {
-    private let current = Mutex(KeyRing.empty)
+    private struct State {
+        var ring = KeyRing.empty
+        var loaded = false
+        var lastMark: String?
+        var lastSwappedLoad: UInt64 = 0
+        var highestManifest: Int64
+        var manifestProblem: String?
+        var loggedProblem: String?
+    }
+
+    private let state: Mutex<State>
+    private let loads = Atomic<UInt64>(0)
     private let store: any OfferSignerStore
     private let masterKey: MasterKey
     private let interval: Duration
     private let logger: Logger
+    private let registryFile: RegistryVersionFile?
     /// Called with the number of rejected rows each time a ring is loaded.
     private let onRejectedRows: @Sendable (Int) -> Void
+    /// Called each time a loaded registry is refused for its manifest.
+    private let onManifestRefused: @Sendable () -> Void
 
-    init(store: any OfferSignerStore, masterKey: MasterKey, interval: Duration, logger: Logger, onRejectedRows: @escaping @Sendable (Int) -> Void = { _ in }) {
+    init(
+        store: any OfferSignerStore, masterKey: MasterKey, interval: Duration, logger: Logger, registryFile: RegistryVersionFile? = nil,
+        highestKnownManifest: Int64 = 0, onRejectedRows: @escaping @Sendable (Int) -> Void = { _ in },
+        onManifestRefused: @escaping @Sendable () -> Void = {}
+    ) {
         self.store = store
         self.masterKey = masterKey
         self.interval = interval
         self.logger = logger
+        self.registryFile = registryFile
         self.onRejectedRows = onRejectedRows
+        self.onManifestRefused = onManifestRefused
+        state = Mutex(State(highestManifest: highestKnownManifest))
     }
 
-    var ring: KeyRing { current.withLock { $0 } }
+    var ring: KeyRing { state.withLock { $0.ring } }
+
+    /// Why the last registry read was refused (nil: the ring is the store's registry as it is).
+    var manifestProblem: String? { state.withLock { $0.manifestProblem } }
 
     /// Loads the registry now.
     func reload() async throws {
+        let load = loads.add(1, ordering: .relaxed).newValue
+        // Read before the snapshot: a change in between makes the next poll load again.
+        let mark = try await store.registryChangeMark()
         let snapshot = try await store.registrySnapshot()
-        let ring = KeyRing(snapshot: snapshot, masterKey: masterKey, logger: logger)
-        let swapped = current.withLock { current -> (previousVersion: Int64, swapped: Bool) in
-            // The poller and the listener may both reload; the later registry version wins.
-            guard ring.version >= current.version else { return (current.version, false) }
-            let previous = current.version
-            current = ring
-            return (previous, true)
+        let version = snapshot.manifest?.version ?? 0
+        var problem = RegistryManifest.problem(stored: snapshot.manifest, entries: snapshot.manifestEntries, authenticator: masterKey.registryRows)
+        let highest = state.withLock { $0.highestManifest }
+        if problem == nil && version < highest {
+            problem = "the registry manifest is version \(version), below version \(highest), the highest this server or the registry file beside the master key has seen: the registry was rolled back (restored from a backup, or by SQL)"
         }
-        if swapped.swapped {
-            onRejectedRows(ring.rejectedRows.count)
-            // Once per row per registry version (the poller and the listener may both load one).
-            if swapped.previousVersion != ring.version {
-                for row in ring.rejectedRows {
-                    logger.error(
-                        "registry row refused: its MAC under the master key is missing or does not verify (written or changed outside offer-signer)",
-                        metadata: ["row": "\(row)", "registry_version": "\(ring.version)"])
-                }
+        if let problem {
+            let (first, log, serving) = state.withLock { state -> (Bool, Bool, Int64) in
+                state.lastMark = mark
+                state.manifestProblem = problem
+                let log = state.loggedProblem != problem
+                state.loggedProblem = problem
+                return (!state.loaded, log, state.ring.version)
+            }
+            onManifestRefused()
+            if first { throw RegistryManifestRefused(problem: problem, rowsAuthenticated: snapshot.rowsAuthenticated) }
+            if log {
+                logger.error(
+                    "registry refused; the last verified registry keeps serving",
+                    metadata: ["problem": "\(problem)", "serving_registry_version": "\(serving)"])
+            }
+            return
+        }
+        var ring = KeyRing(snapshot: snapshot, masterKey: masterKey, logger: logger)
+        ring.version = version
+        let swapped = state.withLock { state -> (previousVersion: Int64, swapped: Bool, raised: Bool) in
+            state.lastMark = mark
+            // The poller and the listener may both reload: the later load wins, never a lower manifest.
+            guard load > state.lastSwappedLoad, version >= state.highestManifest else { return (state.ring.version, false, false) }
+            let previous = state.ring.version
+            let raised = version > state.highestManifest
+            state.ring = ring
+            state.loaded = true
+            state.lastSwappedLoad = load
+            state.highestManifest = version
+            state.manifestProblem = nil
+            state.loggedProblem = nil
+            return (previous, true, raised)
+        }
+        guard swapped.swapped else { return }
+        if swapped.raised, let registryFile {
+            do {
+                try registryFile.record(version)
+            } catch {
+                logger.error("cannot record the registry manifest version beside the master key", metadata: ["error": "\(error)"])
+            }
+        }
+        onRejectedRows(ring.rejectedRows.count)
+        // Once per row per registry version (the poller and the listener may both load one).
+        if swapped.previousVersion != ring.version {
+            for row in ring.rejectedRows {
+                logger.error(
+                    "registry row refused: its MAC under the master key is missing or does not verify (written or changed outside offer-signer)",
+                    metadata: ["row": "\(row)", "registry_version": "\(ring.version)"])
             }
             logger.info("key ring loaded", metadata: ["registry_version": "\(ring.version)", "active_keys": "\(ring.activeKeys.values.map(\.keyID).sorted())"])
         }
     }
 
-    /// Reloads when the store's registry version is not the ring's.
+    /// Reloads when the store's change mark is not the last one seen.
     private func reloadIfChanged() async throws {
-        if try await store.registryVersion() != ring.version { try await reload() }
+        let mark = try await store.registryChangeMark()
+        if mark != state.withLock({ $0.lastMark }) { try await reload() }
     }
 
     func run() async throws {

@@ -28,6 +28,7 @@ struct DatabaseWriterAttackTests {
         var secret = ""
         var store: any OfferSignerStore { fixture.store }
         var checkpointFile: LastCheckpointFile { LastCheckpointFile(path: directory.appendingPathComponent("master.key.checkpoint").path) }
+        var registryFile: RegistryVersionFile { RegistryVersionFile(path: directory.appendingPathComponent("master.key.registry").path) }
 
         static func with(_ backend: StoreBackend, bundles: [String] = ["com.example.app"], _ body: (Target) async throws -> Void) async throws {
             try await StoreFixture.with(backend) { fixture in
@@ -45,6 +46,7 @@ struct DatabaseWriterAttackTests {
                 configuration.operatorToken = TestServer.operatorToken
                 var target = Target(fixture: fixture, masterKey: masterKey, directory: directory, configuration: configuration)
                 target.configuration.checkpointFile = target.checkpointFile
+                target.configuration.registryFile = target.registryFile
                 for (index, bundle) in bundles.enumerated() {
                     let key = try InAppPurchaseKey.generateForDevelopment(keyID: "APPKEY000\(index)")
                     _ = try await KeyRegistry.importKey(
@@ -91,12 +93,27 @@ struct DatabaseWriterAttackTests {
         Issue.record("the server did not report \(count) rejected registry rows within 10 s", sourceLocation: sourceLocation)
     }
 
+    /// `GET /readyz?detail` as the operator.
+    static func detail(_ client: any TestClientProtocol) async throws -> [String: Any] {
+        try await client.execute(uri: "/readyz?detail", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).json
+    }
+
+    /// Waits until the server has refused at least `count` registry reads for their manifest. At most 10 s.
+    static func waitForManifestRefusals(_ client: any TestClientProtocol, atLeast count: Int, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if try await metric(client, "offer_signer_registry_manifest_refusals_total") ?? 0 >= Double(count) { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        Issue.record("the server did not refuse \(count) registry read(s) for their manifest within 10 s", sourceLocation: sourceLocation)
+    }
+
     static func attackerSecret(clientID: String) -> (secret: String, hash: String) {
         let secret = "os_\(clientID)_" + Encoding.base64URL(SymmetricKey(size: .bits256).withUnsafeBytes { Data($0) })
         return (secret, APIClientCredentials.hash(secret))
     }
 
-    @Test("A client inserted by SQL (even with a valid row's MAC copied onto it) gets 401 and no signature", arguments: StoreBackend.testedCases)
+    @Test("A client inserted by SQL (even with a valid row's MAC copied onto it) gets 401 and no signature; the registry no longer matches its manifest", arguments: StoreBackend.testedCases)
     func insertedClient(backend: StoreBackend) async throws {
         try await Target.with(backend) { target in
             let (secret, hash) = Self.attackerSecret(clientID: "evil0001")
@@ -105,17 +122,18 @@ struct DatabaseWriterAttackTests {
                 try await target.attack(
                     "INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at) VALUES ('evil0001', 'evil', '', '\(hash)', 0)",
                     "UPDATE registry SET version = version + 1")
-                try await Self.waitForRejectedRows(client, 1)
+                try await Self.waitForManifestRefusals(client, atLeast: 1)
                 expectProblem(try await Self.sign(client, secret: secret), .unauthorized, "unauthorized")
                 // The MAC of a real row, moved to the attacker's: it binds the row's identity and columns.
                 try await target.attack(
                     "UPDATE api_clients SET registry_mac = (SELECT registry_mac FROM api_clients WHERE name = 'backend') WHERE name = 'evil'",
                     "UPDATE registry SET version = version + 1")
-                try await Self.waitForRejectedRows(client, 1)
+                try await Self.waitForManifestRefusals(client, atLeast: 2)
                 expectProblem(try await Self.sign(client, secret: secret), .unauthorized, "unauthorized")
-                // The legitimate client still signs; /readyz tells operators a row was refused.
+                // The legitimate client still signs (the last verified registry serves); /readyz tells operators.
                 #expect(try await Self.sign(client, secret: target.secret).status == .created)
-                #expect(try await client.execute(uri: "/readyz?detail", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).json["registryRowsRejected"] as? Int == 1)
+                let detail = try await Self.detail(client)
+                #expect(detail["registryManifestVerified"] as? Bool == false && (detail["registryManifestProblem"] as? String)?.contains("manifest") == true, "\(detail)")
             }
             let issued = try await target.store.issuedSignatures(appAccountToken: Self.token, bundleID: "com.example.app")
             #expect(issued.count == 2 && issued.allSatisfy { $0.signature.client.contains("backend") }, "only the legitimate client's: \(issued)")
@@ -275,8 +293,9 @@ struct DatabaseWriterAttackTests {
         try await target.store.replaceAuditSigningKey(old, masterKey: target.masterKey, resigned: resigned, entry: AuditEntry(kind: "test.older-version", body: "{}"))
         try await target.attack(
             "UPDATE signing_keys SET registry_mac = NULL", "UPDATE api_clients SET registry_mac = NULL",
-            "DELETE FROM meta WHERE name = 'registry_rows_authenticated'")
+            "DELETE FROM meta WHERE name = 'registry_rows_authenticated'", "UPDATE registry SET manifest_version = NULL, manifest_mac = NULL")
         try FileManager.default.removeItem(atPath: target.checkpointFile.path)
+        try? FileManager.default.removeItem(atPath: target.registryFile.path)
         return old
     }
 
@@ -286,7 +305,11 @@ struct DatabaseWriterAttackTests {
             let old = try await Self.makeOld(target)
             await #expect(throws: ServerConfigurationError.self) { _ = try await buildApplication(configuration: target.configuration, store: target.store) }
 
-            let outcome = try await StoreAuthentication.run(store: target.store, masterKey: target.masterKey, checkpointFile: target.checkpointFile, actor: "ops")
+            let outcome = try await StoreAuthentication.run(
+                store: target.store, masterKey: target.masterKey, checkpointFile: target.checkpointFile, registryFile: target.registryFile,
+                checkpointsExport: try await Self.export(of: target, signedBy: old), actor: "ops")
+            let recordedVersion = try target.registryFile.read()
+            #expect(outcome.manifestVersion != nil && recordedVersion == outcome.manifestVersion)
             let derived = AuditSigningKey.derived(from: target.masterKey).publicKey
             #expect(outcome.previousAuditKeyFingerprint == old.publicKey.fingerprint && outcome.auditKeyFingerprint == derived.fingerprint)
             #expect(outcome.registry.keyIDs == ["APPKEY0000"] && outcome.registry.clientNames == ["backend"])
@@ -305,20 +328,28 @@ struct DatabaseWriterAttackTests {
         }
     }
 
+    /// The off-machine export of an older store's checkpoints, as `audit checkpoints export` writes it.
+    static func export(of target: Target, signedBy key: AuditSigningKey) async throws -> StoreAuthentication.CheckpointsExport {
+        let file = AuditCheckpointsFile(publicKey: key.publicKey, checkpoints: try await target.store.checkpoints())
+        return StoreAuthentication.CheckpointsExport(origin: "the checkpoints export", file: try AuditCheckpointsFile(text: file.text))
+    }
+
     @Test("store authenticate refuses to move the checkpoints of a chain that does not verify", arguments: StoreBackend.testedCases)
     func upgradeRefusesATamperedChain(backend: StoreBackend) async throws {
         try await Target.with(backend) { target in
             let old = try await Self.makeOld(target)
+            let export = try await Self.export(of: target, signedBy: old)
             try await target.attack("UPDATE audit_log SET body = replace(body, 'WINBACK50', 'FREE100') WHERE seq = 3")
             await #expect(throws: StoreError.self) {
-                _ = try await StoreAuthentication.run(store: target.store, masterKey: target.masterKey, checkpointFile: target.checkpointFile, actor: "ops")
+                _ = try await StoreAuthentication.run(
+                    store: target.store, masterKey: target.masterKey, checkpointFile: target.checkpointFile, checkpointsExport: export, actor: "ops")
             }
             #expect(try await target.store.auditSigningPublicKey() == old.publicKey, "left as it was")
             #expect(try await target.store.registrySnapshot().rowsAuthenticated == false)
         }
     }
 
-    @Test("The authenticated marker deleted by SQL beside an inserted client: the server still serves and refuses the client; store authenticate refuses to bless it", arguments: StoreBackend.testedCases)
+    @Test("The authenticated marker deleted by SQL beside an inserted client: the server refuses to start on the unmatched registry; store authenticate refuses to bless it", arguments: StoreBackend.testedCases)
     func deletedMarker(backend: StoreBackend) async throws {
         try await Target.with(backend) { target in
             let (secret, hash) = Self.attackerSecret(clientID: "evil0002")
@@ -329,11 +360,8 @@ struct DatabaseWriterAttackTests {
                 _ = try await StoreAuthentication.run(store: target.store, masterKey: target.masterKey, checkpointFile: target.checkpointFile, actor: "ops")
             }
             #expect(try await target.store.listClients().first { $0.name == "evil" }?.registryMAC == nil, "not blessed")
-            try await target.live { client async throws -> Void in
-                expectProblem(try await Self.sign(client, secret: secret), .unauthorized, "unauthorized")
-                let response = try await Self.sign(client, secret: target.secret)
-                #expect(response.status == .created, "\(response.text)")
-            }
+            _ = secret
+            await #expect(throws: ServerConfigurationError.self) { _ = try await buildApplication(configuration: target.configuration, store: target.store) }
         }
     }
 }

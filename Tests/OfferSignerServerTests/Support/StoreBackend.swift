@@ -126,7 +126,10 @@ final class StoreFixture: Sendable {
     func execute(_ sql: String) async throws {
         switch backend {
         case .sqlite:
-            try await DatabaseQueue(path: sqlitePath!).write { db in try db.execute(sql: sql) }
+            // The serving process writes too (audit commits, the readiness write test): wait for it.
+            var configuration = Configuration()
+            configuration.busyMode = .timeout(10)
+            try await DatabaseQueue(path: sqlitePath!, configuration: configuration).write { db in try db.execute(sql: sql) }
         case .postgres:
             try await TestPostgres.execute(sql, database: database!.name)
         }

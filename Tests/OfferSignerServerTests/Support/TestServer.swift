@@ -62,10 +62,11 @@ struct TestServer {
 
     /// Waits until the running server has read the store's registry as it is now, so a key or
     /// client change made through `store` is in force (the server polls the registry every 50 ms
-    /// here, later on a loaded machine). Ready means `/readyz?detail` (the operator's view) reports that registry version;
+    /// here, later on a loaded machine). Ready means `/readyz?detail` (the operator's view) reports that registry version
+    /// (the registry manifest's, see `RegistryManifest`);
     /// `orNotReady` also accepts a 503 (a change that leaves no usable key). At most 10 s.
     func waitForRegistry(_ client: any TestClientProtocol, orNotReady: Bool = false, sourceLocation: SourceLocation = #_sourceLocation) async throws {
-        let version = try await store.registryVersion()
+        let version = try await store.registrySnapshot().manifest?.version ?? 0
         let deadline = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < deadline {
             let ready = try await client.execute(uri: "/readyz?detail", method: .get, headers: [.authorization: "Bearer \(Self.operatorSecret)"])
