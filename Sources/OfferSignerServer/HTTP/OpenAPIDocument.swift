@@ -226,7 +226,7 @@ public enum OpenAPIDocument {
             Answered from the state a background check keeps (the store is checked every second, never per request).
             Without credentials: the status alone. With `?detail` and `Authorization: Bearer <operator token>`
             (`--operator-token-file`): the problems, registry version, number of apps and last store check (401
-            without the token).
+            without the token; 429 for a while after too many wrong tokens from one address).
           security:
             - {}
             - operator: []
@@ -255,6 +255,7 @@ public enum OpenAPIDocument {
                       registryManifestProblem: {type: string, description: 'Why the last registry read was refused: rows added, deleted or restored outside offer-signer, or a rollback (with ?detail)'}
                       auditCheckpointRefused: {type: boolean, description: 'The audit checkpointer refuses to sign: the chain does not extend the last signed checkpoint, or the audit-signing key row is missing or replaced (with ?detail)'}
             '401': {$ref: '#/components/responses/Problem'}
+            '429': {$ref: '#/components/responses/Problem'}
             '503': {$ref: '#/components/responses/Problem'}
       /metrics:
         get:
@@ -262,7 +263,8 @@ public enum OpenAPIDocument {
           summary: Prometheus metrics (operator token required)
           description: |
             Its labels name apps, offers and keys, so it needs `Authorization: Bearer <operator token>`
-            (`--operator-token-file`); 401 otherwise.
+            (`--operator-token-file`); 401 otherwise, and 429 (`rate_limited`) for a while after too many
+            wrong tokens from one address.
           security:
             - operator: []
           responses:
@@ -272,6 +274,7 @@ public enum OpenAPIDocument {
                 text/plain:
                   schema: {type: string}
             '401': {$ref: '#/components/responses/Problem'}
+            '429': {$ref: '#/components/responses/Problem'}
       /openapi.yaml:
         get:
           operationId: openapi
