@@ -154,6 +154,10 @@ extension PostgresStore {
         // by time, notifications by app and environment. Building them holds writes to those
         // tables back for the build (seconds on a million issuances), once, at the upgrade.
         DashboardSchema.indexes,
+        // 9: the daily roll-up of issuances (IssuanceRollUp), filled from the ledger, and the
+        // ledger's covering time index dropped (SQLite's "v8-issuance-days"). The fill reads the
+        // whole ledger once, at the upgrade.
+        IssuanceRollUp.statements,
     ]
 
     /// The longest an instance waits to open a store whose schema it must check or migrate.

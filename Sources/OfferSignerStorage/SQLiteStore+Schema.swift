@@ -92,6 +92,11 @@ extension SQLiteStore {
         migrator.registerMigration("v7-dashboard") { db in
             for statement in DashboardSchema.indexes { try db.execute(sql: statement) }
         }
+        // The daily roll-up of issuances (IssuanceRollUp), filled from the ledger; the ledger's
+        // covering time index goes (the roll-up answers the dashboard's windows).
+        migrator.registerMigration("v8-issuance-days") { db in
+            for statement in IssuanceRollUp.statements { try db.execute(sql: statement) }
+        }
         return migrator
     }
 }
