@@ -17,7 +17,7 @@
 # It prints a table with the issue's goals (each page within 1 s while signing runs; signing's
 # throughput within 5% of the run without the dashboard) marked PASS or MISS.
 #
-# The filler writes ledger, redemption and notification rows straight into the store's tables
+# The filler writes ledger, redemption and notification rows (and the ledger's daily roll-up) straight into the store's tables
 # (a million signing requests through HTTP would take most of an hour); it writes no audit
 # records for them, so this store's audit chain does not cover them (the dashboard's queries do
 # not read the audit log). Never run it against a store you keep.
@@ -134,6 +134,12 @@ for k in range(n // 10):
     at = now - int(random.random() * 30 * day)
     notifications.append((str(uuid.uuid4()), "com.example.bench", "Production" if k % 50 else "Sandbox", random.choice(types), None, f"6{k:011d}", at, at))
 db.executemany("INSERT INTO apple_notifications (notification_uuid, bundle_id, environment, notification_type, subtype, original_transaction_id, signed_date, received_at) VALUES (?,?,?,?,?,?,?,?)", notifications)
+# The daily roll-up the server keeps in each group commit (IssuanceRollUp), counted here as the
+# migration that created it counts it (the filler bypasses the group commit).
+db.execute("""INSERT INTO offer_issuance_days (day, bundle_id, offer_id, client, issued, last_issued_at)
+    SELECT issued_at / 86400000, bundle_id, offer_id, client,
+        COUNT(DISTINCT client || '|' || COALESCE(app_account_token, '') || '|' || product_id || '|' || offer_id || '|' || CAST(issued_at AS TEXT)), MAX(issued_at)
+    FROM issued_signatures GROUP BY issued_at / 86400000, bundle_id, offer_id, client""")
 db.commit()
 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 db.close()

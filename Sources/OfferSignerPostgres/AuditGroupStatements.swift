@@ -25,11 +25,22 @@ enum AuditGroupColumns {
             + "\(p[5])::text[], \(p[6])::text[], \(p[7])::text[], \(p[8])::text[], \(p[9])::text[], \(p[10])::text[], \(p[11])::text[])"
     }
 
+    /// The roll-up's UPSERT (see ``IssuanceRollUp``): `unnest` of six arrays (day, bundle, offer,
+    /// client, issued, newest time), one element per day, app, offer and client of the group,
+    /// from the parameters starting at `first`; `condition` is the SELECT's WHERE.
+    static func rollUp(from first: Int, condition: String) -> String {
+        let p = (first..<first + 6).map { "$\($0)" }
+        return "INSERT INTO offer_issuance_days (day, bundle_id, offer_id, client, issued, last_issued_at) "
+            + "SELECT * FROM unnest(\(p[0])::int8[], \(p[1])::text[], \(p[2])::text[], \(p[3])::text[], \(p[4])::int8[], \(p[5])::int8[]) WHERE \(condition) "
+            + "ON CONFLICT (day, bundle_id, offer_id, client) DO UPDATE SET issued = offer_issuance_days.issued + excluded.issued, "
+            + "last_issued_at = GREATEST(offer_issuance_days.last_issued_at, excluded.last_issued_at)"
+    }
+
     static let auditColumns = "audit_log (seq, recorded_at, kind, body, previous_hash, hash)"
     static let ledgerColumns =
         "issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, original_transaction_id, environment)"
 
-    /// Appends the group's 18 column arrays (six audit, then twelve ledger) to `binds`.
+    /// Appends the group's 24 column arrays (six audit, twelve ledger, six roll-up) to `binds`.
     static func append(records: [AuditRecord], signatures: [(IssuedSignature, Int64)], to binds: inout PostgresBindings) {
         binds.append(records.map(\.sequence))
         binds.append(records.map(\.recordedAt.unixMilliseconds))
@@ -49,6 +60,14 @@ enum AuditGroupColumns {
         binds.append(signatures.map(\.0.format))
         binds.append(NullableTextArray(signatures.map(\.0.originalTransactionID)))
         binds.append(NullableTextArray(signatures.map(\.0.environment)))
+        // The roll-up: the group aggregated here, one row per day, app, offer and client.
+        let days = IssuanceRollUp.aggregate(signatures.lazy.map(\.0))
+        binds.append(days.map(\.day.day))
+        binds.append(days.map(\.day.bundleID))
+        binds.append(days.map(\.day.offerID))
+        binds.append(days.map(\.day.client))
+        binds.append(days.map(\.issued))
+        binds.append(days.map(\.lastIssuedAt))
     }
 }
 
@@ -57,13 +76,14 @@ enum AuditGroupColumns {
 /// writer had moved it, and then nothing was written). See
 /// `PostgresStore.appendAuditOnKnownHead`.
 struct GroupOnKnownHead: PostgresPreparedStatement {
-    static let name = "offer_signer_audit_group_on_known_head_v2"
+    static let name = "offer_signer_audit_group_on_known_head_v3"
     static let sql = """
         WITH head AS (UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1 AND seq = $3 AND hash = $4 RETURNING seq), \
         audit AS (INSERT INTO \(AuditGroupColumns.auditColumns) SELECT * FROM \(AuditGroupColumns.auditRows(from: 5)) \
         WHERE EXISTS (SELECT 1 FROM head)), \
         ledger AS (INSERT INTO \(AuditGroupColumns.ledgerColumns) SELECT * FROM \(AuditGroupColumns.ledgerRows(from: 11)) \
-        WHERE EXISTS (SELECT 1 FROM head)) \
+        WHERE EXISTS (SELECT 1 FROM head)), \
+        days AS (\(AuditGroupColumns.rollUp(from: 23, condition: "EXISTS (SELECT 1 FROM head)"))) \
         SELECT count(*) FROM head
         """
     typealias Row = Int64
@@ -71,7 +91,7 @@ struct GroupOnKnownHead: PostgresPreparedStatement {
     let bindings: PostgresBindings
 
     init(records: [AuditRecord], signatures: [(IssuedSignature, Int64)], head: (sequence: Int64, hash: String), expected: (Int64, String)) {
-        var binds = PostgresBindings(capacity: 22)
+        var binds = PostgresBindings(capacity: 28)
         binds.append(head.sequence)
         binds.append(head.hash)
         binds.append(expected.0)
@@ -87,10 +107,11 @@ struct GroupOnKnownHead: PostgresPreparedStatement {
 /// Inserts the group and moves the head to its last record, inside a transaction that holds the
 /// head's row lock. See `PostgresStore.appendAudit(_:_:_:at:)`.
 struct GroupOnLockedHead: PostgresPreparedStatement {
-    static let name = "offer_signer_audit_group_on_locked_head_v2"
+    static let name = "offer_signer_audit_group_on_locked_head_v3"
     static let sql = """
         WITH audit AS (INSERT INTO \(AuditGroupColumns.auditColumns) SELECT * FROM \(AuditGroupColumns.auditRows(from: 3))), \
-        ledger AS (INSERT INTO \(AuditGroupColumns.ledgerColumns) SELECT * FROM \(AuditGroupColumns.ledgerRows(from: 9))) \
+        ledger AS (INSERT INTO \(AuditGroupColumns.ledgerColumns) SELECT * FROM \(AuditGroupColumns.ledgerRows(from: 9))), \
+        days AS (\(AuditGroupColumns.rollUp(from: 21, condition: "true"))) \
         UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1
         """
     typealias Row = ()
@@ -98,7 +119,7 @@ struct GroupOnLockedHead: PostgresPreparedStatement {
     let bindings: PostgresBindings
 
     init(records: [AuditRecord], signatures: [(IssuedSignature, Int64)], head: (sequence: Int64, hash: String)) {
-        var binds = PostgresBindings(capacity: 20)
+        var binds = PostgresBindings(capacity: 26)
         binds.append(head.sequence)
         binds.append(head.hash)
         AuditGroupColumns.append(records: records, signatures: signatures, to: &binds)

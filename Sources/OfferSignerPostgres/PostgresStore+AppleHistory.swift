@@ -337,18 +337,35 @@ extension PostgresStore {
 }
 
 extension PostgresStore {
+    /// From the roll-up (``IssuanceRollUp``); a first day that starts after midnight from the ledger.
     public func offerIssuancesPerDay(since: Date) async throws -> [OfferIssuanceDay] {
-        try await rows(
+        let (firstDay, whole) = IssuanceRollUp.firstDay(of: since)
+        let rows = try await rows(
             "counting issuances per day",
             """
-            SELECT bundle_id, offer_id, issued_at / \(unescaped: String(DashboardSchema.dayMilliseconds)) AS day,
-                COUNT(DISTINCT \(unescaped: AppleHistorySchema.issuanceKey))
-            FROM issued_signatures WHERE issued_at >= \(since.unixMilliseconds) GROUP BY bundle_id, offer_id, day ORDER BY bundle_id, offer_id, day
+            SELECT bundle_id, offer_id, day, SUM(issued)::int8 FROM offer_issuance_days WHERE day >= \(firstDay)
+            GROUP BY bundle_id, offer_id, day ORDER BY bundle_id, offer_id, day
             """
         ).map { row in
             let (bundleID, offerID, day, count) = try row.decode((String, String, Int64, Int64).self)
             return OfferIssuanceDay(bundleID: bundleID, offerID: offerID, day: day, issuances: count)
         }
+        var partial: [OfferIssuanceCount]?
+        if !whole {
+            partial = try await self.rows(
+                "counting issuances of a partial day",
+                """
+                SELECT bundle_id, offer_id, COUNT(DISTINCT \(unescaped: AppleHistorySchema.issuanceKey)) FROM issued_signatures
+                WHERE (bundle_id, offer_id) IN (SELECT DISTINCT bundle_id, offer_id FROM offer_issuance_days WHERE day = \(firstDay))
+                    AND issued_at >= \(since.unixMilliseconds) AND issued_at < \((firstDay + 1) * DashboardSchema.dayMilliseconds)
+                GROUP BY bundle_id, offer_id ORDER BY bundle_id, offer_id
+                """
+            ).map { row in
+                let (bundleID, offerID, count) = try row.decode((String, String, Int64).self)
+                return OfferIssuanceCount(bundleID: bundleID, offerID: offerID, issuances: count)
+            }
+        }
+        return IssuanceRollUp.window(rows, firstDay: firstDay, partial: partial)
     }
 
     public func appleNotificationsPerDay(since: Date) async throws -> [AppleNotificationDay] {
@@ -372,17 +389,15 @@ extension PostgresStore {
         ).first.map { row in Self.date(try row.decode(Int64.self)) }
     }
 
+    /// From the roll-up's newest time per day (``IssuanceRollUp``): one primary-key range per client.
     public func lastIssuances(clients: [String], since: Date) async throws -> [String: Date] {
         var last: [String: Date] = [:]
-        // Newest first along the time index: an active client's last issuance is found at once.
+        let firstDay = IssuanceRollUp.firstDay(of: since).day
         for client in clients {
             let found = try await rows(
                 "reading a client's last issuance",
-                """
-                SELECT issued_at FROM issued_signatures WHERE issued_at >= \(since.unixMilliseconds) AND client = \(client)
-                ORDER BY issued_at DESC LIMIT 1
-                """)
-            if let row = found.first { last[client] = Self.date(try row.decode(Int64.self)) }
+                "SELECT MAX(last_issued_at) FROM offer_issuance_days WHERE client = \(client) AND day >= \(firstDay)")
+            if let time = try found.first?.decode(Int64?.self), time >= since.unixMilliseconds { last[client] = Self.date(time) }
         }
         return last
     }

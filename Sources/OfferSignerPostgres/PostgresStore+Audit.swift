@@ -316,9 +316,42 @@ extension PostgresStore {
     public func withdrawIssuedSignatures(nonces: [String]) async throws -> Int {
         guard !nonces.isEmpty else { return 0 }
         let logger = self.logger
-        let query: PostgresQuery = "DELETE FROM issued_signatures WHERE nonce = ANY(\(nonces)) RETURNING nonce"
+        let query: PostgresQuery = "DELETE FROM issued_signatures WHERE nonce = ANY(\(nonces)) RETURNING issued_at, bundle_id, offer_id, client"
         return try await onLockConnection("withdrawing ledger rows") { connection in
-            try await connection.query(query, logger: logger).collect().count
+            // The rows and the roll-up's days they fell on (counted again), in one transaction.
+            try await connection.run("BEGIN", logger: logger)
+            do {
+                let removed = try await connection.query(query, logger: logger).collect()
+                var days = Set<IssuanceRollUp.Day>()
+                for row in removed {
+                    let (issuedAt, bundleID, offerID, client) = try row.decode((Int64, String, String, String).self)
+                    days.insert(IssuanceRollUp.Day(day: issuedAt / DashboardSchema.dayMilliseconds, bundleID: bundleID, offerID: offerID, client: client))
+                }
+                try await Self.recount(connection, logger, days)
+                try await connection.run("COMMIT", logger: logger)
+                return removed.count
+            } catch {
+                if !connection.isClosed { _ = try? await connection.query("ROLLBACK", logger: logger) }
+                throw error
+            }
+        }
+    }
+
+    /// Counts these days of the roll-up again from the ledger (``IssuanceRollUp/recountStatements``),
+    /// inside the caller's transaction.
+    static func recount(_ connection: PostgresConnection, _ logger: Logger, _ days: Set<IssuanceRollUp.Day>) async throws {
+        for day in days {
+            let (start, end) = day.range
+            try await connection.run(
+                "DELETE FROM offer_issuance_days WHERE day = \(day.day) AND bundle_id = \(day.bundleID) AND offer_id = \(day.offerID) AND client = \(day.client)",
+                logger: logger)
+            try await connection.run(
+                """
+                INSERT INTO offer_issuance_days (day, bundle_id, offer_id, client, issued, last_issued_at)
+                SELECT \(day.day), bundle_id, offer_id, client, COUNT(DISTINCT \(unescaped: AppleHistorySchema.issuanceKey)), MAX(issued_at) FROM issued_signatures
+                WHERE bundle_id = \(day.bundleID) AND offer_id = \(day.offerID) AND issued_at >= \(start) AND issued_at < \(end) AND client = \(day.client)
+                GROUP BY bundle_id, offer_id, client
+                """, logger: logger)
         }
     }
 

@@ -116,6 +116,9 @@ extension PostgresStore {
                 } catch where Self.sqlState(error) == "23505" {
                     throw StoreError(.duplicate, "a nonce to import is in the store already")
                 }
+                // The roll-up of the days these rows fall on, counted from the ledger (a request's
+                // formats may arrive in two batches: counting again never counts one twice).
+                try await Self.recount(connection, logger, Set(batch.ledger.map { IssuanceRollUp.day(of: $0.signature) }))
             }
             if let (table, rows) = batch.appleHistory {
                 guard let spec = AppleHistorySchema.copiedColumns.first(where: { $0.table == table }) else {

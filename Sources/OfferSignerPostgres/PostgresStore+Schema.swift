@@ -159,6 +159,10 @@ extension PostgresStore {
             "ALTER TABLE registry ADD COLUMN manifest_version BIGINT",
             "ALTER TABLE registry ADD COLUMN manifest_mac TEXT",
         ],
+        // 10: the daily roll-up of issuances (IssuanceRollUp), filled from the ledger, and the
+        // ledger's covering time index dropped (SQLite's "v9-issuance-days"). The fill reads the
+        // whole ledger once, at the upgrade.
+        IssuanceRollUp.statements,
     ]
 
     /// The longest an instance waits to open a store whose schema it must check or migrate.

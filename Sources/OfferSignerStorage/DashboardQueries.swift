@@ -13,17 +13,14 @@ public enum DashboardSchema {
     /// the ledger by time, covering every column the offers chart and clients' last use read (so
     /// a window is read from the index alone, without a visit to each row), notifications by
     /// time, covering what the per-type-per-day counts read, and by app and environment (the
-    /// last one received).
+    /// last one received). SQLite "v9-issuance-days" and PostgreSQL 10 drop the ledger's time
+    /// index again: the daily roll-up (``IssuanceRollUp``) answers what it served.
     public static let indexes: [String] = [
         "CREATE INDEX issued_by_time ON issued_signatures (issued_at, bundle_id, offer_id, client, product_id, app_account_token)",
         "CREATE INDEX apple_notifications_by_time ON apple_notifications (received_at, bundle_id, environment, notification_type)",
         "CREATE INDEX apple_notifications_by_app ON apple_notifications (bundle_id, environment, received_at)",
     ]
 
-    static let issuancesPerDay = """
-        SELECT bundle_id, offer_id, issued_at / \(dayMilliseconds) AS day, COUNT(DISTINCT \(AppleHistorySchema.issuanceKey)) AS issuances
-        FROM issued_signatures INDEXED BY issued_by_time WHERE issued_at >= ? GROUP BY bundle_id, offer_id, day ORDER BY bundle_id, offer_id, day
-        """
     static let notificationsPerDay = """
         SELECT bundle_id, environment, notification_type, received_at / \(dayMilliseconds) AS day, COUNT(*) AS received
         FROM apple_notifications INDEXED BY apple_notifications_by_time WHERE received_at >= ? GROUP BY bundle_id, environment, notification_type, day
@@ -105,11 +102,20 @@ public struct AppleNotificationDay: Sendable, Equatable {
 }
 
 extension SQLiteStore {
+    /// From the roll-up (``IssuanceRollUp``); a first day that starts after midnight from the ledger.
     public func offerIssuancesPerDay(since: Date) async throws -> [OfferIssuanceDay] {
-        try await read { db in
-            try Row.fetchAll(db, sql: DashboardSchema.issuancesPerDay, arguments: [since.unixMilliseconds]).map { row in
+        let (firstDay, whole) = IssuanceRollUp.firstDay(of: since)
+        return try await read { db in
+            let rows = try Row.fetchAll(db, sql: IssuanceRollUp.perDayStatement, arguments: [firstDay]).map { row in
                 OfferIssuanceDay(bundleID: row["bundle_id"], offerID: row["offer_id"], day: row["day"], issuances: row["issuances"])
             }
+            let partial = whole
+                ? nil
+                : try Row.fetchAll(
+                    db, sql: IssuanceRollUp.partialDayStatement,
+                    arguments: [firstDay, since.unixMilliseconds, (firstDay + 1) * DashboardSchema.dayMilliseconds]
+                ).map { row in OfferIssuanceCount(bundleID: row["bundle_id"], offerID: row["offer_id"], issuances: row["issuances"]) }
+            return IssuanceRollUp.window(rows, firstDay: firstDay, partial: partial)
         }
     }
 
@@ -129,16 +135,13 @@ extension SQLiteStore {
         }.map { Date(timeIntervalSince1970: Double($0) / 1000) }
     }
 
+    /// From the roll-up's newest time per day (``IssuanceRollUp``): one primary-key range per client.
     public func lastIssuances(clients: [String], since: Date) async throws -> [String: Date] {
-        try await read { db in
+        let firstDay = IssuanceRollUp.firstDay(of: since).day
+        return try await read { db in
             var last: [String: Date] = [:]
-            // Newest first along the time index: an active client's last issuance is found at once.
             for client in clients {
-                if let time = try Int64.fetchOne(
-                    db,
-                    sql: "SELECT issued_at FROM issued_signatures INDEXED BY issued_by_time WHERE issued_at >= ? AND client = ? ORDER BY issued_at DESC LIMIT 1",
-                    arguments: [since.unixMilliseconds, client])
-                {
+                if let time = try Int64.fetchOne(db, sql: IssuanceRollUp.lastIssuanceStatement, arguments: [client, firstDay]), time >= since.unixMilliseconds {
                     last[client] = Date(timeIntervalSince1970: Double(time) / 1000)
                 }
             }

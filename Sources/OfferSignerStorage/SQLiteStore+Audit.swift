@@ -62,6 +62,8 @@ extension SQLiteStore {
             records.append(AuditRecord(sequence: sequence, recordedAt: recordedAt, kind: append.entry.kind, body: append.entry.body, previousHash: previousHash, hash: hash))
             previousHash = hash
         }
+        // The roll-up, in the same transaction: one UPSERT per day, app, offer and client of the group.
+        try rollUp(db, batch.lazy.flatMap(\.signatures))
         return records
     }
 
@@ -118,10 +120,17 @@ extension SQLiteStore {
         }
         return try await write { db in
             var removed = 0
+            var days = Set<IssuanceRollUp.Day>()
             for nonce in nonces {
+                if let row = try Row.fetchOne(db, sql: "SELECT issued_at, bundle_id, offer_id, client FROM issued_signatures WHERE nonce = ?", arguments: [nonce]) {
+                    let issuedAt: Int64 = row["issued_at"]
+                    days.insert(IssuanceRollUp.Day(day: issuedAt / DashboardSchema.dayMilliseconds, bundleID: row["bundle_id"], offerID: row["offer_id"], client: row["client"]))
+                }
                 try db.execute(sql: "DELETE FROM issued_signatures WHERE nonce = ?", arguments: [nonce])
                 removed += db.changesCount
             }
+            // The roll-up loses what was withdrawn (the day counted again, in this transaction).
+            try Self.recount(db, days)
             return removed
         }
     }

@@ -134,6 +134,9 @@ extension SQLiteStore {
                         throw StoreError(.duplicate, "nonce \(signature.nonce) is in the store already")
                     }
                 }
+                // The roll-up of the days these rows fall on, counted from the ledger (a request's
+                // formats may arrive in two batches: counting again never counts one twice).
+                try Self.recount(db, Set(batch.ledger.map { IssuanceRollUp.day(of: $0.signature) }))
             }
             if let (table, rows) = batch.appleHistory {
                 guard let spec = AppleHistorySchema.copiedColumns.first(where: { $0.table == table }) else {

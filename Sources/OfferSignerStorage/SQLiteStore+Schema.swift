@@ -100,6 +100,11 @@ extension SQLiteStore {
                 ALTER TABLE registry ADD COLUMN manifest_mac TEXT;
                 """)
         }
+        // The daily roll-up of issuances (IssuanceRollUp), filled from the ledger; the ledger's
+        // covering time index goes (the roll-up answers the dashboard's windows).
+        migrator.registerMigration("v9-issuance-days") { db in
+            for statement in IssuanceRollUp.statements { try db.execute(sql: statement) }
+        }
         return migrator
     }
 }

@@ -9,8 +9,10 @@ import Synchronization
 ///
 /// Rule: the window is whole UTC days, today and the `days - 1` before it; its start is shown on
 /// the page, and `offers report --json --since <that start>` gives the same figures. Issuances are
-/// read once, per day (``OfferSignerStore/offerIssuancesPerDay(since:)``); their per-offer totals
-/// are what `offerIssuances(since:)` counts (the storage conformance suite checks both agree).
+/// read once, per day, from the store's daily roll-up (``OfferSignerStore/offerIssuancesPerDay(since:)``,
+/// see ``IssuanceRollUp``: at most days × offers × clients rows); their per-offer totals are what
+/// `offerIssuances(since:)` counts in the ledger (the storage conformance suite checks both agree).
+/// Redemptions not placed yet are a column of their own (`unplaced`, `redeemedUnplaced` in the JSON).
 public struct AdminOffersReport: Sendable {
     /// The windows the page offers.
     public static let windows = [30, 90]
@@ -105,7 +107,7 @@ public struct AdminOffersReport: Sendable {
         body.append(.element("h2", text: "Per day"))
         body.append(overall ?? AdminLayout.empty("Nothing issued or redeemed per day in this window."))
         body.append(.element("h2", text: "Per offer"))
-        let headers = ["bundle", "offer", "issued", "redeemed", "conversion", "median to redemption", "no signature of ours", "no appAccountToken"]
+        let headers = ["bundle", "offer", "issued", "redeemed", "conversion", "median to redemption", "no signature of ours", "no appAccountToken", "unplaced"]
         body.append(
             .element(
                 "div", [("class", "table")],
@@ -147,6 +149,7 @@ public struct AdminOffersReport: Sendable {
                 cell("medianSecondsToRedemption", row.medianSeconds.map { String(format: "%.0f", $0) + " s" } ?? "–"),
                 cell("redeemedWithoutSignature", String(row.unmatched), warn: row.unmatched > 0),
                 cell("redeemedWithoutAppAccountToken", String(row.unattributed)),
+                cell("redeemedUnplaced", String(row.unplaced)),
             ])
     }
 
@@ -164,9 +167,9 @@ public struct AdminOffersReport: Sendable {
 }
 
 /// The Offers page per window, computed and rendered at most once every ``lifetime`` (requests in
-/// between, and those that arrive while it is computed, share one computation): counting a
-/// window's issuances reads every one of them, and a dashboard left open or polled must not
-/// repeat that work for each view while signing runs. The page's footer says when it was computed.
+/// between, and those that arrive while it is computed, share one computation): a window reads
+/// its days of the issuance roll-up and every redemption of the window, and a dashboard left open
+/// or polled must not repeat that work for each view while signing runs. The page's footer says when it was computed.
 final class AdminOffersCache: Sendable {
     static let lifetime: Duration = .seconds(30)
     private let entries = Mutex([Int: (computedAt: ContinuousClock.Instant, task: Task<String, any Error>)]())

@@ -230,7 +230,10 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     let server = HTTPServerBuilder.http1(
         configuration: HTTP1Channel.Configuration(
             additionalChannelHandlers: [RequestDeadlineHandler(timeout: idleTimeout, onTimeout: { metrics.connectionTimedOut() })],
-            idleTimeout: idleTimeout))
+            // Hummingbird's own idle handler is only a backstop behind RequestDeadlineHandler (the
+            // rule, and what `offer_signer_connections_timed_out_total` counts): at twice the
+            // timeout, so on a loaded event loop the two never race for the same connection.
+            idleTimeout: idleTimeout * 2))
     var services: [any Service] = [
         checkpointer,
         keyRing, committer, StoreMaintenance(store: store, interval: .seconds(1), logger: logger), readiness,

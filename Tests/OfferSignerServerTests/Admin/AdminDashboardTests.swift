@@ -164,7 +164,7 @@ struct AdminDashboardTests {
             for item in json {
                 let row = try #require(rows.first { $0.attributes["data-offer"] == item["offerID"] as? String && $0.attributes["data-bundle"] == item["bundleID"] as? String })
                 func cell(_ field: String) -> String? { row.all { $0.attributes["data-field"] == field }.first?.allText }
-                for field in ["issued", "redeemed", "redeemedWithoutSignature", "redeemedWithoutAppAccountToken"] {
+                for field in ["issued", "redeemed", "redeemedWithoutSignature", "redeemedWithoutAppAccountToken", "redeemedUnplaced"] {
                     #expect(cell(field) == (item[field] as? Int).map(String.init), "\(field)")
                 }
                 #expect(cell("conversion") == (item["conversion"] as? Double).map { String(format: "%.4f", $0) } ?? "–")

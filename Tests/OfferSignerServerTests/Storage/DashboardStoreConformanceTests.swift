@@ -15,7 +15,7 @@ struct DashboardStoreConformanceTests {
             format: format)
     }
 
-    @Test("Issuances per offer and UTC day inside the window, their totals equal offerIssuances; notifications per type and day; the last one per app and environment; clients' last issuance; the last audit verification", arguments: StoreBackend.testedCases)
+    @Test("Issuances per offer and UTC day inside the window (the roll-up; a partial first day from the ledger), their totals equal offerIssuances after signatures, withdrawals and a store copy; notifications per type and day; the last one per app and environment; clients' last issuance; the last audit verification", arguments: StoreBackend.testedCases)
     func dashboardReads(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in
             let store = fixture.store
@@ -48,6 +48,37 @@ struct DashboardStoreConformanceTests {
             let last = try await store.lastIssuances(clients: ["client:backend", "client:other", "client:old", "client:none"], since: since)
             #expect(last == ["client:backend": noon, "client:other": noon], "the old client's only issuance is before the window")
             #expect(try await store.lastIssuances(clients: [], since: since).isEmpty)
+
+            // A window that starts after midnight: its first day is counted from the ledger.
+            let halfPastEleven = noon.addingTimeInterval(-1800)
+            #expect(
+                try await store.offerIssuancesPerDay(since: halfPastEleven) == [
+                    OfferIssuanceDay(bundleID: Self.bundle, offerID: "A", day: todayIndex, issuances: 1),
+                    OfferIssuanceDay(bundleID: Self.bundle, offerID: "B", day: todayIndex, issuances: 1),
+                ])
+            #expect(OfferIssuanceDay.totals(try await store.offerIssuancesPerDay(since: halfPastEleven)) == (try await store.offerIssuances(since: halfPastEleven)))
+            #expect(try await store.lastIssuances(clients: ["client:backend"], since: noon.addingTimeInterval(1)).isEmpty, "the roll-up keeps each day's newest time")
+
+            // Withdrawals: one format of the two-format request (the issuance stays), an issuance
+            // of A and the only one of client:other. The roll-up still equals the ledger's count.
+            #expect(try await store.withdrawIssuedSignatures(nonces: ["n2", "n3", "n4", "never-issued"]) == 3)
+            let afterWithdrawal = try await store.offerIssuancesPerDay(since: since)
+            #expect(
+                afterWithdrawal == [
+                    OfferIssuanceDay(bundleID: Self.bundle, offerID: "A", day: todayIndex - 1, issuances: 1),
+                    OfferIssuanceDay(bundleID: Self.bundle, offerID: "A", day: todayIndex, issuances: 1),
+                ], "\(afterWithdrawal)")
+            #expect(OfferIssuanceDay.totals(try await store.offerIssuancesPerDay(since: .distantPast)) == (try await store.offerIssuances(since: nil)))
+            #expect(try await store.lastIssuances(clients: ["client:backend", "client:other"], since: since) == ["client:backend": noon])
+
+            // A copy into a new store of the same engine has the same roll-up, equal to its ledger.
+            try await StoreFixture.with(backend) { copy in
+                _ = try await StoreCopy.copy(from: store, to: copy.store)
+                let copied = try await copy.store.offerIssuancesPerDay(since: .distantPast)
+                #expect(copied == (try await store.offerIssuancesPerDay(since: .distantPast)))
+                #expect(OfferIssuanceDay.totals(copied) == (try await copy.store.offerIssuances(since: nil)))
+                #expect(try await copy.store.lastIssuances(clients: ["client:backend", "client:old"], since: .distantPast) == ["client:backend": noon, "client:old": noon.addingTimeInterval(-5 * day)])
+            }
 
             func receipt(_ uuid: String, type: String, environment: String = "Production", at: Date) -> AppleHistoryUpdate {
                 AppleHistoryUpdate(

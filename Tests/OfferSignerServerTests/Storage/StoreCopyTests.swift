@@ -115,6 +115,11 @@ struct StoreCopyTests {
                 #expect(inPostgres.0 == before.0, "registry")
                 #expect(inPostgres.1 == before.1, "audit records")
                 #expect(inPostgres.2 == before.2, "ledger")
+                // The daily roll-up is counted again from the copied ledger: equal to its count.
+                // (Not to the source's roll-up: these signatures share one time, so requests
+                // identical to the millisecond in different groups count once per group there.)
+                let rollUp = try await middle.store.offerIssuancesPerDay(since: .distantPast)
+                #expect(OfferIssuanceDay.totals(rollUp) == (try await middle.store.offerIssuances(since: nil)) && !rollUp.isEmpty, "\(rollUp)")
                 #expect(inPostgres.3 == before.3, "checkpoints")
                 let report = try await middle.store.verifiedChain()
                 #expect(report.isIntact && report.checkpointsMatched == 5 && report.headHash == before.4, "\(report)")
@@ -134,6 +139,7 @@ struct StoreCopyTests {
                     #expect(summary.targetHead == summary.sourceHead)
                     let after = try await Self.everything(back.store)
                     #expect(after.0 == before.0 && after.1 == before.1 && after.2 == before.2 && after.3 == before.3 && after.4 == before.4)
+                    #expect(try await back.store.offerIssuancesPerDay(since: .distantPast) == rollUp)
                     #expect(try await Self.appleHistory(back.store) == appleBefore)
                     #expect(try await back.store.notificationRecoveryWatermark(bundleID: AppleHistoryStoreTests.bundle, environment: "Production") == watermark)
                     #expect(try await back.store.unplacedOfferRedemptions(limit: 10).map(\.candidate.transactionID) == ["1003"])
