@@ -50,6 +50,7 @@ import Testing
             }
             return out + "\""
         }
+        var mismatches: [String] = []
         for filler in ["a", "é", "~"] {
             for length in [1, 7, 8, 9, 16, 21] {
                 for position in 0..<length {
@@ -57,11 +58,14 @@ import Testing
                         var scalars = Array(repeating: filler, count: length)
                         scalars[position] = String(UnicodeScalar(byte))
                         let value = scalars.joined()
-                        #expect(JSONObjectWriter.quoted(value) == reference(value), "byte \(byte) at \(position) of \(length) among '\(filler)'")
+                        if JSONObjectWriter.quoted(value) != reference(value) {
+                            mismatches.append("byte \(byte) at \(position) of \(length) among '\(filler)'")
+                        }
                     }
                 }
             }
         }
+        #expect(mismatches.isEmpty, "\(mismatches.prefix(10))")
     }
 
     @Test func randomStringsRoundTripThroughJSONSerialization() throws {
