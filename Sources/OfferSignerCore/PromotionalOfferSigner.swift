@@ -21,7 +21,16 @@ public struct PromotionalOfferSigner: Sendable {
             throw OfferSignerError(code: .keyIDMismatch, field: "keyID", message: "payload names key ID '\(payload.keyID)' but the signing key is '\(key.keyID)'")
         }
         do {
-            return try key.privateKey.signature(for: payload.signedBytes).derRepresentation.base64EncodedString()
+            // SHA-256 of the signed string's UTF-8, hashed in place, then signed as a digest:
+            // what `signature(for: Data)` does, without copying the string into `Data` and
+            // without the unspecialised `DataProtocol` walk (about 2,000 instructions a signature).
+            var signedString = payload.signedString
+            let digest = signedString.withUTF8 { utf8 in
+                var hasher = SHA256()
+                hasher.update(bufferPointer: UnsafeRawBufferPointer(utf8))
+                return hasher.finalize()
+            }
+            return try key.privateKey.signature(for: digest).derRepresentation.base64EncodedString()
         } catch {
             // BoringSSL signing fails only on memory exhaustion; never silently return nothing.
             preconditionFailure("ECDSA P-256 signing failed: \(error)")

@@ -31,6 +31,43 @@ import Testing
 
     /// Random strings over an alphabet heavy in characters that need escaping, plus multi-byte
     /// UTF-8: the output always parses, to exactly the keys and values written.
+    /// The writer tests eight bytes at a time whether a string needs escapes: every ASCII byte,
+    /// at every position of a word and of the tail, next to plain and multi-byte neighbours,
+    /// gives the escapes of a plain byte-by-byte reference.
+    @Test func escapesEveryASCIIByteAtEveryPositionOfAWord() {
+        func reference(_ value: String) -> String {
+            var out = "\""
+            for scalar in value.unicodeScalars {
+                switch scalar {
+                case "\"": out += "\\\""
+                case "\\": out += "\\\\"
+                case "\n": out += "\\n"
+                case "\r": out += "\\r"
+                case "\t": out += "\\t"
+                case "\u{0}"..."\u{1F}": out += String(format: "\\u%04x", scalar.value)
+                default: out.unicodeScalars.append(scalar)
+                }
+            }
+            return out + "\""
+        }
+        var mismatches: [String] = []
+        for filler in ["a", "é", "~"] {
+            for length in [1, 7, 8, 9, 16, 21] {
+                for position in 0..<length {
+                    for byte in UInt8(0)...0x7F {
+                        var scalars = Array(repeating: filler, count: length)
+                        scalars[position] = String(UnicodeScalar(byte))
+                        let value = scalars.joined()
+                        if JSONObjectWriter.quoted(value) != reference(value) {
+                            mismatches.append("byte \(byte) at \(position) of \(length) among '\(filler)'")
+                        }
+                    }
+                }
+            }
+        }
+        #expect(mismatches.isEmpty, "\(mismatches.prefix(10))")
+    }
+
     @Test func randomStringsRoundTripThroughJSONSerialization() throws {
         var random = SeededGenerator()
         let alphabet: [Character] = ["a", "Z", "0", " ", "\"", "\\", "/", "\n", "\r", "\t", "\u{0}", "\u{1}", "\u{1F}", "\u{7F}", "é", "日", "🙂", "\u{2063}"]

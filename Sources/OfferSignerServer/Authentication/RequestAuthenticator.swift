@@ -23,7 +23,7 @@ struct RequestAuthenticator: Sendable {
     }
 
     private func identify(_ request: Request, ring: KeyRing) async throws -> Principal {
-        guard let authorization = request.headers[.authorization] else {
+        guard let authorization = request.headers.value(of: .authorization) else {
             if developmentMode { return .development }
             throw APIProblem.unauthorized
         }

@@ -337,7 +337,7 @@ struct SigningController: Sendable {
 /// Reads request bodies with a size limit and a content-type check.
 enum RequestBodyReader {
     static func json(_ request: Request, limit: Int) async throws -> Data {
-        let contentType = request.headers[.contentType] ?? ""
+        let contentType = request.headers.value(of: .contentType) ?? ""
         guard contentType == "application/json" || Self.isJSON(mediaTypeOf: contentType) else {
             throw APIProblem(
                 .unsupportedMediaType, code: "unsupported_media_type",
@@ -350,7 +350,7 @@ enum RequestBodyReader {
     /// The body, whatever its `Content-Type` (Apple's endpoints: Apple does not document the
     /// header it sends, so none is required there).
     static func body(_ request: Request, limit: Int) async throws -> Data {
-        if let length = request.headers[.contentLength].flatMap(Int.init), length > limit {
+        if let length = request.headers.value(of: .contentLength).flatMap(Int.init), length > limit {
             throw APIProblem(.contentTooLarge, code: "body_too_large", detail: "the body is \(length) bytes; at most \(limit) are accepted")
         }
         do {
