@@ -1,7 +1,11 @@
 @testable import AppStoreServerAPI
 import AppleTestChain
 import FakeAppStoreServerAPI
+#if canImport(Glibc)
+import Glibc
+#endif
 import Foundation
+import Logging
 import OfferSignerEligibility
 import OfferSignerEvidence
 import Testing
@@ -123,6 +127,46 @@ extension AppStoreServerAPIClientTests {
         #expect(cache.statistics.stored == stored + 1)
         #expect(failureCode(await verifier.verifyTransaction(items[0], now: now)) == nil)
         #expect(cache.statistics.hits == 1)
+    }
+
+    /// A measurement, not a test (run with APPLE_LOOKUP_CPU=1): the process CPU of a repeated lookup
+    /// of a 20-transaction history (client and the fake API on loopback, in this process), with the
+    /// whole-history cache bypassed, without and with the verified-item cache; both with the chain
+    /// cache the server uses.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["APPLE_LOOKUP_CPU"] != nil))
+    func measuresTheCPUOfARepeatedLookup() async throws {
+        let fake = fake(pageSize: 20)
+        let customer = subscriber(months: 20)
+        fake.add(try customer.customer(chain, now: now))
+        for verifiedItems in [nil, AppleVerifiedItemCache()] {
+            var logger = Logger(label: "measure")
+            logger.logLevel = .critical
+            var configuration = AppStoreServerAPIConfiguration()
+            configuration.timeBudget = Self.generousBudget
+            let client = try AppStoreServerAPIClient(
+                configuration: configuration, trustedRoots: [chain.root], metrics: .none, logger: logger, chainCache: AppleChainValidationCache(),
+                verifiedItems: verifiedItems)
+            let rounds = 50
+            let perLookup = try await fake.run { port in
+                try await withClient(client) {
+                    _ = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                    let start = Self.processCPUMicroseconds()
+                    for _ in 0..<rounds {
+                        client.invalidate(originalTransactionID: customer.originalTransactionID)
+                        guard case .history = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                        else { throw CancellationError() }
+                    }
+                    return (Self.processCPUMicroseconds() - start) / Double(rounds)
+                }
+            }
+            print("repeated 20-transaction lookup, verified-item cache \(verifiedItems == nil ? "off" : "on"): \(Int(perLookup)) µs of process CPU (client and fake API)")
+        }
+    }
+
+    private static func processCPUMicroseconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e6 + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec)
     }
 
     private func customer20() throws -> FakeAppStoreServerAPI.Customer {
