@@ -15,7 +15,9 @@ import X509
 /// Rules:
 /// - Every signed item of every answer is verified with `AppleSignedDataVerifier` (x5c chain to
 ///   `trustedRoots`, Apple's marker OIDs, ES256, bundle ID, environment); one that fails makes the
-///   whole answer `unverifiable`. The answer's `bundleId`, `environment` and (when configured)
+///   whole answer `unverifiable`. A JWS that verified before for the same app, environment and
+///   roots (the same text, byte for byte) is taken from `verifiedItems` instead of being verified
+///   again (see ``AppleVerifiedItemCache``: only items validated at their own `signedDate`). The answer's `bundleId`, `environment` and (when configured)
 ///   `appAppleId` must be the app's.
 /// - Environments are asked in the app's order (Production first); the next one only when the
 ///   previous answered 4040010 (TransactionIdNotFoundError).
@@ -50,6 +52,7 @@ public final class AppStoreServerAPIClient: Sendable {
     private let cache: HistoryCache
     private let limiter: AsyncPermits
     private let chainCache: AppleChainValidationCache?
+    private let verifiedItems: AppleVerifiedItemCache?
     private let onFetch: (@Sendable (VerifiedHistory) -> Void)?
 
     /// - Parameters:
@@ -57,10 +60,14 @@ public final class AppStoreServerAPIClient: Sendable {
     ///   - metrics: where calls, errors and latency are counted (e.g. a Prometheus factory).
     ///   - chainCache: where validated certificate chains are remembered (Apple signs every item of
     ///     an answer with the same chain, so only the first is validated in full).
+    ///   - verifiedItems: where verified transactions and renewal infos are remembered, so a history
+    ///     asked about again (after `cacheTTL`) verifies only the items it has not seen; nil
+    ///     verifies every item of every answer.
     ///   - onFetch: called with every history fetched from Apple (not with cached ones), e.g. to store it.
     public init(
         configuration: AppStoreServerAPIConfiguration, trustedRoots: [Certificate], metrics: AppStoreServerAPIMetrics,
-        logger: Logger, chainCache: AppleChainValidationCache? = nil, onFetch: (@Sendable (VerifiedHistory) -> Void)? = nil
+        logger: Logger, chainCache: AppleChainValidationCache? = nil, verifiedItems: AppleVerifiedItemCache? = AppleVerifiedItemCache(),
+        onFetch: (@Sendable (VerifiedHistory) -> Void)? = nil
     ) throws(AppStoreServerAPIConfigurationError) {
         if let problem = configuration.problem { throw AppStoreServerAPIConfigurationError(problem) }
         self.configuration = configuration
@@ -68,6 +75,7 @@ public final class AppStoreServerAPIClient: Sendable {
         self.metrics = metrics
         self.logger = logger
         self.chainCache = chainCache
+        self.verifiedItems = verifiedItems
         self.onFetch = onFetch
         self.tokens = AppStoreServerAPITokenMaker(lifetime: configuration.tokenLifetime, renewBefore: configuration.tokenRenewBefore)
         self.cache = HistoryCache(ttl: configuration.cacheTTL, capacity: configuration.maximumCachedHistories)
@@ -237,7 +245,9 @@ public final class AppStoreServerAPIClient: Sendable {
         transactionID: String, environment: AppleEnvironment, baseURL: String, app: AppStoreAppSettings,
         credentials: AppStoreServerAPICredentials, now: Date, deadline: ContinuousClock.Instant, filter: HistoryFilter?
     ) async -> EnvironmentResult {
-        let verifier = AppleSignedDataVerifier(trustedRoots: trustedRoots, bundleID: app.bundleID, environment: environment, chainCache: chainCache)
+        let verifier = AppleSignedDataVerifier(
+            trustedRoots: trustedRoots, bundleID: app.bundleID, environment: environment, appAppleID: app.appAppleID, chainCache: chainCache,
+            verifiedItems: verifiedItems)
         async let statuses = subscriptionStatuses(
             transactionID: transactionID, environment: environment, baseURL: baseURL, app: app, credentials: credentials,
             verifier: verifier, now: now, deadline: deadline)

@@ -41,17 +41,29 @@ public struct AppleSignedDataVerifier: Sendable {
     public var environment: AppleEnvironment? { acceptedEnvironments.count == 1 ? acceptedEnvironments[0] : nil }
     /// Chains validated before (shared by the verifiers of one process), or nil to validate every chain.
     public let chainCache: AppleChainValidationCache?
+    /// Items verified before (see ``AppleVerifiedItemCache``), or nil to verify every item.
+    public let verifiedItems: AppleVerifiedItemCache?
+    /// The app's Apple ID, as given to Apple's `SignedDataVerifier`; transactions and renewal
+    /// infos do not carry it, so it only keeps the verified items of one app apart from another's.
+    public let appAppleID: Int64?
     private let rootsDigest: [UInt8]
+    /// What verification depends on besides the JWS (bundle ID, environments, roots, app Apple ID):
+    /// the scope of ``verifiedItems``' keys.
+    private let verifiedItemsScope: [UInt8]
 
     /// - Parameters:
     ///   - trustedRoots: trusted roots; Apple Root CA - G3 by default (tests pass their own).
     ///   - bundleID: the expected `bundleId` of transactions.
     ///   - environment: the expected `environment`, or `nil` to accept Production and Sandbox.
     ///   - chainCache: where validated chains are remembered (see ``AppleChainValidationCache``).
+    ///   - verifiedItems: where verified items are remembered (see ``AppleVerifiedItemCache``).
     public init(
-        trustedRoots: [Certificate] = [.appleRootCAG3], bundleID: String, environment: AppleEnvironment?, chainCache: AppleChainValidationCache? = nil
+        trustedRoots: [Certificate] = [.appleRootCAG3], bundleID: String, environment: AppleEnvironment?, appAppleID: Int64? = nil,
+        chainCache: AppleChainValidationCache? = nil, verifiedItems: AppleVerifiedItemCache? = nil
     ) {
-        self.init(trustedRoots: trustedRoots, bundleID: bundleID, environments: environment.map { [$0] } ?? [.production, .sandbox], chainCache: chainCache)
+        self.init(
+            trustedRoots: trustedRoots, bundleID: bundleID, environments: environment.map { [$0] } ?? [.production, .sandbox], appAppleID: appAppleID,
+            chainCache: chainCache, verifiedItems: verifiedItems)
     }
 
     /// - Parameters:
@@ -59,22 +71,40 @@ public struct AppleSignedDataVerifier: Sendable {
     ///   - bundleID: the expected `bundleId` of transactions.
     ///   - environments: the environments an item may come from, for example an app's
     ///     `apps.<bundleID>.environments`; Xcode and LocalTesting data are refused whatever it holds.
+    ///   - appAppleID: the app's Apple ID, when known (it only scopes `verifiedItems`).
     ///   - chainCache: where validated chains are remembered (see ``AppleChainValidationCache``).
+    ///   - verifiedItems: where verified items are remembered (see ``AppleVerifiedItemCache``).
     public init(
-        trustedRoots: [Certificate] = [.appleRootCAG3], bundleID: String, environments: [AppleEnvironment], chainCache: AppleChainValidationCache? = nil
+        trustedRoots: [Certificate] = [.appleRootCAG3], bundleID: String, environments: [AppleEnvironment], appAppleID: Int64? = nil,
+        chainCache: AppleChainValidationCache? = nil, verifiedItems: AppleVerifiedItemCache? = nil
     ) {
         self.trustedRoots = trustedRoots
         self.bundleID = bundleID
         self.acceptedEnvironments = environments.filter { $0 == .production || $0 == .sandbox }
+        self.appAppleID = appAppleID
         self.chainCache = chainCache
+        self.verifiedItems = verifiedItems
         var hasher = SHA256()
-        if chainCache != nil {
+        if chainCache != nil || verifiedItems != nil {
             for root in trustedRoots {
                 var serializer = DER.Serializer()
                 if (try? serializer.serialize(root)) != nil { hasher.update(data: serializer.serializedBytes) }
             }
         }
         self.rootsDigest = Array(hasher.finalize())
+        if verifiedItems != nil {
+            // Length-prefixed fields: no two scopes hash the same bytes.
+            var scope = SHA256()
+            scope.update(data: rootsDigest)
+            for field in [bundleID] + acceptedEnvironments.map(\.rawValue) + [appAppleID.map(String.init) ?? ""] {
+                let bytes = Array(field.utf8)
+                withUnsafeBytes(of: UInt32(bytes.count).bigEndian) { scope.update(bufferPointer: $0) }
+                scope.update(data: bytes)
+            }
+            self.verifiedItemsScope = Array(scope.finalize())
+        } else {
+            self.verifiedItemsScope = []
+        }
     }
 
     /// Most distinct certificate chains (distinct protected headers: `alg` and `x5c`) one call to
@@ -140,32 +170,55 @@ public struct AppleSignedDataVerifier: Sendable {
     ]
 
     /// Verifies one signed transaction.
+    /// With ``verifiedItems``, a JWS verified before in this verifier's scope is served from it.
     public func verifyTransaction(_ jws: String, now: Date) async -> Result<VerifiedTransaction, VerificationFailure> {
+        let cacheKey = verifiedItems.map { _ in AppleVerifiedItemCache.key(jws: jws, kind: 1, scope: verifiedItemsScope) }
+        if let verifiedItems, let cacheKey, case .transaction(let known)? = verifiedItems.item(cacheKey) {
+            return .success(known)
+        }
         let decoded: TransactionPayload
+        let atSigningTime: Bool
         switch await verifiedPayload(jws, as: TransactionPayload.self, named: "transaction", now: now) {
-        case .success(let payload): decoded = payload
+        case .success(let (payload, validatedAtSigningTime)): (decoded, atSigningTime) = (payload, validatedAtSigningTime)
         case .failure(let failure): return .failure(failure)
         }
         guard decoded.bundleId == bundleID else {
             return .failure(.init(.bundleIDMismatch, "bundleId '\(decoded.bundleId)' is not '\(bundleID)'"))
         }
         switch checkEnvironment(decoded.environment) {
-        case .success(let environment): return .success(decoded.verified(environment: environment))
+        case .success(let environment):
+            let transaction = decoded.verified(environment: environment)
+            remember(.transaction(transaction), cacheKey, atSigningTime: atSigningTime)
+            return .success(transaction)
         case .failure(let failure): return .failure(failure)
         }
     }
 
     /// Verifies one signed renewal info (it has no bundle ID to check, as in Apple's library).
     public func verifyRenewalInfo(_ jws: String, now: Date) async -> Result<VerifiedRenewalInfo, VerificationFailure> {
+        let cacheKey = verifiedItems.map { _ in AppleVerifiedItemCache.key(jws: jws, kind: 2, scope: verifiedItemsScope) }
+        if let verifiedItems, let cacheKey, case .renewalInfo(let known)? = verifiedItems.item(cacheKey) {
+            return .success(known)
+        }
         let decoded: RenewalInfoPayload
+        let atSigningTime: Bool
         switch await verifiedPayload(jws, as: RenewalInfoPayload.self, named: "renewal info", now: now) {
-        case .success(let payload): decoded = payload
+        case .success(let (payload, validatedAtSigningTime)): (decoded, atSigningTime) = (payload, validatedAtSigningTime)
         case .failure(let failure): return .failure(failure)
         }
         switch checkEnvironment(decoded.environment) {
-        case .success(let environment): return .success(decoded.verified(environment: environment))
+        case .success(let environment):
+            let info = decoded.verified(environment: environment)
+            remember(.renewalInfo(info), cacheKey, atSigningTime: atSigningTime)
+            return .success(info)
         case .failure(let failure): return .failure(failure)
         }
+    }
+
+    /// Keeps a verified item, unless its chain was validated at `now` (no signing time stated).
+    private func remember(_ item: AppleVerifiedItemCache.Item, _ key: SHA256Digest?, atSigningTime: Bool) {
+        guard let verifiedItems, let key else { return }
+        if atSigningTime { verifiedItems.remember(item, key) } else { verifiedItems.noteNotCacheable() }
     }
 
     /// Why one JWS was rejected.
@@ -186,7 +239,7 @@ public struct AppleSignedDataVerifier: Sendable {
 
     /// Checks structure, header, chain and signature of any Apple JWS; returns the signed payload bytes.
     func verifySignedPayload(_ jws: String, now: Date) async -> Result<Data, VerificationFailure> {
-        await verifySignedData(jws, decoding: SigningDateProbe.self, now: now).map(\.0)
+        await verifySignedData(jws, decoding: SigningDateProbe.self, now: now).map(\.payload)
     }
 
     private func checkEnvironment(_ raw: String) -> Result<AppleEnvironment, VerificationFailure> {
@@ -203,14 +256,16 @@ public struct AppleSignedDataVerifier: Sendable {
 
     /// A verified JWS's payload decoded as `Payload`; a payload that is not one is
     /// `malformedPayload`, naming what it should have been (`name`).
-    private func verifiedPayload<Payload: SignedPayload>(_ jws: String, as type: Payload.Type, named name: String, now: Date) async -> Result<Payload, VerificationFailure> {
+    /// With it: whether the chain was validated at the payload's own signing time (not at `now`).
+    private func verifiedPayload<Payload: SignedPayload>(
+        _ jws: String, as type: Payload.Type, named name: String, now: Date
+    ) async -> Result<(Payload, validatedAtSigningTime: Bool), VerificationFailure> {
         switch await verifySignedData(jws, decoding: type, now: now) {
-        case .success((_, let payload?)):
-            return .success(payload)
-        case .success((let data, nil)):
+        case .success(let verified):
+            if let payload = verified.decoded { return .success((payload, verified.atSigningTime)) }
             // Decoded again only to say what is wrong with it.
             do {
-                return .success(try JSONDecoder().decode(type, from: data))
+                return .success((try JSONDecoder().decode(type, from: verified.payload), verified.atSigningTime))
             } catch {
                 return .failure(.init(.malformedPayload, "\(name) payload: \(Self.describe(error))"))
             }
@@ -221,10 +276,11 @@ public struct AppleSignedDataVerifier: Sendable {
 
     /// Checks structure, header, chain and signature; returns the signed payload bytes and, when
     /// they decode as `Payload`, the decoded value (decoded once: its signing time is the one the
-    /// chain is checked at).
+    /// chain is checked at), and whether that time came from the payload (`atSigningTime`; false
+    /// when the chain was checked at `now`).
     private func verifySignedData<Payload: SignedPayload>(
         _ jws: String, decoding: Payload.Type, now: Date
-    ) async -> Result<(Data, Payload?), VerificationFailure> {
+    ) async -> Result<(payload: Data, decoded: Payload?, atSigningTime: Bool), VerificationFailure> {
         guard jws.utf8.count <= Self.maximumJWSLength else {
             return .failure(.init(.malformedJWS, "JWS is larger than \(Self.maximumJWSLength) bytes"))
         }
@@ -321,7 +377,7 @@ public struct AppleSignedDataVerifier: Sendable {
         }
         // Only a header that verified is remembered: forged items cannot crowd Apple's out.
         if !headerWasCached { chainCache?.rememberHeader(headerText, header) }
-        return .success((payload, typed))
+        return .success((payload, typed, signedMilliseconds != nil))
     }
 
     /// Parses the three x5c certificates, validates the chain at `validationTime`, and returns the

@@ -7,6 +7,7 @@ import Logging
 import MetricsTestKit
 import OfferSignerCore
 import OfferSignerEligibility
+import OfferSignerEvidence
 import Testing
 import X509
 
@@ -43,7 +44,10 @@ import X509
             productionURL: "http://127.0.0.1:\(port)/production", sandboxURL: "http://127.0.0.1:\(port)/sandbox")
     }
 
-    func client(_ configure: (inout AppStoreServerAPIConfiguration) -> Void = { _ in }, metrics: TestMetrics = TestMetrics(), roots: [Certificate]? = nil) throws -> AppStoreServerAPIClient {
+    func client(
+        _ configure: (inout AppStoreServerAPIConfiguration) -> Void = { _ in }, metrics: TestMetrics = TestMetrics(), roots: [Certificate]? = nil,
+        verifiedItems: AppleVerifiedItemCache? = AppleVerifiedItemCache()
+    ) throws -> AppStoreServerAPIClient {
         var configuration = AppStoreServerAPIConfiguration()
         configuration.initialBackoff = .milliseconds(10)
         // Generous unless a test is about the budget: the whole suite runs in parallel on a
@@ -53,7 +57,8 @@ import X509
         var logger = Logger(label: "app-store-server-api-test")
         logger.logLevel = .critical
         return try AppStoreServerAPIClient(
-            configuration: configuration, trustedRoots: roots ?? [chain.root], metrics: AppStoreServerAPIMetrics(factory: metrics), logger: logger)
+            configuration: configuration, trustedRoots: roots ?? [chain.root], metrics: AppStoreServerAPIMetrics(factory: metrics), logger: logger,
+            verifiedItems: verifiedItems)
     }
 
     func withClient<T: Sendable>(_ client: AppStoreServerAPIClient, _ body: () async throws -> T) async throws -> T {

@@ -225,30 +225,24 @@ enum StoredHistoryFreshness {
 /// (chain to a trusted root, Apple's marker OIDs, ES256, the subscription's bundle and
 /// environment) and name the transaction (or, for a renewal info, the subscription) its row is
 /// stored under; otherwise the whole history is refused (nil: the caller asks Apple or the app's
-/// evidence instead), and the refusal is counted. A JWS verified once is known by the SHA-256 of
-/// its text and not verified again (at most `verifiedCapacity` kept); the hot path, a history
-/// at an unchanged version, costs no verification at all.
+/// evidence instead), and the refusal is counted. A JWS verified once, for the same bundle,
+/// environment and roots, is not verified again (``AppleVerifiedItemCache``, at most
+/// `verifiedCapacity` items, the same mechanism as the App Store Server API client's); the hot
+/// path, a history at an unchanged version, costs no verification at all.
 final class DecodedHistoryCache: Sendable {
     private struct Entry {
         var updatedAt: Date
         var history: VerifiedHistory
     }
 
-    /// What a stored JWS verified to.
-    private enum Verified {
-        case transaction(VerifiedTransaction)
-        case renewalInfo(VerifiedRenewalInfo)
-    }
-
     private let entries = Mutex<[AppleSubscriptionKey: Entry]>([:])
-    private let verified = Mutex<[SHA256Digest: Verified]>([:])
+    private let verified: AppleVerifiedItemCache
     private let refusals = Mutex(0)
     private let capacity: Int
-    private let verifiedCapacity: Int
 
     init(capacity: Int = 20_000, verifiedCapacity: Int = 200_000) {
         self.capacity = max(1, capacity)
-        self.verifiedCapacity = max(1, verifiedCapacity)
+        self.verified = AppleVerifiedItemCache(capacity: verifiedCapacity)
     }
 
     /// Stored histories refused because an item's JWS did not verify or did not match its row.
@@ -278,7 +272,8 @@ final class DecodedHistoryCache: Sendable {
 
     private func verifiedHistory(_ stored: StoredAppleHistory, trustedRoots: [Certificate], chainCache: AppleChainValidationCache, now: Date) async -> VerifiedHistory? {
         guard let environment = AppleEnvironment(rawValue: stored.subscription.environment) else { return nil }
-        let verifier = AppleSignedDataVerifier(trustedRoots: trustedRoots, bundleID: stored.subscription.bundleID, environment: environment, chainCache: chainCache)
+        let verifier = AppleSignedDataVerifier(
+            trustedRoots: trustedRoots, bundleID: stored.subscription.bundleID, environment: environment, chainCache: chainCache, verifiedItems: verified)
         var history = VerifiedHistory(bundleID: stored.subscription.bundleID, environment: environment, asOf: stored.updatedAt)
         for item in stored.transactions {
             guard case .transaction(let transaction)? = await verify(item.jws, renewalInfo: false, verifier: verifier, now: now),
@@ -294,22 +289,13 @@ final class DecodedHistoryCache: Sendable {
         return history
     }
 
-    /// What `jws` verifies to, from memory when it verified before.
-    private func verify(_ jws: String, renewalInfo: Bool, verifier: AppleSignedDataVerifier, now: Date) async -> Verified? {
-        let digest = SHA256.hash(data: Data(jws.utf8))
-        if let known = verified.withLock({ $0[digest] }) { return known }
-        let result: Verified
+    /// What `jws` verifies to (from `verified` when it verified before in the verifier's scope).
+    private func verify(_ jws: String, renewalInfo: Bool, verifier: AppleSignedDataVerifier, now: Date) async -> AppleVerifiedItemCache.Item? {
         if renewalInfo {
             guard case .success(let info) = await verifier.verifyRenewalInfo(jws, now: now) else { return nil }
-            result = .renewalInfo(info)
-        } else {
-            guard case .success(let transaction) = await verifier.verifyTransaction(jws, now: now) else { return nil }
-            result = .transaction(transaction)
+            return .renewalInfo(info)
         }
-        verified.withLock { verified in
-            if verified.count >= verifiedCapacity { verified.removeAll(keepingCapacity: true) }
-            verified[digest] = result
-        }
-        return result
+        guard case .success(let transaction) = await verifier.verifyTransaction(jws, now: now) else { return nil }
+        return .transaction(transaction)
     }
 }
