@@ -78,7 +78,8 @@ public struct RedemptionCandidate: Sendable, Equatable {
     /// The subscription renewed under the offer its previous period already carried (a
     /// pay-as-you-go offer's next period): the same redemption going on, not a new one. Recorded
     /// only when a signature of its own matches (a new redemption of that offer), or, when not
-    /// ``isPlaced``, as unplaced.
+    /// ``isPlaced``, as unplaced, never matched on the estimate: the estimated window reaches back
+    /// over the lost previous period, which may be the offer's first, and would take its signature.
     public var continuesRedemption: Bool
     /// Whether the period before the transaction is known, so ``signatureWindowStart`` and
     /// ``continuesRedemption`` are Apple's word, not an estimate. False for a renewal whose
