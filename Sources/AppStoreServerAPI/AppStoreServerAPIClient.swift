@@ -77,7 +77,7 @@ public final class AppStoreServerAPIClient: Sendable {
         self.chainCache = chainCache
         self.verifiedItems = verifiedItems
         self.onFetch = onFetch
-        self.tokens = AppStoreServerAPITokenMaker(lifetime: configuration.tokenLifetime, renewBefore: configuration.tokenRenewBefore)
+        self.tokens = AppStoreServerAPITokenMaker(lifetime: configuration.tokenLifetime)
         self.cache = HistoryCache(ttl: configuration.cacheTTL, capacity: configuration.maximumCachedHistories)
         self.limiter = AsyncPermits(limit: configuration.concurrentLookups)
         var httpConfiguration = HTTPClient.Configuration()

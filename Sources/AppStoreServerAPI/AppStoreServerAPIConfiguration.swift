@@ -37,10 +37,9 @@ public struct AppStoreServerAPIConfiguration: Sendable, Hashable {
     public var circuitBreakerThreshold: Int = 5
     /// …for this long, then let one trial lookup through.
     public var circuitBreakerCoolDown: Duration = .seconds(30)
-    /// Lifetime of an authentication token (`exp` − `iat`); at most 60 minutes.
+    /// Lifetime of an authentication token (`exp` − `iat`); at most 60 minutes. A new token is
+    /// made for every request (see ``AppStoreServerAPITokenMaker``).
     public var tokenLifetime: Duration = .seconds(300)
-    /// A token with less than this left is replaced before use.
-    public var tokenRenewBefore: Duration = .seconds(60)
     /// Apple's hosts; tests and proxies use the per-app overrides (`AppStoreAppSettings`).
     public var productionBaseURL: String = AppStoreServerAPIConfiguration.appleProductionBaseURL
     public var sandboxBaseURL: String = AppStoreServerAPIConfiguration.appleSandboxBaseURL
@@ -67,8 +66,8 @@ public struct AppStoreServerAPIConfiguration: Sendable, Hashable {
         if initialBackoff < .zero || maximumBackoff < initialBackoff { return "backoff must satisfy 0 <= initial <= maximum" }
         if maximumPages < 1 { return "at least one page is needed" }
         if circuitBreakerThreshold < 1 { return "the circuit breaker threshold must be at least 1" }
-        if tokenLifetime <= tokenRenewBefore || tokenLifetime > Self.maximumTokenLifetime {
-            return "the token lifetime must be longer than its renewal margin and at most 60 minutes"
+        if tokenLifetime <= .zero || tokenLifetime > Self.maximumTokenLifetime {
+            return "the token lifetime must be positive and at most 60 minutes"
         }
         return nil
     }

@@ -1,7 +1,6 @@
 import Crypto
 import Foundation
 import OfferSignerCore
-import Synchronization
 
 /// What authenticates the service to Apple for one app: the app's In-App Purchase key (the same
 /// key type signs promotional offers) and the issuer ID of its App Store Connect team.
@@ -17,45 +16,29 @@ public struct AppStoreServerAPICredentials: Sendable {
     }
 }
 
-/// Makes the ES256 bearer tokens of the App Store Server API and reuses each until shortly before
-/// it expires.
+/// Makes the ES256 bearer tokens of the App Store Server API: a new one for every request.
 ///
 /// Rules (Apple's "Generating JSON Web Tokens for API requests",
 /// https://developer.apple.com/documentation/appstoreserverapi/generating-json-web-tokens-for-api-requests):
 /// header `alg` ES256, `kid` the key ID, `typ` JWT; claims `iss` the issuer ID, `iat` now, `exp`
 /// `lifetime` later (never more than 60 minutes, Apple's maximum), `aud` `appstoreconnect-v1`,
-/// `bid` the bundle ID; signed with the key (raw r‖s). A cached token is used only while more
-/// than `renewBefore` of it is left; a key rotation gets a new token at once (the cache is keyed
-/// by key ID, issuer and bundle).
-///
-/// Why a short-lived cache, when Apple's page says to generate a new token for each request:
-/// Apple sets no one-use rule (no `jti`, no replay check it documents), so a new ES256 signature
-/// per call (every page of a history, two calls at once) buys nothing Apple checks; the default
-/// 5-minute lifetime is the one Apple's Python library gives its tokens (api_client.py
-/// `_generate_token`), and bounds what a leaked token is good for.
-public final class AppStoreServerAPITokenMaker: Sendable {
+/// `bid` the bundle ID; signed with the key (raw r‖s). Apple's page says "Generate a new signed
+/// JWT for each new request", and Apple's Python library does so (api_client.py `_get_headers`
+/// calls `_generate_token()` on every request, each token living 5 minutes): no token is reused.
+/// One ES256 signature per request is small next to the network call it authenticates.
+public struct AppStoreServerAPITokenMaker: Sendable {
     public static let audience = "appstoreconnect-v1"
     private let lifetime: Duration
-    private let renewBefore: Duration
-    private let cache = Mutex([String: (token: String, expires: Date)]())
 
-    public init(lifetime: Duration, renewBefore: Duration) {
+    public init(lifetime: Duration) {
         self.lifetime = min(lifetime, AppStoreServerAPIConfiguration.maximumTokenLifetime)
-        self.renewBefore = renewBefore
     }
 
-    /// A token for `credentials`, valid for at least `renewBefore` after `now`.
+    /// A new token for `credentials`, issued at `now`.
     public func token(for credentials: AppStoreServerAPICredentials, now: Date = Date()) -> String {
-        let cacheKey = [credentials.key.keyID, credentials.issuerID, credentials.bundleID, credentials.key.publicKeyFingerprint].joined(separator: "\u{0}")
-        let renewBy = now.addingTimeInterval(Self.seconds(renewBefore))
-        if let cached = cache.withLock({ $0[cacheKey] }), cached.expires > renewBy {
-            return cached.token
-        }
         let issuedAt = Int64(now.timeIntervalSince1970.rounded(.down))
         let expiresAt = issuedAt + Int64(Self.seconds(lifetime).rounded(.down))
-        let token = Self.makeToken(credentials: credentials, issuedAt: issuedAt, expiresAt: expiresAt)
-        cache.withLock { $0[cacheKey] = (token, Date(timeIntervalSince1970: TimeInterval(expiresAt))) }
-        return token
+        return Self.makeToken(credentials: credentials, issuedAt: issuedAt, expiresAt: expiresAt)
     }
 
     /// One signed token (no caching).

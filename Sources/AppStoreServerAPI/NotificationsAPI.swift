@@ -6,8 +6,9 @@ import OfferSignerEligibility
 /// Apple's `NotificationHistoryRequest`: the request body of Get Notification History
 /// (https://developer.apple.com/documentation/appstoreserverapi/notificationhistoryrequest;
 /// appstoreserverlibrary/models/NotificationHistoryRequest.py). `startDate` and `endDate` are
-/// required (an `endDate` in the future is taken as now by Apple; history goes back 180 days in
-/// Production); give `transactionId` or `notificationType`, not both; a `notificationSubtype`
+/// required (an `endDate` in the future is taken as now by Apple; "Choose a startDate that's
+/// within the past 180 days. In the sandbox environment, choose a startDate that's within the past
+/// 30 days."); give `transactionId` or `notificationType`, not both; a `notificationSubtype`
 /// needs its `notificationType`.
 public struct NotificationHistoryRequest: Sendable, Hashable {
     public var startDate: Date

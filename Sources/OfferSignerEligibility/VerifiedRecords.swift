@@ -123,7 +123,14 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
     /// retry (``billingRetryLimit``: an offer goes on when a failed renewal is recovered). An
     /// offer over several billing periods is one redemption; the same offer redeemed again, after
     /// a lapse or paid up front, is another. (The one rule for the eligibility rules' count and
-    /// for redemption tracking.)
+    /// for redemption tracking.) Apple's fields: `offerType`, `offerIdentifier`,
+    /// `offerDiscountType` `PAY_AS_YOU_GO` (a discounted price for each billing period of the
+    /// offer) and `transactionReason`
+    /// (https://developer.apple.com/documentation/appstoreserverapi/jwstransactiondecodedpayload,
+    /// https://developer.apple.com/documentation/appstoreserverapi/offerdiscounttype; Apple's Python
+    /// library `appstoreserverlibrary/models/OfferDiscountType.py`). Apple does not say in so many
+    /// words that the periods of one pay-as-you-go offer are one redemption: that is this rule's
+    /// reading of its fields.
     public func continuesPayAsYouGoOffer(of previous: VerifiedTransaction) -> Bool {
         guard transactionReason != .purchase, previous.productID == productID, previous.offerType == offerType,
             previous.offerIdentifier == offerIdentifier,
@@ -132,7 +139,12 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
         return follows(previous) || (transactionReason == .renewal && followsAfterBillingRetry(previous))
     }
 
-    /// Apple retries a failed renewal for up to 60 days.
+    /// Apple retries a failed renewal for up to 60 days: "Billing-related issues trigger the
+    /// subscription to enter a billing retry state where the App Store attempts to renew the
+    /// subscription for up to 60 days" (Apple's subscription billing documentation; see
+    /// https://developer.apple.com/documentation/storekit/reducing-involuntary-subscriber-churn
+    /// and `isInBillingRetryPeriod`,
+    /// https://developer.apple.com/documentation/appstoreserverapi/isinbillingretryperiod).
     public static let billingRetryLimit: TimeInterval = 60 * 86_400
 
     /// Whether this period began where `previous` ended: within a day, or within half of

@@ -133,7 +133,9 @@ extension PostgresStore {
                     redemptions.append(placed)
                     continue
                 }
-                let issuance = try await matchingIssuance(candidate, connection, logger)
+                // A pay-as-you-go renewal whose previous period is unknown never matches on its
+                // estimate: the window would reach the lost first period's signature.
+                let issuance = candidate.continuesRedemption && !candidate.isPlaced ? nil : try await matchingIssuance(candidate, connection, logger)
                 let unplaced = issuance == nil && !candidate.isPlaced
                 if issuance == nil && candidate.continuesRedemption && !unplaced { continue }
                 // Inserted first: a transaction recorded before (or by another instance now) is skipped.

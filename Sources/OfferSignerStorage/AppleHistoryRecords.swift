@@ -59,7 +59,13 @@ public struct AppleNotificationReceipt: Sendable, Equatable {
 }
 
 /// A transaction Apple signed that redeemed one of our promotional offers (`offerType` 2 with an
-/// `offerIdentifier`), to be matched to the signature that enabled it.
+/// `offerIdentifier`), to be matched to the signature that enabled it. Apple: `offerType` 2 is a
+/// promotional offer, whose `offerIdentifier` is the offer's identifier
+/// (https://developer.apple.com/documentation/appstoreserverapi/offertype,
+/// https://developer.apple.com/documentation/appstoreserverapi/offeridentifier; Apple's Python
+/// library `appstoreserverlibrary/models/OfferType.py` `PROMOTIONAL_OFFER = 2`). Win-back offers
+/// (`offerType` 4) are deliberately not matched: this service never signs them (Apple applies
+/// them itself), so a win-back redemption has no signature of ours to find.
 public struct RedemptionCandidate: Sendable, Equatable {
     public var transactionID: String
     public var originalTransactionID: String
@@ -78,7 +84,8 @@ public struct RedemptionCandidate: Sendable, Equatable {
     /// The subscription renewed under the offer its previous period already carried (a
     /// pay-as-you-go offer's next period): the same redemption going on, not a new one. Recorded
     /// only when a signature of its own matches (a new redemption of that offer), or, when not
-    /// ``isPlaced``, as unplaced.
+    /// ``isPlaced``, as unplaced, never matched on the estimate: the estimated window reaches back
+    /// over the lost previous period, which may be the offer's first, and would take its signature.
     public var continuesRedemption: Bool
     /// Whether the period before the transaction is known, so ``signatureWindowStart`` and
     /// ``continuesRedemption`` are Apple's word, not an estimate. False for a renewal whose
@@ -213,7 +220,11 @@ public struct OfferRedemption: Sendable, Equatable {
 
 /// The matching window of ``OfferRedemption``.
 public enum RedemptionMatching {
-    /// Apple accepts a promotional offer signature for 24 hours.
+    /// Apple accepts a promotional offer signature for 24 hours: its timestamp "keeps the payment
+    /// discount active for 24 hours"
+    /// (https://developer.apple.com/documentation/storekit/skpaymentdiscount/timestamp; Apple's
+    /// Python library `appstoreserverlibrary/promotional_offer.py`: "The timestamp keeps the
+    /// offer active for 24 hours").
     public static let signatureLifetime: TimeInterval = 24 * 3600
     /// A purchase dated slightly before the signature (clocks differ) still matches.
     public static let clockSkew: TimeInterval = 300

@@ -214,7 +214,9 @@ extension SQLiteStore {
                     redemptions.append(placed)
                     continue
                 }
-                let issuance = try Self.matchingIssuance(candidate, in: db)
+                // A pay-as-you-go renewal whose previous period is unknown never matches on its
+                // estimate: the window would reach the lost first period's signature.
+                let issuance = candidate.continuesRedemption && !candidate.isPlaced ? nil : try Self.matchingIssuance(candidate, in: db)
                 let unplaced = issuance == nil && !candidate.isPlaced
                 if issuance == nil && candidate.continuesRedemption && !unplaced { continue }
                 let redemption = OfferRedemption(

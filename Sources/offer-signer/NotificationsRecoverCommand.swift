@@ -3,6 +3,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import OfferSignerCore
+import OfferSignerEligibility
 import OfferSignerServer
 
 /// `offer-signer notifications recover`: what Apple could not deliver, fetched from Get
@@ -14,8 +15,8 @@ struct NotificationsRecoverCommand: AsyncParsableCommand {
         discussion: """
             Pages through Apple's Get Notification History (POST /inApps/v1/notifications/history) and feeds every \
             notification through the same verification and storage as POST /v1/apple/notifications: stored once per \
-            notificationUUID, so running it again, or while the server runs, is safe. Apple keeps 180 days of history \
-            in Production. Prints found / new / already stored / ignored / failed. Exit 0 when every page was read \
+            notificationUUID, so running it again, or while the server runs, is safe. --since must be within the past 180 \
+            days in Production, 30 days in Sandbox (Apple's NotificationHistoryRequest). Prints found / new / already stored / ignored / failed. Exit 0 when every page was read \
             and every notification verified and was stored, 1 otherwise.
             """
     )
@@ -35,6 +36,15 @@ struct NotificationsRecoverCommand: AsyncParsableCommand {
         let end = try until.map { try CLITime.parse($0, option: "--until") } ?? Date()
         let request = NotificationHistoryRequest(startDate: start, endDate: end, onlyFailures: onlyFailures)
         if let problem = request.problem { throw ValidationError("--since/--until: \(problem)") }
+        // Apple: "Choose a startDate that's within the past 180 days. In the sandbox environment,
+        // choose a startDate that's within the past 30 days." (NotificationHistoryRequest)
+        if let environment = AppleEnvironment(rawValue: apple.environment), environment == .production || environment == .sandbox {
+            let window = NotificationRecovery.historyWindow(environment)
+            if start < Date().addingTimeInterval(-window) {
+                throw ValidationError(
+                    "--since: Apple's Get Notification History takes a start within the past \(Int(window / 86_400)) days in \(environment.rawValue); \(since) is earlier (NotificationHistoryRequest)")
+            }
+        }
         let session = try await apple.open(label: "offer-signer.notifications")
         let tally: NotificationRecovery.Tally
         do {

@@ -81,7 +81,7 @@ struct ServeCommand: AsyncParsableCommand {
     var appleAPIConnections: Int?
     @Option(help: "How long a history fetched from Apple is served from memory (0: not at all). Env: OFFER_SIGNER_APPLE_API_CACHE_SECONDS. Default 60.")
     var appleAPICacheSeconds: Int?
-    @Option(help: "Deadline of an answer to Apple's Retention Messaging request, from arrival to last byte (Apple fails it after about 700 ms); past it, the product's fallback is answered and nothing is counted. Env: OFFER_SIGNER_RETENTION_BUDGET_MS. Default 500.")
+    @Option(help: "Deadline of an answer to Apple's Retention Messaging request, from arrival to last byte (Apple's sandbox performance test expects about 700 ms; no documented production limit); past it, the product's fallback is answered and nothing is counted. Env: OFFER_SIGNER_RETENTION_BUDGET_MS. Default 500.")
     var retentionBudgetMs: Int?
     @Option(help: "NIO event loop threads (socket I/O and HTTP parsing; request handling runs on Swift's concurrency pool and the audit writer on its own thread). Env: OFFER_SIGNER_EVENT_LOOP_THREADS. Default: NIO's, one per core.")
     var eventLoopThreads: Int?

@@ -107,7 +107,7 @@ import X509
             #expect(expiresAt - issuedAt == 300, "5 minutes")
             #expect(abs(Double(issuedAt) - Date().timeIntervalSince1970) < 60)
         }
-        #expect(Set(fake.requests.compactMap(\.token?.issuedAt)).count == 1, "one token reused for every call")
+        #expect(Set(fake.requests.compactMap(\.token?.signature)).count == fake.requests.count, "a new token for every request, as Apple says")
         #expect(try metrics.expectCounter("app_store_server_api_calls_total", [("endpoint", "transaction_history"), ("outcome", "ok")]).totalValue == 4)
         #expect(try metrics.expectCounter("app_store_server_api_lookups_total", [("outcome", "history")]).totalValue == 1)
         #expect(try metrics.expectTimer("app_store_server_api_call_duration_seconds", [("endpoint", "transaction_history"), ("outcome", "ok")]).values.count == 4)
@@ -525,22 +525,26 @@ import X509
 }
 
 @Suite struct AppStoreServerAPITokenTests {
-    @Test func tokensLiveFiveMinutesAndAreRenewedInTheirLastMinute() throws {
+    @Test("A new token for every request, as Apple's page and Python library do: each lives 5 minutes from its own iat and verifies with the key")
+    func aNewTokenForEveryRequest() throws {
         let key = try InAppPurchaseKey.generateForDevelopment(keyID: "APIKEY0002")
         let credentials = AppStoreServerAPICredentials(key: key, issuerID: "issuer", bundleID: "com.example.app")
-        let maker = AppStoreServerAPITokenMaker(lifetime: .seconds(300), renewBefore: .seconds(60))
+        let maker = AppStoreServerAPITokenMaker(lifetime: .seconds(300))
         let start = Date(timeIntervalSince1970: 1_800_000_000)
         let first = maker.token(for: credentials, now: start)
-        #expect(maker.token(for: credentials, now: start.addingTimeInterval(239)) == first, "reused while more than 60 s are left")
-        let renewed = maker.token(for: credentials, now: start.addingTimeInterval(241))
-        #expect(renewed != first)
-        let claims = try Self.claims(renewed)
-        #expect(claims["iat"] as? Int == 1_800_000_241)
-        #expect(claims["exp"] as? Int == 1_800_000_541)
-
-        // A key rotation (same key ID, new key) gets a new token at once.
-        let rotated = AppStoreServerAPICredentials(key: try InAppPurchaseKey.generateForDevelopment(keyID: "APIKEY0002"), issuerID: "issuer", bundleID: "com.example.app")
-        #expect(maker.token(for: rotated, now: start.addingTimeInterval(242)) != renewed)
+        let second = maker.token(for: credentials, now: start)
+        #expect(first != second, "never reused, even within the same second (ECDSA signatures are randomized)")
+        let later = maker.token(for: credentials, now: start.addingTimeInterval(10))
+        let claims = try Self.claims(later)
+        #expect(claims["iat"] as? Int == 1_800_000_010)
+        #expect(claims["exp"] as? Int == 1_800_000_310)
+        for token in [first, second, later] {
+            let parts = token.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+            #expect(parts.count == 3)
+            let signature = try #require(Self.base64URL(parts[2]))
+            let verified = try P256.Signing.ECDSASignature(rawRepresentation: signature)
+            #expect(key.privateKey.publicKey.isValidSignature(verified, for: Data((parts[0] + "." + parts[1]).utf8)))
+        }
     }
 
     @Test func aLifetimeOverSixtyMinutesIsRefusedOrClamped() throws {
@@ -548,9 +552,15 @@ import X509
         configuration.tokenLifetime = .seconds(3601)
         #expect(configuration.problem != nil)
         let key = try InAppPurchaseKey.generateForDevelopment(keyID: "APIKEY0003")
-        let maker = AppStoreServerAPITokenMaker(lifetime: .seconds(7200), renewBefore: .seconds(60))
+        let maker = AppStoreServerAPITokenMaker(lifetime: .seconds(7200))
         let claims = try Self.claims(maker.token(for: .init(key: key, issuerID: "issuer", bundleID: "b"), now: Date(timeIntervalSince1970: 1_800_000_000)))
         #expect((claims["exp"] as? Int ?? 0) - (claims["iat"] as? Int ?? 0) == 3600)
+    }
+
+    static func base64URL(_ part: String) -> Data? {
+        var base64 = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        return Data(base64Encoded: base64)
     }
 
     static func claims(_ token: String) throws -> [String: Any] {

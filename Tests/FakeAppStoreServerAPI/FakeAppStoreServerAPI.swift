@@ -82,6 +82,8 @@ public final class FakeAppStoreServerAPI: Sendable {
         public var issuedAt: Int64?
         public var expiresAt: Int64?
         public var signatureVerified: Bool
+        /// The token's signature part as sent (tells tokens apart: Apple wants one per request).
+        public var signature: String?
         /// Empty when the token was accepted.
         public var problems: [String]
     }
@@ -310,6 +312,7 @@ public final class FakeAppStoreServerAPI: Sendable {
         token.bundleID = claims["bid"] as? String
         token.issuedAt = (claims["iat"] as? NSNumber)?.int64Value
         token.expiresAt = (claims["exp"] as? NSNumber)?.int64Value
+        token.signature = String(parts[2])
         if let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureData) {
             token.signatureVerified = fake.publicKey.isValidSignature(signature, for: Data("\(parts[0]).\(parts[1])".utf8))
         }

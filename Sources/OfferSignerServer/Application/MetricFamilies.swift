@@ -82,6 +82,9 @@ struct MetricFamily: Sendable {
     static let rateLimit = MetricFamily(
         metricName: "offer_signer_rate_limit", unit: "per_second", type: "gauge",
         help: "Configured sustained rate per key (0: no limit), enforced per instance: with N instances the effective limit is N times this")
+    static let notificationCatchUpAbandoned = MetricFamily(
+        metricName: "offer_signer_notification_catch_up_abandoned", unit: "total", type: "counter",
+        help: "Notifications that kept failing for over 24 hours and no longer hold the scheduled catch-up's watermark, by bundle and environment")
     static let rateLimitBurst = MetricFamily(
         metricName: "offer_signer_rate_limit_burst", unit: "", type: "gauge",
         help: "Configured burst per key, enforced per instance: with N instances the effective burst is N times this")
@@ -91,7 +94,7 @@ struct MetricFamily: Sendable {
         httpRequests, httpRequestDuration, signaturesIssued, offerIssuances, offerRedemptions, offerRedemptionsPlaced, redemptionPlacementLookups, redemptionsWithoutSignature, appleNotifications,
         notificationLastReceived, appleHistoriesStored, retentionRequests, retentionAnswers, retentionFallbacks, retentionDuration, rejections,
         auditCommitDuration, auditCommitEntries, auditCommitGroupSize, auditCommitFailures, checkpointRefusals, ready, connectionsTimedOut,
-        registryRowsRejected, registryManifestRefusals, rateLimit, rateLimitBurst,
+        registryRowsRejected, registryManifestRefusals, rateLimit, rateLimitBurst, notificationCatchUpAbandoned,
     ]
 
     /// Every family `GET /metrics` declares: `(name, type, help)`.

@@ -139,7 +139,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         onUnplaced: { redemptionPlacer?.submit($0) })
     let notifications = AppleNotificationController(intake: notificationIntake, maximumBodyBytes: ServerConfiguration.maximumNotificationBytes)
     let notificationCatchUp = try makeNotificationCatchUp(
-        configuration: configuration, store: store, credentials: apiCredentials, served: keyRing.ring.configuredBundles, intake: notificationIntake)
+        configuration: configuration, store: store, credentials: apiCredentials, served: keyRing.ring.configuredBundles, intake: notificationIntake, metrics: metrics)
     let signing = SigningController(
         keyRing: keyRing, committer: committer, authenticator: authenticator,
         tokenLimiter: RateLimiter(limit: configuration.appAccountTokenRateLimit), metrics: metrics,
@@ -274,7 +274,7 @@ private func prepareCheckpointFile(_ file: LastCheckpointFile, store: any OfferS
 /// catalog app with a key, in each environment it accepts; nil when not asked for.
 private func makeNotificationCatchUp(
     configuration: ServerConfiguration, store: any OfferSignerStore, credentials: @escaping @Sendable (String) -> AppStoreServerAPICredentials?,
-    served: Set<String>, intake: AppleNotificationIntake
+    served: Set<String>, intake: AppleNotificationIntake, metrics: ServerMetrics
 ) throws -> NotificationCatchUp? {
     guard let interval = configuration.notificationRecoveryInterval, let eligibility = configuration.eligibility else { return nil }
     let targets = eligibility.catalog.apps.keys.sorted().filter(served.contains).flatMap { bundleID in
@@ -292,7 +292,7 @@ private func makeNotificationCatchUp(
     }
     return NotificationCatchUp(
         store: store, recovery: NotificationRecovery(client: client, intake: intake), client: client, targets: targets,
-        credentials: credentials, interval: interval, logger: configuration.logger)
+        credentials: credentials, interval: interval, logger: configuration.logger, metrics: metrics)
 }
 
 extension KeyRingHolder {

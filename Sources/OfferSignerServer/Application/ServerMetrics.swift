@@ -214,6 +214,11 @@ final class ServerMetrics: Sendable {
         counter(MetricFamily.redemptionPlacementLookups, labels: [("outcome", outcome)]).increment()
     }
 
+    /// A notification that failed for over 24 hours and no longer holds the catch-up's watermark.
+    func notificationCatchUpAbandoned(bundleID: String, environment: String) {
+        counter(MetricFamily.notificationCatchUpAbandoned, labels: [("bundle_id", bundleID), ("environment", environment)]).increment()
+    }
+
     /// An App Store Server Notification by type and outcome (`recorded`, `duplicate`, or the problem code).
     func appleNotification(type: String, outcome: String) {
         counter(MetricFamily.appleNotifications, labels: [("type", type), ("outcome", outcome)]).increment()

@@ -194,7 +194,11 @@ enum AppleHistoryConversion {
 }
 
 /// Whether a stored history can still be trusted to be current, or a notification may have been
-/// lost (Apple retries a notification only a few times, and in Sandbox not at all).
+/// lost or delayed. Apple retries a failed Production notification "five times, at 1, 12, 24, 48,
+/// and 72 hours after the previous attempt" and sends a Sandbox one once
+/// (https://developer.apple.com/documentation/appstoreservernotifications/responding-to-app-store-server-notifications):
+/// a renewal's notification may arrive days late, so this rule does not wait for Apple's
+/// retries; it asks Apple's API as soon as the allowance after a period's end has passed unheard.
 ///
 /// Rule: once the latest period of the subscription has ended (its latest `expiresDate`, plus
 /// `renewalAllowance` for the renewal's notification to arrive), the store must have heard of

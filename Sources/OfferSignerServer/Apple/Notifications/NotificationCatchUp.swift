@@ -14,14 +14,23 @@ import ServiceLifecycle
 ///   `.notificationRecovery` (a PostgreSQL advisory lock: one instance of a deployment at a time;
 ///   one that cannot take it within 5 s leaves this round to the holder): read the watermark;
 ///   when the last round (by any instance) ended less than 0.9 interval ago, do nothing; otherwise ask
-///   Get Notification History from the watermark less `overlap` (Apple lists a notification when
-///   it first tries to send it, which may lag; what is asked twice is stored once, by
+///   Get Notification History from the watermark less `overlap` (Apple does not state which date
+///   its `startDate`/`endDate` filter uses, the notification's `signedDate` or a send attempt's
+///   `attemptDate`, https://developer.apple.com/documentation/appstoreserverapi/notificationhistoryrequest;
+///   the overlap covers a lag either way; what is asked twice is stored once, by
 ///   `notificationUUID`) to now, and move the watermark to now once every page was read and
 ///   every notification stored. When some failed (did not verify), the watermark moves only to
 ///   the earliest failed notification's first send attempt (never back), so the next rounds ask
-///   for it again, however long it keeps failing (each such round is logged as a warning), and
-///   not only within the `overlap`.
+///   for it again (each such round is logged as a warning), and not only within the `overlap`;
+///   but a failure first sent more than `failureHoldLimit` (24 h) ago holds it no longer: it is
+///   logged once with its `notificationUUID` and counted
+///   (`offer_signer_notification_catch_up_abandoned_total`), and `notifications recover` can
+///   still fetch it while Apple keeps it.
 /// - Without a watermark (the first run), the last `firstLookBack` are asked.
+/// - The start is never earlier than Apple's window (180 days in Production, 30 in Sandbox, less
+///   a margin: ``NotificationRecovery/earliestStart(_:now:)``); a last-run time more than an
+///   interval in the future (a clock step, or a database writer) counts as no last run, so it
+///   cannot skip every round.
 /// - A failed round (Apple unavailable, a store failure) is logged and counted; the watermark
 ///   stays, so the next round asks again from there.
 final class NotificationCatchUp: Service, Sendable {
@@ -39,11 +48,15 @@ final class NotificationCatchUp: Service, Sendable {
     private let logger: Logger
     let overlap: Duration = .seconds(600)
     let firstLookBack: Duration = .seconds(86_400)
+    let failureHoldLimit: TimeInterval = 86_400
+    private let metrics: ServerMetrics?
 
     init(
         store: any OfferSignerStore, recovery: NotificationRecovery, client: AppStoreServerAPIClient, targets: [Target],
-        credentials: @escaping @Sendable (String) -> AppStoreServerAPICredentials?, interval: Duration, logger: Logger
+        credentials: @escaping @Sendable (String) -> AppStoreServerAPICredentials?, interval: Duration, logger: Logger,
+        metrics: ServerMetrics? = nil
     ) {
+        self.metrics = metrics
         self.store = store
         self.recovery = recovery
         self.client = client
@@ -81,9 +94,15 @@ final class NotificationCatchUp: Service, Sendable {
             return try await store.withExclusiveLock(.notificationRecovery(bundleID: bundleID, environment: environment), timeout: .seconds(5)) {
                 let watermark = try await store.notificationRecoveryWatermark(bundleID: bundleID, environment: environment)
                 // The last run's time, not the watermark: a watermark held at a failed notification is old.
-                let lastRun = try await store.notificationRecoveryLastRun(bundleID: bundleID, environment: environment)
+                // A last run more than an interval in the future counts as none: it must not skip
+                // every round. (Within an interval: another instance's round that ended after this
+                // round's `now` was taken, while this one waited for the lock.)
+                let lastRun = try await store.notificationRecoveryLastRun(bundleID: bundleID, environment: environment).flatMap {
+                    $0 <= now.addingTimeInterval(Self.seconds(interval)) ? $0 : nil
+                }
                 if let lastRun, now.timeIntervalSince(lastRun) < Self.seconds(interval) * 0.9 { return nil }
-                let start = watermark.map { $0.addingTimeInterval(-Self.seconds(overlap)) } ?? now.addingTimeInterval(-Self.seconds(firstLookBack))
+                let wanted = watermark.map { min($0, now).addingTimeInterval(-Self.seconds(overlap)) } ?? now.addingTimeInterval(-Self.seconds(firstLookBack))
+                let start = max(wanted, NotificationRecovery.earliestStart(target.environment, now: now))
                 let tally = try await recovery.run(
                     NotificationHistoryRequest(startDate: start, endDate: now), environment: target.environment, app: target.app, credentials: credentials)
                 let metadata: Logger.Metadata = [
@@ -95,7 +114,17 @@ final class NotificationCatchUp: Service, Sendable {
                     return tally
                 }
                 // A notification that failed is asked for again next round: not past it.
-                let recoveredUntil = tally.earliestFailure.map { min($0, now) } ?? now
+                // One older than failureHoldLimit no longer holds it: logged once and counted.
+                let holdFrom = now.addingTimeInterval(-failureHoldLimit)
+                for abandoned in tally.failedNotifications where abandoned.firstAttempt < holdFrom {
+                    metrics?.notificationCatchUpAbandoned(bundleID: bundleID, environment: environment)
+                    logger.error(
+                        "notification catch-up: a notification failing for over 24 hours no longer holds the watermark; fetch it with offer-signer notifications recover once fixed",
+                        metadata: metadata.merging(
+                            ["notification_uuid": "\(abandoned.notificationUUID ?? "unreadable")", "first_attempt": "\(abandoned.firstAttempt)"]) { $1 })
+                }
+                let held = tally.failedNotifications.map(\.firstAttempt).filter { $0 >= holdFrom }.min()
+                let recoveredUntil = held.map { min($0, now) } ?? now
                 try await store.setNotificationRecoveryWatermark(bundleID: bundleID, environment: environment, recoveredUntil: recoveredUntil, at: Date())
                 if tally.failed > 0 {
                     logger.warning(

@@ -6,15 +6,52 @@ import OfferSignerEligibility
 /// and hands every notification to the same ``AppleNotificationIntake`` as the endpoint, so each is
 /// verified and stored exactly as if it had arrived (idempotent by `notificationUUID`).
 ///
-/// Why: Apple retries a Production notification a few times over three days and sends a Sandbox
-/// one once; Get Notification History (180 days back in Production) is the only way to get what
-/// was missed (https://developer.apple.com/documentation/appstoreserverapi/get-notification-history).
+/// Why: Apple retries a Production notification "five times, at 1, 12, 24, 48, and 72 hours after
+/// the previous attempt" and sends a Sandbox one once
+/// (https://developer.apple.com/documentation/appstoreservernotifications/responding-to-app-store-server-notifications);
+/// Get Notification History (a `startDate` within the past 180 days in Production, 30 days in
+/// Sandbox, see ``historyWindow(_:)``) is the only way to get what was missed
+/// (https://developer.apple.com/documentation/appstoreserverapi/get-notification-history).
 ///
 /// Rules: pages are asked one after another, `paginationToken` to `paginationToken`, until
 /// `hasMore` is false; a page Apple does not give ends the run with `stoppedBy` set (what was
 /// stored before stays stored; a later run asks again); a notification that does not verify is
 /// counted `failed` and the run goes on; a store failure ends the run.
 public struct NotificationRecovery: Sendable {
+    /// A notification that did not verify or could not be stored.
+    public struct FailedNotification: Sendable, Hashable {
+        /// Read from the payload without verifying it: for an operator's log line, never trusted.
+        public var notificationUUID: String?
+        public var firstAttempt: Date
+    }
+
+    /// Apple's window for Get Notification History's `startDate`: "Choose a startDate that's
+    /// within the past 180 days. In the sandbox environment, choose a startDate that's within the
+    /// past 30 days." (https://developer.apple.com/documentation/appstoreserverapi/notificationhistoryrequest).
+    public static func historyWindow(_ environment: AppleEnvironment) -> TimeInterval {
+        environment == .sandbox ? 30 * 86_400 : 180 * 86_400
+    }
+
+    /// Kept inward of Apple's window edge, so a request built now is still inside it when Apple reads it.
+    public static let historyWindowMargin: TimeInterval = 3600
+
+    /// The earliest `startDate` this service asks Apple for at `now`.
+    public static func earliestStart(_ environment: AppleEnvironment, now: Date) -> Date {
+        now.addingTimeInterval(-historyWindow(environment) + historyWindowMargin)
+    }
+
+    /// The `notificationUUID` of a compact JWS's payload, unverified (logs only).
+    static func unverifiedUUID(_ jws: String) -> String? {
+        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return nil }
+        var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        guard let data = Data(base64Encoded: base64), let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
+            let uuid = object["notificationUUID"] as? String
+        else { return nil }
+        return String(uuid.filter { $0.isLetter || $0.isNumber || $0 == "-" }.prefix(64))
+    }
+
     /// What a run found and did.
     public struct Tally: Sendable, Hashable {
         /// Notifications Apple listed.
@@ -37,6 +74,9 @@ public struct NotificationRecovery: Sendable {
         /// `sendAttempts` date; the request's `startDate` when Apple gave none): a scheduled
         /// catch-up must not move its watermark past it.
         public var earliestFailure: Date?
+        /// Every notification that failed here: its `notificationUUID` as the unverified payload
+        /// states it (for logs only; nil when unreadable) and its first send attempt, as above.
+        public var failedNotifications: [FailedNotification] = []
 
         public init() {}
 
@@ -90,6 +130,7 @@ public struct NotificationRecovery: Sendable {
                     tally.failed += 1
                     let sent = item.sendAttempts.compactMap(\.attemptDate).min() ?? request.startDate
                     tally.earliestFailure = min(tally.earliestFailure ?? sent, sent)
+                    tally.failedNotifications.append(FailedNotification(notificationUUID: Self.unverifiedUUID(item.signedPayload), firstAttempt: sent))
                     if tally.failures.count < 10 { tally.failures.append(refusal.detail) }
                 }
             }

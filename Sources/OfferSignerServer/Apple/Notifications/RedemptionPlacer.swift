@@ -14,6 +14,13 @@ import Synchronization
 /// Why: the transaction under the offer does not tell how long the period before it was (a
 /// one-week free offer on an annual product lasts a week; the year it was redeemed in is only in
 /// the history), and an estimate that finds no signature proves nothing about a leaked key.
+/// Apple: a promotional offer redeemed on an active subscription applies "at the next renewal
+/// period" (https://developer.apple.com/documentation/storekit/product/subscriptioninfo/renewalinfo/offer),
+/// the transaction's `offerPeriod` is the offer's duration, not the product's
+/// (https://developer.apple.com/documentation/appstoreserverapi/offerperiod), and Get Transaction
+/// History returns the subscription's transactions
+/// (https://developer.apple.com/documentation/appstoreserverapi/get-transaction-history; Apple's
+/// Python library `api_client.py` `get_transaction_history`).
 ///
 /// Rules:
 /// - A redemption recorded unplaced (by a notification) is handed over (``submit(_:)``, never

@@ -86,4 +86,21 @@ struct AppleAPICommandTests {
             #expect(notUUID.status != 0 && notUUID.stderr.contains("not a UUID"), "\(notUUID.stderr)")
         }
     }
+
+    @Test("notifications recover --since: a start outside Apple's window (180 days in Production, 30 in Sandbox) is refused with a clear error, before asking Apple")
+    func recoverRefusesAStartOutsideApplesWindow() async throws {
+        try await withSetUp { _, fake, arguments, _ in
+            let formatter = ISO8601DateFormatter()
+            let production = try await NotificationRecoveryTests.offerSigner(
+                ["notifications", "recover"] + arguments + ["--since", formatter.string(from: Date().addingTimeInterval(-181 * 86_400))])
+            #expect(production.status != 0, "\(production.stdout) \(production.stderr)")
+            #expect(production.stderr.contains("within the past 180 days in Production"), "\(production.stderr)")
+            let sandbox = try await NotificationRecoveryTests.offerSigner(
+                ["notifications", "recover"] + arguments.filter { !$0.hasPrefix("--environment") }
+                    + ["--environment", "Sandbox", "--since", formatter.string(from: Date().addingTimeInterval(-31 * 86_400))])
+            #expect(sandbox.status != 0, "\(sandbox.stdout) \(sandbox.stderr)")
+            #expect(sandbox.stderr.contains("within the past 30 days in Sandbox"), "\(sandbox.stderr)")
+            #expect(!fake.requests.contains { $0.endpoint == .notificationHistory }, "Apple was not asked")
+        }
+    }
 }

@@ -315,6 +315,47 @@ struct AppleHistoryStoreTests {
         }
     }
 
+    @Test("A pay-as-you-go period after a lost first one never takes the first one's signature on its estimate: unplaced, then the real first period matches it and the continuation is removed", arguments: StoreBackend.testedCases)
+    func payAsYouGoAfterLostFirstPeriod(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let first = Self.base
+            let second = first.addingTimeInterval(30 * 86400)
+            _ = try await store.appendAudit([Self.signature("n-payg", offer: "payg_3", at: first.addingTimeInterval(-3600))], at: first.addingTimeInterval(-3600))
+            // The second monthly period of a pay-as-you-go offer, its first period's notification
+            // lost: the estimated window (24 h before an estimated previous start) holds the
+            // first period's signature, but the estimate must not match it.
+            var continued = Self.redemption("5002", offer: "payg_3", at: second)
+            continued.continuesRedemption = true
+            continued.isPlaced = false
+            continued.signatureWindowStart = first.addingTimeInterval(-86400)
+            guard case .recorded(let recorded) = try await store.recordAppleHistory(AppleHistoryUpdate(redemptions: [continued], source: "notification"), at: second)
+            else {
+                Issue.record("not recorded")
+                return
+            }
+            #expect(recorded.map(\.state) == [.unplaced])
+            #expect(recorded.first?.issuanceSequence == nil)
+            // Apple's history: the real first period (a new redemption) and the second, placed.
+            let firstPeriod = Self.redemption("5001", offer: "payg_3", at: first)
+            var placedContinuation = continued
+            placedContinuation.isPlaced = true
+            guard case .recorded(let placed) = try await store.recordAppleHistory(
+                AppleHistoryUpdate(redemptions: [firstPeriod, placedContinuation], source: "history"), at: second.addingTimeInterval(600))
+            else {
+                Issue.record("not recorded")
+                return
+            }
+            let matched = try #require(placed.first { $0.candidate.transactionID == "5001" })
+            #expect(matched.state == .matched, "the first period takes its own signature: no false leaked-key warning")
+            let all = try await store.offerRedemptions(since: nil)
+            #expect(all.map(\.candidate.transactionID) == ["5001"], "one redemption, counted once")
+            #expect(all.allSatisfy { $0.state == .matched })
+            #expect(try await store.unplacedOfferRedemptions(limit: 10).isEmpty)
+            #expect(try await fixture.store.verifiedChain().isIntact)
+        }
+    }
+
     @Test("The report counts each redemption once: matched, unplaced, without a token, or without a signature, adding up to those stored")
     func reportAddsUp() {
         let at = Self.base

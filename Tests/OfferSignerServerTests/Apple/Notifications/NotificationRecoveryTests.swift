@@ -162,6 +162,29 @@ struct NotificationRecoveryTests {
                 #expect(try await fixture.store.notificationRecoveryWatermark(bundleID: Self.bundleID, environment: "Production") == held)
                 // Held, yet the round counts as run: another round within 0.9 interval of it is skipped.
                 #expect(await catchUp.catchUp(target, now: Date()) == nil)
+
+                // Over 24 hours after its first attempt, still failing: it holds the watermark no longer.
+                let dayLater = failedAt.addingTimeInterval(86_400 + 3600)
+                let third = try #require(await catchUp.catchUp(target, now: dayLater))
+                #expect(third.failed == 1 && third.failedNotifications.first?.notificationUUID == "forged-1")
+                let moved = try #require(try await fixture.store.notificationRecoveryWatermark(bundleID: Self.bundleID, environment: "Production"))
+                #expect(abs(moved.timeIntervalSince(dayLater)) < 0.002, "moved to the round's end")
+
+                // A last run in the future (a database writer) counts as none: the round runs.
+                try await fixture.store.setNotificationRecoveryWatermark(
+                    bundleID: Self.bundleID, environment: "Production", recoveredUntil: moved, at: Date().addingTimeInterval(10 * 365 * 86_400))
+                #expect(await catchUp.catchUp(target, now: dayLater.addingTimeInterval(60)) != nil, "not skipped by a future last run")
+
+                // 200 days on: the start is clamped inside Apple's 180-day window.
+                let farLater = dayLater.addingTimeInterval(200 * 86_400)
+                _ = await catchUp.catchUp(target, now: farLater)
+                let asked = try #require(fake.requests.last { $0.endpoint == .notificationHistory }?.body)
+                let object = try #require(try JSONSerialization.jsonObject(with: Data(asked.utf8)) as? [String: Any])
+                let startMs = try #require(object["startDate"] as? NSNumber).doubleValue
+                let earliest = NotificationRecovery.earliestStart(.production, now: farLater)
+                #expect(abs(startMs / 1000 - earliest.timeIntervalSince1970) < 0.002, "startDate within the past 180 days, an hour inward")
+                #expect(earliest > farLater.addingTimeInterval(-180 * 86_400))
+                #expect(NotificationRecovery.earliestStart(.sandbox, now: farLater) > farLater.addingTimeInterval(-30 * 86_400))
                 try await client.shutdown()
             }
         }
