@@ -29,6 +29,10 @@ struct AdminDashboard: Sendable {
     let retentionBudget: Duration
     let appleClient: AppStoreServerAPIClient?
     let catalogBundles: Set<String>
+    /// The ring the server signs and authenticates with (its registry state, for the banner and
+    /// the "not served" marks).
+    let keyRing: KeyRingHolder
+    let checkpointRefusal: @Sendable () -> String?
     let guesses = RateLimiter(limit: AdminGuessLimit.limit)
     let offersCache = AdminOffersCache()
 
@@ -118,6 +122,14 @@ struct AdminDashboard: Sendable {
     }
 
     func page(_ page: AdminPage, _ request: Request) async throws -> Response {
+        let ring = keyRing.ring
+        let banner = AdminRegistryBanner(manifestProblem: keyRing.manifestProblem, rejectedRows: ring.rejectedRows, checkpointRefusal: checkpointRefusal())
+        let document = try await unbannered(page, request, ring: ring)
+        guard let html = banner.html else { return Self.html(document) }
+        return Self.html(AdminRegistryBanner.insert(html, into: document))
+    }
+
+    private func unbannered(_ page: AdminPage, _ request: Request, ring: KeyRing) async throws -> String {
         let now = Date()
         switch page {
         case .offers:
@@ -129,22 +141,22 @@ struct AdminDashboard: Sendable {
                 days = value
             }
             let (store, window) = (self.store, days)
-            return Self.html(try await offersCache.page(days: window) { try await AdminOffersReport.load(store: store, days: window).page() })
+            return (try await offersCache.page(days: window) { try await AdminOffersReport.load(store: store, days: window).page() })
         case .retention:
             let requests = MetricsExposition.samples(String(decoding: metrics.exposition(), as: UTF8.self), named: "retention_requests_total")
                 .map { (outcome: $0.labels["outcome"] ?? "", count: $0.value) }.sorted { $0.outcome < $1.outcome }
             let budget = Double(retentionBudget.components.seconds) + Double(retentionBudget.components.attoseconds) / 1e18
-            return Self.html(
+            return (
                 AdminRetentionPage(activity: retentionActivity.snapshot(), requestsByOutcome: requests, budgetSeconds: budget, configured: retentionConfigured, generatedAt: now)
                     .page())
         case .apple:
             let bundles = catalogBundles.union(try await store.listKeys().map(\.bundleID))
             let exposition = String(decoding: metrics.exposition(), as: UTF8.self)
-            return Self.html(try await AdminApplePage.load(store: store, bundleIDs: bundles, exposition: exposition, client: appleClient, now: now).page())
+            return (try await AdminApplePage.load(store: store, bundleIDs: bundles, exposition: exposition, client: appleClient, now: now).page())
         case .keys:
-            return Self.html(try await AdminKeysPage.load(store: store, now: now).page())
+            return (try await AdminKeysPage.load(store: store, served: ring.authenticKeyIDs, now: now).page())
         case .clients:
-            return Self.html(try await AdminClientsPage.load(store: store, now: now).page())
+            return (try await AdminClientsPage.load(store: store, served: ring.authenticClientIDs, now: now).page())
         }
     }
 
