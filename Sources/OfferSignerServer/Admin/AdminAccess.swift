@@ -1,5 +1,7 @@
 import Crypto
 import Foundation
+import HTTPTypes
+import Hummingbird
 import Synchronization
 
 /// The dashboard's credential (`serve --admin-token-file`), separate from the operator token.
@@ -111,35 +113,39 @@ fileprivate extension Data {
     }
 }
 
-/// Limits guesses at the admin token, over all callers together: a wrong token (in a login form
-/// or a `Bearer` header) spends one of ``burst`` allowances, which come back at one per
-/// ``refillSeconds``. While none is left, a presented token is not even compared (429 with
-/// `Retry-After`); a valid session cookie still opens the pages, so a signed-in operator is not
-/// locked out by someone guessing.
-final class AdminGuessLimiter: Sendable {
-    static let burst = 10.0
-    static let refillSeconds = 6.0
-    private let state = Mutex((allowance: AdminGuessLimiter.burst, updated: ContinuousClock.now))
+/// Limits guesses at the admin token per source address (the connection's peer, which
+/// `RequestDeadlineHandler` sets on /admin requests; a caller's own header is removed): a wrong
+/// token (in a login form or a `Bearer` header) spends one of ``limit``'s 10 allowances, which
+/// come back at one per 6 s. While an address has none left, its wrong tokens are answered 429
+/// with `Retry-After`. The right token is always admitted (it is at least 32 characters, so
+/// guesses beyond the limit cannot find it), and a valid session cookie opens the pages: neither
+/// a guesser elsewhere nor one behind the same proxy locks the operator out.
+enum AdminGuessLimit {
+    static let limit = RateLimit(perSecond: 1.0 / 6.0, burst: 10)
 
-    /// Seconds until a guess is allowed again, nil when one is allowed now.
-    func retryAfter(now: ContinuousClock.Instant = .now) -> Int? {
-        state.withLock { state in
-            refill(&state, now: now)
-            return state.allowance >= 1 ? nil : max(1, Int(((1 - state.allowance) * Self.refillSeconds).rounded(.up)))
+    /// Counts a wrong token from `request`'s address; throws 429 when the address has none left.
+    static func recordWrongToken(_ request: Request, in limiter: RateLimiter) throws(APIProblem) {
+        let peer = request.headers[OperatorToken.peerField] ?? "unknown"
+        if case .limited(let retryAfter) = limiter.take(peer) {
+            throw APIProblem.rateLimited("too many wrong admin tokens from this address", retryAfter: retryAfter)
         }
     }
+}
 
-    func recordFailure(now: ContinuousClock.Instant = .now) {
-        state.withLock { state in
-            refill(&state, now: now)
-            state.allowance = max(0, state.allowance - 1)
+/// Refuses a cross-site `POST /admin/login` or `/admin/logout` (login CSRF: another site signing
+/// a browser in, or spending its address's guesses; logout CSRF): 403 `cross_site_request` when
+/// `Sec-Fetch-Site` is `cross-site`, or `Origin` is present and is not the request's own origin
+/// (scheme aside: its host and port equal the request's `Host`). A request with neither header
+/// (curl, an old browser) is let through: the session cookie is `SameSite=Strict` anyway.
+enum AdminSameOrigin {
+    static func check(_ request: Request) throws(APIProblem) {
+        if request.headers[HTTPField.Name("Sec-Fetch-Site")!]?.lowercased() == "cross-site" {
+            throw APIProblem(.forbidden, code: "cross_site_request", detail: "Sec-Fetch-Site is cross-site: /admin/login and /admin/logout take forms from the dashboard's own pages only")
         }
-    }
-
-    private func refill(_ state: inout (allowance: Double, updated: ContinuousClock.Instant), now: ContinuousClock.Instant) {
-        let elapsed = now - state.updated
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        state.allowance = min(Self.burst, state.allowance + max(0, seconds) / Self.refillSeconds)
-        state.updated = now
+        guard let origin = request.headers[HTTPField.Name("Origin")!] else { return }
+        let authority = origin.range(of: "://").map { origin[$0.upperBound...] }.map(String.init)
+        guard let authority, let host = request.head.authority, authority.lowercased() == host.lowercased() else {
+            throw APIProblem(.forbidden, code: "cross_site_request", detail: "Origin is not this server's own: /admin/login and /admin/logout take forms from the dashboard's own pages only")
+        }
     }
 }

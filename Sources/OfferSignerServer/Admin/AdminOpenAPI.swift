@@ -48,6 +48,7 @@ enum AdminOpenAPI {
               responses:
                 '303': {$ref: '#/components/responses/AdminRedirect'}
                 '401': {$ref: '#/components/responses/AdminPage'}
+                '403': {$ref: '#/components/responses/Problem'}
                 '404': {$ref: '#/components/responses/Problem'}
                 '413': {$ref: '#/components/responses/Problem'}
                 '429': {$ref: '#/components/responses/RateLimited'}
@@ -58,6 +59,7 @@ enum AdminOpenAPI {
               security: []
               responses:
                 '303': {$ref: '#/components/responses/AdminRedirect'}
+                '403': {$ref: '#/components/responses/Problem'}
                 '404': {$ref: '#/components/responses/Problem'}
 
         """

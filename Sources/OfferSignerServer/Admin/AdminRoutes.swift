@@ -13,7 +13,10 @@ import OfferSignerStorage
 /// - Every page needs the admin credential: `Authorization: Bearer <admin token>`, or the session
 ///   cookie `POST /admin/login` sets (see ``AdminToken``). Without it: 401 (an HTML page linking
 ///   to the sign-in form for a client that accepts `text/html`, else the `unauthorized` problem).
-///   A wrong token counts against ``AdminGuessLimiter``; past it, 429 `rate_limited`.
+///   Only a `Bearer` header is a token (another scheme, e.g. a protecting proxy's `Basic`,
+///   falls back to the cookie). A wrong token counts against its address (``AdminGuessLimit``);
+///   past it, 429 `rate_limited`; the right token is always admitted.
+/// - `POST /admin/login` and `/admin/logout` refuse cross-site requests (``AdminSameOrigin``).
 /// - Every page is read-only, has the strict policy of ``AdminLayout`` and `Cache-Control:
 ///   no-store`, and reads the store with bounded queries (time windows, indexes; on SQLite from
 ///   a reader connection, so a page never waits for, nor holds back, a signing commit).
@@ -26,7 +29,11 @@ struct AdminDashboard: Sendable {
     let retentionBudget: Duration
     let appleClient: AppStoreServerAPIClient?
     let catalogBundles: Set<String>
-    let guesses = AdminGuessLimiter()
+    /// The ring the server signs and authenticates with (its registry state, for the banner and
+    /// the "not served" marks).
+    let keyRing: KeyRingHolder
+    let checkpointRefusal: @Sendable () -> String?
+    let guesses = RateLimiter(limit: AdminGuessLimit.limit)
     let offersCache = AdminOffersCache()
 
     static let htmlHeaders: HTTPFields = [
@@ -47,10 +54,9 @@ struct AdminDashboard: Sendable {
 
     /// Whether the request carries the admin credential.
     func access(_ request: Request) throws -> Access {
-        if let authorization = request.headers[.authorization] {
-            if let retryAfter = guesses.retryAfter() { throw APIProblem.rateLimited("too many wrong admin tokens", retryAfter: retryAfter) }
+        if let authorization = request.headers[.authorization], authorization.count >= 7, authorization.prefix(7).lowercased() == "bearer " {
             if token.matches(authorization: authorization) { return .granted }
-            guesses.recordFailure()
+            try AdminGuessLimit.recordWrongToken(request, in: guesses)
             return .refused(refusal(request, "the admin token is not valid"))
         }
         if let session = AdminToken.sessionCookie(request.headers[.cookie]), token.verifies(session: session, now: Date()) {
@@ -84,11 +90,11 @@ struct AdminDashboard: Sendable {
     }
 
     func login(_ request: Request) async throws -> Response {
-        if let retryAfter = guesses.retryAfter() { throw APIProblem.rateLimited("too many wrong admin tokens", retryAfter: retryAfter) }
+        try AdminSameOrigin.check(request)
         let body = try await request.body.collect(upTo: 4096)
         let presented = Self.formField("token", in: String(buffer: body)) ?? ""
         guard token.matches(token: presented.trimmingCharacters(in: .whitespacesAndNewlines)) else {
-            guesses.recordFailure()
+            try AdminGuessLimit.recordWrongToken(request, in: guesses)
             return loginForm(status: .unauthorized, message: "That is not the admin token.")
         }
         var cookie = "\(AdminToken.cookieName)=\(token.newSession(now: Date())); Path=/admin; HttpOnly; SameSite=Strict; Max-Age=\(Int(AdminToken.sessionLifetime))"
@@ -97,7 +103,8 @@ struct AdminDashboard: Sendable {
         return Response(status: .seeOther, headers: [.location: "/admin/offers", .setCookie: cookie, .cacheControl: "no-store"])
     }
 
-    func logout(_ request: Request) -> Response {
+    func logout(_ request: Request) throws -> Response {
+        try AdminSameOrigin.check(request)
         if let session = AdminToken.sessionCookie(request.headers[.cookie]) { token.logOut(session: session, now: Date()) }
         return Response(
             status: .seeOther,
@@ -115,6 +122,14 @@ struct AdminDashboard: Sendable {
     }
 
     func page(_ page: AdminPage, _ request: Request) async throws -> Response {
+        let ring = keyRing.ring
+        let banner = AdminRegistryBanner(manifestProblem: keyRing.manifestProblem, rejectedRows: ring.rejectedRows, checkpointRefusal: checkpointRefusal())
+        let document = try await unbannered(page, request, ring: ring)
+        guard let html = banner.html else { return Self.html(document) }
+        return Self.html(AdminRegistryBanner.insert(html, into: document))
+    }
+
+    private func unbannered(_ page: AdminPage, _ request: Request, ring: KeyRing) async throws -> String {
         let now = Date()
         switch page {
         case .offers:
@@ -126,22 +141,22 @@ struct AdminDashboard: Sendable {
                 days = value
             }
             let (store, window) = (self.store, days)
-            return Self.html(try await offersCache.page(days: window) { try await AdminOffersReport.load(store: store, days: window).page() })
+            return (try await offersCache.page(days: window) { try await AdminOffersReport.load(store: store, days: window).page() })
         case .retention:
             let requests = MetricsExposition.samples(String(decoding: metrics.exposition(), as: UTF8.self), named: "retention_requests_total")
                 .map { (outcome: $0.labels["outcome"] ?? "", count: $0.value) }.sorted { $0.outcome < $1.outcome }
             let budget = Double(retentionBudget.components.seconds) + Double(retentionBudget.components.attoseconds) / 1e18
-            return Self.html(
+            return (
                 AdminRetentionPage(activity: retentionActivity.snapshot(), requestsByOutcome: requests, budgetSeconds: budget, configured: retentionConfigured, generatedAt: now)
                     .page())
         case .apple:
             let bundles = catalogBundles.union(try await store.listKeys().map(\.bundleID))
             let exposition = String(decoding: metrics.exposition(), as: UTF8.self)
-            return Self.html(try await AdminApplePage.load(store: store, bundleIDs: bundles, exposition: exposition, client: appleClient, now: now).page())
+            return (try await AdminApplePage.load(store: store, bundleIDs: bundles, exposition: exposition, client: appleClient, now: now).page())
         case .keys:
-            return Self.html(try await AdminKeysPage.load(store: store, now: now).page())
+            return (try await AdminKeysPage.load(store: store, served: ring.authenticKeyIDs, now: now).page())
         case .clients:
-            return Self.html(try await AdminClientsPage.load(store: store, now: now).page())
+            return (try await AdminClientsPage.load(store: store, served: ring.authenticClientIDs, now: now).page())
         }
     }
 
@@ -159,7 +174,7 @@ struct AdminDashboard: Sendable {
         })
         router.get("/admin/login", use: guarded { dashboard, _ in dashboard.loginForm() })
         router.post("/admin/login", use: guarded { dashboard, request in try await dashboard.login(request) })
-        router.post("/admin/logout", use: guarded { dashboard, request in dashboard.logout(request) })
+        router.post("/admin/logout", use: guarded { dashboard, request in try dashboard.logout(request) })
         for page in AdminPage.allCases {
             router.get(RouterPath(page.path), use: guarded { dashboard, request in
                 if case .refused(let response) = try dashboard.access(request) { return response }

@@ -5,21 +5,26 @@ import OfferSignerStorage
 /// rotation timeline, the audit chain's head, the last signed checkpoint, and when `audit verify`
 /// last passed.
 ///
-/// Rule: never key material: key IDs, states, times, origins and the public key's fingerprint
-/// only (no PEM, no sealed private key, no row MAC).
+/// Rules: never key material: key IDs, states, times, origins and the public key's fingerprint
+/// only (no PEM, no sealed private key, no row MAC). The rows are the store's as read, not
+/// verified: a row the serving ``KeyRing`` does not hold (its MAC or the registry manifest does
+/// not verify) is marked "not served". The audit verification line is what `offer-signer audit
+/// verify` recorded in the store, which nothing signs.
 struct AdminKeysPage: Sendable {
     var keys: [SigningKeyRecord]
     var auditCount: Int64
     var auditHash: String
     var checkpoint: AuditCheckpoint?
     var lastVerification: AuditVerificationRecord?
+    /// Key IDs the serving key ring holds.
+    var served: Set<String>
     var generatedAt: Date
 
-    static func load(store: any OfferSignerStore, now: Date) async throws -> AdminKeysPage {
+    static func load(store: any OfferSignerStore, served: Set<String>, now: Date) async throws -> AdminKeysPage {
         let head = try await store.auditHead()
         return AdminKeysPage(
             keys: try await store.listKeys(), auditCount: head.count, auditHash: head.hash, checkpoint: try await store.latestCheckpoint(),
-            lastVerification: try await store.lastAuditVerification(), generatedAt: now)
+            lastVerification: try await store.lastAuditVerification(), served: served, generatedAt: now)
     }
 
     func page() -> String {
@@ -35,11 +40,12 @@ struct AdminKeysPage: Sendable {
             }
             body.append(
                 AdminLayout.table(
-                    ["app", "key ID", "state", "issuer ID", "origin", "fingerprint", "imported", "activated", "retired", "revoked"],
+                    ["app", "key ID", "state", "served", "issuer ID", "origin", "fingerprint", "imported", "activated", "retired", "revoked"],
                     keys.sorted { ($0.bundleID, $0.importedAt) < ($1.bundleID, $1.importedAt) }.map { key in
                         [
                             .text(key.bundleID), .element("span", [("data-key", key.keyID)], text: key.keyID),
                             .element("span", [("class", key.state == .revoked ? "warn" : key.state == .active ? "ok" : nil), ("data-state", key.state.rawValue)], text: key.state.rawValue),
+                            AdminRegistryBanner.servedCell(served.contains(key.keyID)),
                             .text(key.issuerID ?? "–"), .text(key.origin), .text(key.fingerprint), .text(AdminFormat.time(key.importedAt)),
                             .text(AdminFormat.time(key.activatedAt)), .text(AdminFormat.time(key.retiredAt)), .text(AdminFormat.time(key.revokedAt)),
                         ]
@@ -62,7 +68,7 @@ struct AdminKeysPage: Sendable {
                     [.text("records since the checkpoint"), .text(String(auditCount - (checkpoint?.sequence ?? 0)))],
                     [.text("checkpoint key fingerprint"), .text(checkpoint?.keyFingerprint ?? "–")],
                     [
-                        .text("audit verify last passed"),
+                        .text("audit verify last passed (recorded by the CLI in the store, not signed)"),
                         .element(
                             "span", [("data-audit", "verified")],
                             text: lastVerification.map { "\(AdminFormat.time($0.verifiedAt)) (\($0.recordsChecked) records, through #\($0.throughSequence))" } ?? "never recorded"),

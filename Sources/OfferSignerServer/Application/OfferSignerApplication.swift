@@ -182,21 +182,22 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         defer { metrics.retentionAnswered(after: ContinuousClock.now - arrived) }
         return try await retentionGate.run { try await retention.answer(body: body, arrived: arrived, context: context) }
     }
+    let checkpointer = AuditCheckpointer(
+        store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery,
+        lockTimeout: configuration.storeTimeout, logger: logger, checkpointFile: configuration.checkpointFile,
+        onRefusal: { metrics.auditCheckpointRefused() })
     let dashboard = configuration.adminToken.map { token in
         AdminDashboard(
             token: token, store: store, metrics: metrics, retentionActivity: retentionActivity,
             retentionConfigured: configuration.eligibility?.catalog.apps.values.contains { $0.retention != nil } ?? false,
             retentionBudget: configuration.retention.budget, appleClient: appleHistory?.client,
-            catalogBundles: Set(configuration.eligibility?.catalog.apps.keys.map { $0 } ?? []))
+            catalogBundles: Set(configuration.eligibility?.catalog.apps.keys.map { $0 } ?? []),
+            keyRing: keyRing, checkpointRefusal: { checkpointer.refusal })
     }
     AdminDashboard.register(on: router, dashboard: dashboard)
     router.get("/healthz") { _, _ in
         Response.json(#"{"status":"ok"}"#)
     }
-    let checkpointer = AuditCheckpointer(
-        store: store, masterKey: configuration.masterKey, everyRecords: configuration.checkpointEveryRecords, every: configuration.checkpointEvery,
-        lockTimeout: configuration.storeTimeout, logger: logger, checkpointFile: configuration.checkpointFile,
-        onRefusal: { metrics.auditCheckpointRefused() })
     let readiness = ReadinessMonitor(
         store: store, keyRing: keyRing, auditHealth: committer.health, checkpointRefusal: { checkpointer.refusal }, timeout: configuration.storeTimeout,
         interval: configuration.readinessInterval, operatorToken: configuration.operatorToken, logger: logger,

@@ -183,9 +183,10 @@ final class ReadinessMonitor: Service, Sendable {
 ///
 /// Rule: only its SHA-256 is kept; a presented token is hashed and compared in constant time.
 /// Wrong tokens are limited per source address (``failureLimit``: 10 at once, then one a
-/// second): beyond it, a bearer from that address is answered 429 `rate_limited` without being
-/// compared, so a guess flood is slowed to one a second per address; a right token is not
-/// counted, and other addresses are not affected.
+/// second): beyond it, a wrong bearer from that address is answered 429 `rate_limited`, so a
+/// guess flood is slowed to one a second per address; a right token is never counted nor
+/// refused, and other addresses are not affected. The address is the connection's peer, set by
+/// `RequestDeadlineHandler` (a caller's own `x-offer-signer-peer` header is always removed).
 public struct OperatorToken: Sendable {
     private let digest: SHA256Digest
     private let failures = RateLimiter(limit: Self.failureLimit)
@@ -195,23 +196,31 @@ public struct OperatorToken: Sendable {
     /// (any such header the caller sent is removed first; see `RequestDeadlineHandler`).
     static let peerField = HTTPField.Name("x-offer-signer-peer")!
 
-    /// Whether `path` is an operator view whose requests carry ``peerField``.
+    /// Whether `path` is an operator view (or /admin) whose requests carry ``peerField``.
+    /// Leading slashes are skipped first: Hummingbird's router ignores empty path segments, so
+    /// `//metrics` reaches the same handler as `/metrics`.
     static func isOperatorPath(_ path: String) -> Bool {
-        path.hasPrefix("/readyz") || path.hasPrefix("/metrics")
+        var rest = Substring(path)
+        while rest.first == "/" { rest = rest.dropFirst() }
+        return rest.hasPrefix("readyz") || rest.hasPrefix("metrics") || rest.hasPrefix("admin")
     }
 
     /// Admits a request carrying the operator token; throws 401 for a missing or wrong one
-    /// (counted against its source address) and 429 when that address guessed too often.
+    /// (counted against its source address) and 429 for a wrong one when that address guessed
+    /// too often. The right token is always admitted, also from a throttled address (it is at
+    /// least 32 characters, so guesses compared beyond the limit cannot find it): a reverse
+    /// proxy's address shared with a guesser does not lock the operator out.
     func admit(_ request: Request, what: String) throws(APIProblem) {
-        let peer = request.headers[Self.peerField] ?? "unknown"
         let authorization = request.headers[.authorization]
-        if authorization != nil, case .limited(let retryAfter) = failures.wouldAllow(peer) {
-            throw APIProblem.rateLimited("too many wrong operator tokens from this address", retryAfter: retryAfter)
+        if matches(authorization: authorization) { return }
+        if authorization != nil {
+            let peer = request.headers[Self.peerField] ?? "unknown"
+            if case .limited(let retryAfter) = failures.wouldAllow(peer) {
+                throw APIProblem.rateLimited("too many wrong operator tokens from this address", retryAfter: retryAfter)
+            }
+            _ = failures.take(peer)
         }
-        guard matches(authorization: authorization) else {
-            if authorization != nil { _ = failures.take(peer) }
-            throw APIProblem.unauthorized("\(what) needs Authorization: Bearer <operator token> (--operator-token-file)")
-        }
+        throw APIProblem.unauthorized("\(what) needs Authorization: Bearer <operator token> (--operator-token-file)")
     }
 
     /// At least 32 characters (the file's content without surrounding whitespace).

@@ -163,6 +163,10 @@ public enum ProblemCatalog {
             meaning: "under `--dev`, the request's `Host` is not `localhost`, `127.0.0.1` or `[::1]` (with the server's port): refused so a web page re-pointed at 127.0.0.1 (DNS rebinding) cannot use the unauthenticated dev server",
             action: "call the dev server as http://localhost:PORT or http://127.0.0.1:PORT"),
         ProblemType(
+            code: "cross_site_request", status: .forbidden, title: "Cross-site dashboard form",
+            meaning: "`POST /admin/login` or `/admin/logout` came from another site: `Sec-Fetch-Site` is `cross-site`, or `Origin` is not the server's own (login and logout CSRF)",
+            action: "sign in and out from the dashboard's own pages; behind a proxy, keep the `Host` header the browser sent"),
+        ProblemType(
             code: "offer_not_in_catalog", status: .forbidden, title: "Offer not available to end users",
             meaning: "a user JWT asked for an offer the offers catalog does not name for the app (end users get catalogued offers only; without `--offers`, none)",
             action: "ask for a catalogued offer; operators: add the offer to the catalog, or sign it from a backend with an API key"),

@@ -68,11 +68,17 @@ final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandle
         case .head(var head):
             requestsInProgress += 1
             readingRequest = true
-            // The operator's views limit wrong tokens per address (see `OperatorToken`): they
-            // learn it from this header, which the caller cannot set.
-            if let path = head.path, OperatorToken.isOperatorPath(path) {
+            // The operator's views and /admin limit wrong tokens per address (see `OperatorToken`):
+            // they learn it from this header, which the caller cannot set. It is removed from
+            // every request (whatever its path: the router also takes `//metrics` for
+            // `/metrics`), and set only on those paths, so the signing path pays one scan of its
+            // header names and no address formatting.
+            let operatorPath = head.path.map(OperatorToken.isOperatorPath) ?? false
+            if operatorPath || head.headerFields.contains(OperatorToken.peerField) {
                 head.headerFields[OperatorToken.peerField] = nil
-                head.headerFields[OperatorToken.peerField] = context.channel.remoteAddress?.ipAddress ?? "unknown"
+                if operatorPath {
+                    head.headerFields[OperatorToken.peerField] = context.channel.remoteAddress?.ipAddress ?? "unknown"
+                }
                 update(context)
                 context.fireChannelRead(wrapInboundOut(.head(head)))
                 return

@@ -34,6 +34,10 @@ struct KeyRing: Sendable {
     var rowsAuthenticated = true
     /// Rows whose MAC verified.
     var authenticRows = 0
+    /// Key IDs of the key rows whose MAC verified (any state): the keys this ring holds.
+    var authenticKeyIDs: Set<String> = []
+    /// Client IDs of the client rows whose MAC verified (revoked ones too): the clients this ring holds.
+    var authenticClientIDs: Set<String> = []
 
     static let empty = KeyRing(version: 0, activeKeys: [:], clients: [:], configuredBundles: [])
 
@@ -75,6 +79,8 @@ struct KeyRing: Sendable {
         rejectedRows = rejected
         rowsAuthenticated = snapshot.rowsAuthenticated
         authenticRows = keys.count + authenticClients.count
+        authenticKeyIDs = Set(keys.map(\.keyID))
+        authenticClientIDs = Set(authenticClients.map(\.clientID))
     }
 }
 

@@ -29,7 +29,7 @@ struct AdminDashboardTests {
         }
     }
 
-    @Test("Refused without the admin token (the operator token, a wrong or tampered one, a logged-out session); a browser signs in with an HttpOnly, SameSite=Strict session cookie holding no token; guesses are limited")
+    @Test("Refused without the admin token (the operator token, a wrong or tampered one, a logged-out session); a browser signs in with an HttpOnly, SameSite=Strict session cookie holding no token; guesses are limited per address, the right token always gets in")
     func credential() async throws {
         let server = try await TestServer { $0.adminToken = try! AdminToken(DashboardHarness.adminSecret) }
         defer { server.cleanUp() }
@@ -94,11 +94,47 @@ struct AdminDashboardTests {
                 statuses.append(try await client.execute(uri: "/admin/offers", method: .get, headers: [.authorization: "Bearer wrong-\(index)"]).status.code)
             }
             #expect(statuses.contains(429), "\(statuses)")
+            // The address is throttled: a wrong token (also at //admin/..., with a spoofed address header) is 429 ...
             expectProblem(
-                try await client.execute(uri: "/admin/offers", method: .get, headers: [.authorization: "Bearer \(DashboardHarness.adminSecret)"]), .tooManyRequests, "rate_limited")
+                try await client.execute(
+                    uri: "//admin/offers", method: .get, headers: [.authorization: "Bearer wrong-x", HTTPField.Name("x-offer-signer-peer")!: "10.1.2.3"]),
+                .tooManyRequests, "rate_limited")
+            let wrongForm = try await client.postJSON("/admin/login", "token=wrong", contentType: "application/x-www-form-urlencoded")
+            expectProblem(wrongForm, .tooManyRequests, "rate_limited")
+            // ... while the right token is always admitted, by header and by form.
+            #expect(try await client.execute(uri: "/admin/offers", method: .get, headers: [.authorization: "Bearer \(DashboardHarness.adminSecret)"]).status == .ok)
+            #expect(try await client.postJSON("/admin/login", "token=\(escaped)", contentType: "application/x-www-form-urlencoded").status == .seeOther)
             #expect(try await client.execute(uri: "/admin/offers", method: .get, headers: [.cookie: freshSession]).status == .ok)
+            // Another scheme (a protecting proxy's Basic) is no guess and does not hide the cookie.
+            #expect(
+                try await client.execute(uri: "/admin/offers", method: .get, headers: [.cookie: freshSession, .authorization: "Basic dXNlcjpwYXNz"]).status == .ok)
+            #expect(try await client.execute(uri: "/admin/offers", method: .get, headers: [.authorization: "Basic dXNlcjpwYXNz"]).status == .unauthorized)
             expectProblem(
                 try await client.execute(uri: "/admin/offers?days=7", method: .get, headers: [.cookie: freshSession]), .badRequest, "invalid_query")
+        }
+    }
+
+    @Test("POST /admin/login and /admin/logout refuse a cross-site form (Sec-Fetch-Site cross-site, or a foreign Origin) with 403 cross_site_request; a same-origin form signs in")
+    func crossSiteFormsAreRefused() async throws {
+        let server = try await TestServer { $0.adminToken = try! AdminToken(DashboardHarness.adminSecret) }
+        defer { server.cleanUp() }
+        try await server.live { client in
+            let escaped = DashboardHarness.adminSecret.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+            let form: HTTPFields = [.contentType: "application/x-www-form-urlencoded"]
+            for (name, value) in [("Sec-Fetch-Site", "cross-site"), ("Origin", "https://attacker.example"), ("Origin", "null")] {
+                var headers = form
+                headers[HTTPField.Name(name)!] = value
+                for path in ["/admin/login", "/admin/logout"] {
+                    let answer = try await client.execute(uri: path, method: .post, headers: headers, body: ByteBuffer(string: "token=\(escaped)"))
+                    expectProblem(answer, .forbidden, "cross_site_request")
+                    #expect(answer.headers[.setCookie] == nil)
+                }
+            }
+            var sameOrigin = form
+            sameOrigin[HTTPField.Name("Sec-Fetch-Site")!] = "same-origin"
+            let signedIn = try await client.execute(uri: "/admin/login", method: .post, headers: sameOrigin, body: ByteBuffer(string: "token=\(escaped)"))
+            #expect(signedIn.status == .seeOther, "\(signedIn.text)")
+            #expect(try await client.execute(uri: "/admin/logout", method: .post, headers: sameOrigin).status == .seeOther)
         }
     }
 
