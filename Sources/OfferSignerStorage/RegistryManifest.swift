@@ -70,7 +70,7 @@ public enum RegistryManifest {
     ) -> String? {
         guard let stored else {
             if entries.isEmpty { return nil }
-            return "the store has key or client rows but no registry manifest (it was made by an earlier offer-signer, or the manifest was removed outside offer-signer); run `offer-signer store authenticate`"
+            return "the store has key or client rows but no registry manifest: it was removed outside offer-signer (tampering), unless the store was made by an offer-signer from before registry manifests; restore the store from a backup, or check every row (`keys list`, `clients list`) and give `offer-signer store authenticate --accept-registry-rows`"
         }
         guard authenticator.isAuthenticManifest(stored, entries: entries) else {
             return "the key and client rows are not the ones the registry manifest (version \(stored.version)) lists with their MACs, or the manifest was changed: a row was added, deleted or restored from an earlier state outside offer-signer"
