@@ -68,23 +68,36 @@ extension PostgresStore {
     /// registry row and bumps its version, checks that the stored manifest vouches for the rows,
     /// runs `change`, then writes the next manifest.
     static func changeRegistry<T: Sendable>(
-        _ connection: PostgresConnection, _ logger: Logger, _ authenticator: RegistryRowAuthenticator, _ change: () async throws -> T
+        _ connection: PostgresConnection, _ logger: Logger, _ authenticator: RegistryRowAuthenticator, _ change: (inout [RegistryManifestEntry]) async throws -> T
     ) async throws -> T {
         try await lockAndBumpRegistry(connection, logger)
+        let previous = try await manifestEntries(connection, logger)
         let version = try RegistryManifest.checkBeforeChange(
-            stored: try await storedManifest(connection, logger), entries: try await manifestEntries(connection, logger), authenticator: authenticator)
-        let result = try await change()
-        try await writeManifest(connection, logger, RegistryManifest.next(after: version, entries: try await manifestEntries(connection, logger), authenticator: authenticator))
+            stored: try await storedManifest(connection, logger), entries: previous, authenticator: authenticator)
+        var written: [RegistryManifestEntry] = []
+        let result = try await change(&written)
+        let expected = RegistryManifest.expected(previous: previous, written: written)
+        try RegistryManifest.checkWritten(expected: expected, actual: try await manifestEntries(connection, logger))
+        try await writeManifest(connection, logger, RegistryManifest.next(after: version, entries: expected, authenticator: authenticator))
         return result
     }
 
-    static func writeKeyState(_ connection: PostgresConnection, _ logger: Logger, _ key: SigningKeyRecord) async throws {
-        try await connection.run(
+    /// Runs a registry INSERT or UPDATE (given without RETURNING) and refuses unless it changed
+    /// exactly one row (a `DO INSTEAD NOTHING` rule or a trigger returning NULL changes none).
+    static func runChangingOneRow(_ connection: PostgresConnection, _ logger: Logger, _ query: PostgresQuery, _ what: String) async throws {
+        let returning = PostgresQuery(unsafeSQL: query.sql + " RETURNING 1", binds: query.binds)
+        let count = try await connection.query(returning, logger: logger).collect().count
+        try RegistryManifest.checkOneRowChanged(count, what)
+    }
+
+    static func writeKeyState(_ connection: PostgresConnection, _ logger: Logger, _ key: SigningKeyRecord, _ written: inout [RegistryManifestEntry]) async throws {
+        try await runChangingOneRow(connection, logger,
             """
             UPDATE signing_keys SET state = \(key.state.rawValue), activated_at = \(key.activatedAt?.unixMilliseconds), retired_at = \(key.retiredAt?.unixMilliseconds),
                 revoked_at = \(key.revokedAt?.unixMilliseconds), registry_mac = \(key.registryMAC)
             WHERE key_id = \(key.keyID)
-            """, logger: logger)
+            """, "the update of key '\(key.keyID)'")
+        written.append(RegistryManifestEntry(key: key))
     }
 
     static func all<T>(_ sequence: PostgresRowSequence, _ transform: (PostgresRow) throws -> T) async throws -> [T] {
@@ -171,7 +184,7 @@ extension PostgresStore {
     }
 
     public func importKey(_ key: SigningKeyRecord, actor: String, reason: String?, authenticator: RegistryRowAuthenticator) async throws -> SigningKeyRecord {
-        try await transaction("importing key '\(key.keyID)'") { connection, logger in try await Self.changeRegistry(connection, logger, authenticator) {
+        try await transaction("importing key '\(key.keyID)'") { connection, logger in try await Self.changeRegistry(connection, logger, authenticator) { written in
             if try await connection.query("SELECT 1 FROM signing_keys WHERE key_id = \(key.keyID)", logger: logger).collect().count > 0 {
                 throw StoreError(.duplicate, "key '\(key.keyID)' is already in the store")
             }
@@ -187,13 +200,14 @@ extension PostgresStore {
             stored.state = hasActive ? .ready : .active
             stored.activatedAt = hasActive ? nil : key.importedAt
             stored = authenticator.authenticated(stored)
-            try await connection.run(
+            try await Self.runChangingOneRow(connection, logger,
                 """
                 INSERT INTO signing_keys (key_id, bundle_id, issuer_id, state, origin, public_key_pem, fingerprint, sealed_private_key, imported_at, activated_at, position, registry_mac)
                 VALUES (\(stored.keyID), \(stored.bundleID), \(stored.issuerID), \(stored.state.rawValue), \(stored.origin), \(stored.publicKeyPEM),
                         \(stored.fingerprint), \(stored.sealedPrivateKey), \(stored.importedAt.unixMilliseconds), \(stored.activatedAt?.unixMilliseconds),
                         (SELECT COALESCE(MAX(position), 0) + 1 FROM signing_keys), \(stored.registryMAC))
-                """, logger: logger)
+                """, "the insert of key '\(stored.keyID)'")
+            written.append(RegistryManifestEntry(key: stored))
             let body = AuditBody.make([
                 ("actor", actor), ("reason", reason), ("keyID", stored.keyID), ("bundleID", stored.bundleID),
                 ("origin", stored.origin), ("state", stored.state.rawValue), ("fingerprint", stored.fingerprint),
@@ -219,7 +233,7 @@ extension PostgresStore {
     public func transitionKey(
         keyID: String, to state: SigningKeyState, actor: String, reason: String?, force: Bool, authenticator: RegistryRowAuthenticator
     ) async throws -> SigningKeyRecord {
-        try await transaction("changing key '\(keyID)'") { connection, logger in try await Self.changeRegistry(connection, logger, authenticator) {
+        try await transaction("changing key '\(keyID)'") { connection, logger in try await Self.changeRegistry(connection, logger, authenticator) { written in
             guard let key = try await Self.fetchKey(connection, logger, where: "key_id = \(keyID) FOR UPDATE") else {
                 throw StoreError(.notFound, "no key '\(keyID)' in the store")
             }
@@ -227,8 +241,8 @@ extension PostgresStore {
             let now = Date()
             let plan = try KeyRegistry.planTransition(
                 key: key, previousActive: previousActive, to: state, force: force, now: now, authenticator: authenticator)
-            if let retired = plan.retired { try await Self.writeKeyState(connection, logger, retired) }
-            try await Self.writeKeyState(connection, logger, plan.key)
+            if let retired = plan.retired { try await Self.writeKeyState(connection, logger, retired, &written) }
+            try await Self.writeKeyState(connection, logger, plan.key, &written)
             let entry = KeyRegistry.transitionAuditEntry(plan, from: key, previousActive: previousActive, actor: actor, reason: reason)
             _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: entry)], at: now)
             return plan.key
@@ -236,17 +250,18 @@ extension PostgresStore {
     }
 
     public func createClient(_ client: APIClientRecord, actor: String, authenticator: RegistryRowAuthenticator) async throws -> APIClientRecord {
-        try await transaction("creating client '\(client.name)'") { connection, logger in try await Self.changeRegistry(connection, logger, authenticator) {
+        try await transaction("creating client '\(client.name)'") { connection, logger in try await Self.changeRegistry(connection, logger, authenticator) { written in
             if try await connection.query("SELECT 1 FROM api_clients WHERE name = \(client.name)", logger: logger).collect().count > 0 {
                 throw StoreError(.duplicate, "a client named '\(client.name)' exists already")
             }
             let bundles = client.bundleIDs.joined(separator: " ")
             let client = authenticator.authenticated(client)
-            try await connection.run(
+            try await Self.runChangingOneRow(connection, logger,
                 """
                 INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at, registry_mac)
                 VALUES (\(client.clientID), \(client.name), \(bundles), \(client.secretHash), \(client.createdAt.unixMilliseconds), \(client.registryMAC))
-                """, logger: logger)
+                """, "the insert of client '\(client.name)'")
+            written.append(RegistryManifestEntry(client: client))
             let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", client.name), ("bundleIDs", bundles)])
             _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: AuditEntry(kind: "client.created", body: body))], at: client.createdAt)
             return client
@@ -258,7 +273,7 @@ extension PostgresStore {
     }
 
     public func revokeClient(name: String, actor: String, authenticator: RegistryRowAuthenticator) async throws -> APIClientRecord {
-        try await transaction("revoking client '\(name)'") { connection, logger in try await Self.changeRegistry(connection, logger, authenticator) {
+        try await transaction("revoking client '\(name)'") { connection, logger in try await Self.changeRegistry(connection, logger, authenticator) { written in
             guard let row = try await connection.query(
                 "SELECT \(unescaped: Self.clientColumns) FROM api_clients WHERE name = \(name) FOR UPDATE", logger: logger
             ).collect().first else {
@@ -269,8 +284,10 @@ extension PostgresStore {
             let now = Date()
             client.revokedAt = Self.date(now.unixMilliseconds)
             client = authenticator.authenticated(client)
-            try await connection.run(
-                "UPDATE api_clients SET revoked_at = \(now.unixMilliseconds), registry_mac = \(client.registryMAC) WHERE client_id = \(client.clientID)", logger: logger)
+            try await Self.runChangingOneRow(connection, logger,
+                "UPDATE api_clients SET revoked_at = \(now.unixMilliseconds), registry_mac = \(client.registryMAC) WHERE client_id = \(client.clientID)",
+                "the update of client '\(name)'")
+            written.append(RegistryManifestEntry(client: client))
             let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", name)])
             _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: AuditEntry(kind: "client.revoked", body: body))], at: now)
             return client

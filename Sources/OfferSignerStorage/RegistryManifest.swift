@@ -33,6 +33,12 @@ public struct RegistryManifestEntry: Sendable, Hashable, Comparable {
         (lhs.table, lhs.rowID, lhs.rowMAC) < (rhs.table, rhs.rowID, rhs.rowMAC)
     }
 
+    /// The entry of a key record as the CLI means to write it.
+    public init(key: SigningKeyRecord) { self.init(table: "signing_keys", rowID: key.keyID, rowMAC: key.registryMAC) }
+
+    /// The entry of a client record as the CLI means to write it.
+    public init(client: APIClientRecord) { self.init(table: "api_clients", rowID: client.clientID, rowMAC: client.registryMAC) }
+
     /// The entries of a registry's rows, sorted.
     public static func of(keys: [SigningKeyRecord], clients: [APIClientRecord]) -> [RegistryManifestEntry] {
         (keys.map { RegistryManifestEntry(table: "signing_keys", rowID: $0.keyID, rowMAC: $0.registryMAC) }
@@ -64,7 +70,7 @@ public enum RegistryManifest {
     ) -> String? {
         guard let stored else {
             if entries.isEmpty { return nil }
-            return "the store has key or client rows but no registry manifest (it was made by an earlier offer-signer, or the manifest was removed outside offer-signer); run `offer-signer store authenticate`"
+            return "the store has key or client rows but no registry manifest: it was removed outside offer-signer (tampering), unless the store was made by an offer-signer from before registry manifests; restore the store from a backup, or check every row (`keys list`, `clients list`) and give `offer-signer store authenticate --accept-registry-rows`"
         }
         guard authenticator.isAuthenticManifest(stored, entries: entries) else {
             return "the key and client rows are not the ones the registry manifest (version \(stored.version)) lists with their MACs, or the manifest was changed: a row was added, deleted or restored from an earlier state outside offer-signer"
@@ -99,6 +105,37 @@ public enum RegistryManifest {
     public static func next(after version: Int64, entries: [RegistryManifestEntry], authenticator: RegistryRowAuthenticator) -> StoredRegistryManifest {
         let next = max(version, authenticator.manifestFloor) + 1
         return StoredRegistryManifest(version: next, mac: authenticator.manifestMAC(version: next, entries: entries))
+    }
+
+    /// The entries a change must leave: the verified entries from before the change, with the
+    /// rows the CLI wrote (`written`, as planned) replacing or adding theirs. The next manifest
+    /// is computed over these, never over rows read back from the database.
+    public static func expected(previous: [RegistryManifestEntry], written: [RegistryManifestEntry]) -> [RegistryManifestEntry] {
+        var byRow: [String: RegistryManifestEntry] = [:]
+        func key(_ entry: RegistryManifestEntry) -> String { entry.table + "\u{0}" + entry.rowID }
+        for entry in previous { byRow[key(entry)] = entry }
+        for entry in written { byRow[key(entry)] = entry }
+        return byRow.values.sorted()
+    }
+
+    /// Rule after the writes of a change, before the manifest: the rows read back must be
+    /// exactly the expected entries. Otherwise something in the database (a trigger, a rule)
+    /// undid or altered the write, and the change is refused (its transaction rolls back).
+    public static func checkWritten(expected: [RegistryManifestEntry], actual: [RegistryManifestEntry]) throws(StoreError) {
+        guard expected.sorted() == actual.sorted() else {
+            throw StoreError(
+                .conflict,
+                "refusing to change the registry: after writing, the key and client rows are not the ones written (a trigger, rule or another writer inside the database changed or undid the write); the registry was tampered with, nothing was changed; see Docs/Security.md (Registry manifest)")
+        }
+    }
+
+    /// Rule for every registry write: it must change exactly one row.
+    public static func checkOneRowChanged(_ count: Int, _ what: String) throws(StoreError) {
+        guard count == 1 else {
+            throw StoreError(
+                .conflict,
+                "refusing to change the registry: \(what) changed \(count) rows instead of 1 (a trigger or rule inside the database changed or undid the write); the registry was tampered with, nothing was changed; see Docs/Security.md (Registry manifest)")
+        }
     }
 
     /// The audit entry of a manifest written over the rows as they are, without the previous

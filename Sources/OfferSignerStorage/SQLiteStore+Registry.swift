@@ -61,17 +61,27 @@ extension SQLiteStore {
     /// Runs a registry change (see ``RegistryManifest``): the stored manifest must vouch for the
     /// rows first; afterwards the next manifest is written and the version bumped, all in the
     /// caller's transaction.
-    static func changeRegistry<T>(_ db: Database, _ authenticator: RegistryRowAuthenticator, _ change: () throws -> T) throws -> T {
-        let version = try RegistryManifest.checkBeforeChange(stored: try storedManifest(db), entries: try manifestEntries(db), authenticator: authenticator)
-        let result = try change()
-        try writeManifest(db, RegistryManifest.next(after: version, entries: try manifestEntries(db), authenticator: authenticator))
+    ///
+    /// `change` appends the entry of every record it writes, as planned; the next manifest is
+    /// computed over the verified entries plus those, and the rows read back after the writes
+    /// must equal them (``RegistryManifest/checkWritten(expected:actual:)``).
+    static func changeRegistry<T>(_ db: Database, _ authenticator: RegistryRowAuthenticator, _ change: (inout [RegistryManifestEntry]) throws -> T) throws -> T {
+        let previous = try manifestEntries(db)
+        let version = try RegistryManifest.checkBeforeChange(stored: try storedManifest(db), entries: previous, authenticator: authenticator)
+        var written: [RegistryManifestEntry] = []
+        let result = try change(&written)
+        let expected = RegistryManifest.expected(previous: previous, written: written)
+        try RegistryManifest.checkWritten(expected: expected, actual: try manifestEntries(db))
+        try writeManifest(db, RegistryManifest.next(after: version, entries: expected, authenticator: authenticator))
         return result
     }
 
-    static func writeKeyState(_ db: Database, _ key: SigningKeyRecord) throws {
+    static func writeKeyState(_ db: Database, _ key: SigningKeyRecord, _ written: inout [RegistryManifestEntry]) throws {
         try db.execute(
             sql: "UPDATE signing_keys SET state = ?, activated_at = ?, retired_at = ?, revoked_at = ?, registry_mac = ? WHERE key_id = ?",
             arguments: [key.state.rawValue, millis(key.activatedAt), millis(key.retiredAt), millis(key.revokedAt), key.registryMAC, key.keyID])
+        try RegistryManifest.checkOneRowChanged(db.changesCount, "the update of key '\(key.keyID)'")
+        written.append(RegistryManifestEntry(key: key))
     }
 
     public func registryVersion() async throws -> Int64 {
@@ -96,7 +106,7 @@ extension SQLiteStore {
     }
 
     public func importKey(_ key: SigningKeyRecord, actor: String, reason: String?, authenticator: RegistryRowAuthenticator) async throws -> SigningKeyRecord {
-        try await write { db in try Self.changeRegistry(db, authenticator) {
+        try await write { db in try Self.changeRegistry(db, authenticator) { written in
             if try Row.fetchOne(db, sql: "SELECT 1 FROM signing_keys WHERE key_id = ?", arguments: [key.keyID]) != nil {
                 throw StoreError(.duplicate, "key '\(key.keyID)' is already in the store")
             }
@@ -119,6 +129,8 @@ extension SQLiteStore {
                     stored.fingerprint, stored.sealedPrivateKey, stored.importedAt.unixMilliseconds, Self.millis(stored.activatedAt), position,
                     stored.registryMAC,
                 ])
+            try RegistryManifest.checkOneRowChanged(db.changesCount, "the insert of key '\(stored.keyID)'")
+            written.append(RegistryManifestEntry(key: stored))
             let body = AuditBody.make([
                 ("actor", actor), ("reason", reason), ("keyID", stored.keyID), ("bundleID", stored.bundleID),
                 ("origin", stored.origin), ("state", stored.state.rawValue), ("fingerprint", stored.fingerprint),
@@ -137,7 +149,7 @@ extension SQLiteStore {
     ) async throws -> SigningKeyRecord {
         // One write transaction: no other writer changes a row between the read and the write,
         // and the MACs written are those of the records as planned from the rows read.
-        try await write { db in try Self.changeRegistry(db, authenticator) {
+        try await write { db in try Self.changeRegistry(db, authenticator) { written in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM signing_keys WHERE key_id = ?", arguments: [keyID]) else {
                 throw StoreError(.notFound, "no key '\(keyID)' in the store")
             }
@@ -147,8 +159,8 @@ extension SQLiteStore {
             let now = Date()
             let plan = try KeyRegistry.planTransition(
                 key: key, previousActive: previousActive, to: state, force: force, now: now, authenticator: authenticator)
-            if let retired = plan.retired { try Self.writeKeyState(db, retired) }
-            try Self.writeKeyState(db, plan.key)
+            if let retired = plan.retired { try Self.writeKeyState(db, retired, &written) }
+            try Self.writeKeyState(db, plan.key, &written)
             let entry = KeyRegistry.transitionAuditEntry(plan, from: key, previousActive: previousActive, actor: actor, reason: reason)
             _ = try Self.appendAudit(db, [AuditAppend(entry: entry)], at: now)
             return plan.key
@@ -156,7 +168,7 @@ extension SQLiteStore {
     }
 
     public func createClient(_ client: APIClientRecord, actor: String, authenticator: RegistryRowAuthenticator) async throws -> APIClientRecord {
-        try await write { db in try Self.changeRegistry(db, authenticator) {
+        try await write { db in try Self.changeRegistry(db, authenticator) { written in
             if try Row.fetchOne(db, sql: "SELECT 1 FROM api_clients WHERE name = ?", arguments: [client.name]) != nil {
                 throw StoreError(.duplicate, "a client named '\(client.name)' exists already")
             }
@@ -166,6 +178,8 @@ extension SQLiteStore {
                 arguments: [
                     client.clientID, client.name, client.bundleIDs.joined(separator: " "), client.secretHash, client.createdAt.unixMilliseconds, client.registryMAC,
                 ])
+            try RegistryManifest.checkOneRowChanged(db.changesCount, "the insert of client '\(client.name)'")
+            written.append(RegistryManifestEntry(client: client))
             let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", client.name), ("bundleIDs", client.bundleIDs.joined(separator: " "))])
             _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "client.created", body: body))], at: client.createdAt)
             return client
@@ -177,7 +191,7 @@ extension SQLiteStore {
     }
 
     public func revokeClient(name: String, actor: String, authenticator: RegistryRowAuthenticator) async throws -> APIClientRecord {
-        try await write { db in try Self.changeRegistry(db, authenticator) {
+        try await write { db in try Self.changeRegistry(db, authenticator) { written in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM api_clients WHERE name = ?", arguments: [name]) else {
                 throw StoreError(.notFound, "no client named '\(name)'")
             }
@@ -189,6 +203,8 @@ extension SQLiteStore {
             try db.execute(
                 sql: "UPDATE api_clients SET revoked_at = ?, registry_mac = ? WHERE client_id = ?",
                 arguments: [now.unixMilliseconds, client.registryMAC, client.clientID])
+            try RegistryManifest.checkOneRowChanged(db.changesCount, "the update of client '\(name)'")
+            written.append(RegistryManifestEntry(client: client))
             let body = AuditBody.make([("actor", actor), ("clientID", client.clientID), ("name", name)])
             _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "client.revoked", body: body))], at: now)
             return client

@@ -57,10 +57,17 @@ public enum StoreAuthentication {
         try await store.bindMasterKey(masterKey)
         let snapshot = try await store.registrySnapshot()
         let authenticator = try registryFile?.authenticator(masterKey) ?? masterKey.registryRows
+        let upgraded = try await upgradeEvidence(store: store, masterKey: masterKey, authenticator: authenticator)
         if snapshot.rowsAuthenticated {
             return try await writeManifest(
                 store: store, snapshot: snapshot, authenticator: authenticator, registryFile: registryFile, acceptRegistryRows: acceptRegistryRows,
-                masterKey: masterKey, actor: actor)
+                masterKey: masterKey, actor: actor, upgraded: upgraded)
+        }
+        // A store that was upgraded already and now has rows without MACs and no marker: they
+        // were stripped outside offer-signer (and rows may have been added); vouching for them
+        // would bless whatever is there.
+        if let upgraded, !acceptRegistryRows {
+            throw StoreError(.conflict, tamperedMessage("its key and client rows carry no MACs and its marker is gone, but \(upgraded)"))
         }
         // A store made before MACs has none; one with valid MACs was authenticated, and its
         // marker was removed outside offer-signer: vouching for its other rows would bless them.
@@ -123,22 +130,43 @@ public enum StoreAuthentication {
         return outcome
     }
 
+    /// Why the store is known to have been upgraded already (nil: nothing says so): the registry
+    /// file records a manifest version above 0, or the audit-signing key is the one derived from
+    /// the master key and the audit log is not empty (every store this offer-signer made or
+    /// upgraded; `registry.authenticated` and `registry.manifest.written` records come after
+    /// the key is derived). On such a store a missing manifest or missing MACs is tampering.
+    public static func upgradeEvidence(store: any OfferSignerStore, masterKey: MasterKey, authenticator: RegistryRowAuthenticator) async throws -> String? {
+        if authenticator.manifestFloor > 0 {
+            return "the registry file records manifest version \(authenticator.manifestFloor)"
+        }
+        if try await store.auditSigningPublicKey() == AuditSigningKey.derived(from: masterKey).publicKey, try await store.auditHead().count > 0 {
+            return "its audit-signing key is the one derived from the master key and its audit log has records (it was made or upgraded by an offer-signer that authenticates registry rows)"
+        }
+        return nil
+    }
+
+    static func tamperedMessage(_ what: String) -> String {
+        "the store's registry was tampered with: \(what). Restore the store from a backup, or, after checking every row with `keys list` and `clients list` (revoke what you do not recognise afterwards), give --accept-registry-rows to vouch for the rows as they are"
+    }
+
     /// A store whose rows carry MACs: its first manifest, or (with `acceptRegistryRows`) one
     /// over its rows as they are when the stored one does not vouch for them.
     static func writeManifest(
         store: any OfferSignerStore, snapshot: RegistrySnapshot, authenticator: RegistryRowAuthenticator, registryFile: RegistryVersionFile?,
-        acceptRegistryRows: Bool, masterKey: MasterKey, actor: String
+        acceptRegistryRows: Bool, masterKey: MasterKey, actor: String, upgraded: String?
     ) async throws -> Outcome {
         let problem: String?
         if let manifest = snapshot.manifest {
             problem = RegistryManifest.problem(stored: manifest, entries: snapshot.manifestEntries, authenticator: authenticator)
                 ?? (manifest.version < authenticator.manifestFloor
                     ? "its manifest is version \(manifest.version), below version \(authenticator.manifestFloor) in the registry file (it was rolled back)" : nil)
+        } else if let upgraded {
+            problem = "it has no registry manifest, but \(upgraded)"
         } else {
             problem = nil
         }
         let reason: String
-        if snapshot.manifest == nil {
+        if snapshot.manifest == nil && problem == nil {
             reason = "first manifest of a store made before registry manifests"
         } else if let problem {
             guard acceptRegistryRows else {

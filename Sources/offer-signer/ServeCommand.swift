@@ -150,10 +150,16 @@ struct ServeCommand: AsyncParsableCommand {
         var configuration = ServerConfiguration(masterKey: masterKey, logger: logger)
         configuration.checkpointFile = checkpointFile
         // Beside the master key file, or beside the checkpoint file serve keeps (always one):
-        // a rollback of the registry before this process starts is refused.
-        configuration.registryFile =
-            registryFileOptions.resolve(masterKeyFile: dev ? DevelopmentSetup.masterKeyPath : self.masterKey.path)
-            ?? RegistryVersionFile.beside(checkpointFile: checkpointFile.path)
+        // a rollback of the registry before this process starts is refused, by whoever cannot
+        // write that file's directory (beside a SQLite store: not its writers; said in the log).
+        if let file = registryFileOptions.resolve(masterKeyFile: dev ? DevelopmentSetup.masterKeyPath : self.masterKey.path) {
+            configuration.registryFile = file
+        } else {
+            let file = RegistryVersionFile.beside(checkpointFile: checkpointFile.path)
+            configuration.registryFile = file
+            logger.notice(
+                "the master key comes from the environment: the highest registry manifest version is kept in '\(file.path)' beside the checkpoint file; unless both are in a directory the database's writers cannot write (give --registry-file and --checkpoint-file there), it protects against a rollback only by a writer who reaches the database but not its directory")
+        }
         configuration.host = dev ? "127.0.0.1" : host
         configuration.port = port
         configuration.developmentMode = dev

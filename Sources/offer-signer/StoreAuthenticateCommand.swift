@@ -13,7 +13,9 @@ struct StoreAuthenticateCommand: AsyncParsableCommand {
             for every row without a MAC it finds. A store with audit records needs --checkpoints-export FILE, the off-machine \
             export `audit checkpoints export` wrote, which the chain must extend (or --trust-existing-chain, recorded in the \
             audit log). Checkpoint exports made before name the previous audit-signing key: make a new export afterwards. A \
-            store whose rows carry MACs but no registry manifest gets its first manifest. Refused once the store is \
+            store whose rows carry MACs but no registry manifest gets its first manifest. On a store upgraded already (registry \
+            file above 0, or derived audit key with records), missing MACs or manifest are tampering: refused without \
+            --accept-registry-rows, which lists every row first. Refused once the store is \
             authenticated, unless its registry no longer matches its manifest and --accept-registry-rows vouches for the rows \
             as they are.
             """
@@ -45,6 +47,18 @@ struct StoreAuthenticateCommand: AsyncParsableCommand {
         let store = try await store.open()
         let outcome: StoreAuthentication.Outcome
         do {
+            if acceptRegistryRows {
+                // Every row about to be vouched for, before anything is written.
+                let snapshot = try await store.registrySnapshot()
+                CLI.printNote("--accept-registry-rows vouches for these rows as they are:")
+                for key in snapshot.keys {
+                    CLI.printNote("  key \(key.keyID) bundle \(key.bundleID) state \(key.state.rawValue) imported \(key.importedAt.formatted(.iso8601))")
+                }
+                for client in snapshot.clients {
+                    CLI.printNote(
+                        "  client \(client.clientID) name '\(client.name)' bundles \(client.bundleIDs.isEmpty ? "(all)" : client.bundleIDs.joined(separator: " ")) created \(client.createdAt.formatted(.iso8601)) \(client.revokedAt == nil ? "active" : "revoked")")
+                }
+            }
             outcome = try await StoreAuthentication.run(
                 store: store, masterKey: masterKey, checkpointFile: checkpointFile,
                 registryFile: registryFileOptions.resolve(masterKeyFile: self.masterKey.path), checkpointsExport: export,

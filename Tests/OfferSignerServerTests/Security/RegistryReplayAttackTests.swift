@@ -241,13 +241,20 @@ struct RegistryReplayAttackTests {
         }
     }
 
-    @Test("A store whose rows carry MACs but no manifest (made before manifests): serve refuses, store authenticate writes the first manifest, then it serves", arguments: StoreBackend.testedCases)
+    @Test("A store whose manifest was removed: serve refuses, store authenticate refuses without --accept-registry-rows and writes a manifest with it, then it serves", arguments: StoreBackend.testedCases)
     func firstManifest(backend: StoreBackend) async throws {
         try await Target.with(backend) { target in
             try await target.attack("UPDATE registry SET manifest_version = NULL, manifest_mac = NULL")
             await #expect(throws: ServerConfigurationError.self) { _ = try await buildApplication(configuration: target.configuration, store: target.store) }
+            // This store was made by this offer-signer (derived audit key, records): a missing
+            // manifest is tampering, written only with --accept-registry-rows.
+            await #expect(throws: StoreError.self) {
+                _ = try await StoreAuthentication.run(
+                    store: target.store, masterKey: target.masterKey, checkpointFile: target.checkpointFile, registryFile: target.registryFile, actor: "ops")
+            }
             let outcome = try await StoreAuthentication.run(
-                store: target.store, masterKey: target.masterKey, checkpointFile: target.checkpointFile, registryFile: target.registryFile, actor: "ops")
+                store: target.store, masterKey: target.masterKey, checkpointFile: target.checkpointFile, registryFile: target.registryFile,
+                acceptRegistryRows: true, actor: "ops")
             let recordedVersion = try target.registryFile.read()
             #expect(outcome.manifestVersion != nil && recordedVersion == outcome.manifestVersion)
             #expect(try await target.store.auditRecords(after: 0, limit: 1000).contains { $0.kind == "registry.manifest.written" })
@@ -267,6 +274,40 @@ struct RegistryReplayAttackTests {
             #expect(RegistryManifest.problem(
                 stored: try await Self.manifest(target), entries: try await target.store.registrySnapshot().manifestEntries,
                 authenticator: target.masterKey.registryRows) == nil)
+        }
+    }
+
+    @Test("H2 A: an old row restored and the manifest deleted: store authenticate refuses without --accept-registry-rows (registry file floor above 0)", arguments: StoreBackend.testedCases)
+    func manifestDeletedAfterReplay(backend: StoreBackend) async throws {
+        try await Target.with(backend) { target in
+            _ = try await APIClientCredentials.create(in: target.store, name: "leaver", bundleIDs: [], actor: "test", masterKey: target.masterKey)
+            let before = try #require(try await target.store.listClients().first { $0.name == "leaver" })
+            _ = try await target.store.revokeClient(name: "leaver", actor: "test", authenticator: target.masterKey.registryRows)
+            try await target.registryFile.recordCurrent(of: target.store, masterKey: target.masterKey)
+            try await target.attack(
+                "UPDATE api_clients SET revoked_at = NULL, registry_mac = '\(before.registryMAC!)' WHERE name = 'leaver'",
+                "UPDATE registry SET manifest_version = NULL, manifest_mac = NULL")
+            await #expect(throws: StoreError.self) {
+                _ = try await StoreAuthentication.run(
+                    store: target.store, masterKey: target.masterKey, checkpointFile: target.checkpointFile, registryFile: target.registryFile, actor: "ops")
+            }
+            #expect(try await target.store.registrySnapshot().manifest == nil, "nothing written")
+        }
+    }
+
+    @Test("H2 B: MACs stripped, marker deleted, an attacker's client inserted: store authenticate refuses without --accept-registry-rows", arguments: StoreBackend.testedCases)
+    func macsStrippedAndClientInserted(backend: StoreBackend) async throws {
+        try await Target.with(backend) { target in
+            try await target.attack(
+                "UPDATE api_clients SET registry_mac = NULL",
+                "UPDATE signing_keys SET registry_mac = NULL",
+                "DELETE FROM meta WHERE name = '\(RegistryRowsMarker.name)'",
+                "INSERT INTO api_clients (client_id, name, bundle_ids, secret_hash, created_at) VALUES ('attacker-id', 'attacker', '', 'x', 1)")
+            await #expect(throws: StoreError.self) {
+                _ = try await StoreAuthentication.run(store: target.store, masterKey: target.masterKey, checkpointFile: target.checkpointFile, actor: "ops")
+            }
+            let snapshot = try await target.store.registrySnapshot()
+            #expect(!snapshot.rowsAuthenticated && snapshot.clients.allSatisfy { $0.registryMAC == nil }, "nothing blessed")
         }
     }
 }
