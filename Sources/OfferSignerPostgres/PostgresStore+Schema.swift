@@ -180,7 +180,7 @@ extension PostgresStore {
     func migrate() async throws {
         let logger = self.logger
         let description = configuration.redactedDescription
-        let connection = try await bounded("opening store \(description)") { [directConfiguration] in
+        let connection = try await bounded("opening store \(description)", discardLate: { try? await $0.close() }) { [directConfiguration] in
             try await PostgresConnection.connect(configuration: directConfiguration, id: 0, logger: logger)
         }
         let closeAtDeadline: @Sendable () -> Void = { let _: EventLoopFuture<Void> = connection.close() }

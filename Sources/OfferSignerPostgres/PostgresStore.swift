@@ -289,8 +289,12 @@ public final class PostgresStore: OfferSignerStore {
 
     /// Runs `operation` and fails it with `StoreError.unavailable` when it takes longer than the
     /// operation timeout (cancelling it) or fails; `what` names the operation in messages.
+    ///
+    /// `discardLate` receives a value the operation produced after the deadline had answered
+    /// (a connection opened too late must still be closed).
     func bounded<T: Sendable>(
-        _ what: String, timeout: Duration? = nil, onDeadline: (@Sendable () -> Void)? = nil, _ operation: @escaping @Sendable () async throws -> T
+        _ what: String, timeout: Duration? = nil, onDeadline: (@Sendable () -> Void)? = nil,
+        discardLate: (@Sendable (T) async -> Void)? = nil, _ operation: @escaping @Sendable () async throws -> T
     ) async throws -> T {
         guard !closed.load(ordering: .acquiring) else { throw StoreError(.unavailable, "\(what) failed: the store is closed") }
         let timeout = timeout ?? configuration.operationTimeout
@@ -301,7 +305,8 @@ public final class PostgresStore: OfferSignerStore {
                 race.install(continuation)
                 let work = Task {
                     do {
-                        race.resume(.success(try await operation()))
+                        let value = try await operation()
+                        if !race.resume(.success(value)) { await discardLate?(value) }
                         self.noteOutcome(connected: true)
                     } catch {
                         if Self.isConnectionTrouble(error) { self.noteOutcome(connected: false) }
