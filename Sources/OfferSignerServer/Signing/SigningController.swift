@@ -53,6 +53,10 @@ struct SigningController: Sendable {
         } catch {
             throw APIProblem.field(error)
         }
+        if let environment = signatureRequest.environment, AppleEnvironment(rawValue: environment) == nil {
+            throw APIProblem.badRequest(
+                "unknown_environment", "environment '\(environment)' is not one of Apple's: Production, Sandbox, Xcode, LocalTesting")
+        }
         var token = try AppAccountTokenField.parse(signatureRequest.appAccountToken)
         let formats = try Self.formats(signatureRequest.formats)
         try Self.checkIntroductoryOfferEligibility(signatureRequest, formats: formats, principal: principal)
@@ -206,7 +210,8 @@ struct SigningController: Sendable {
                     productID: signatureRequest.productID, offerID: signatureRequest.offerID, appAccountToken: token?.lowercasedString,
                     keyID: active.keyID, format: format.rawValue, originalTransactionID: subscription?.originalTransactionID,
                     transactionID: isIntro ? signatureRequest.transactionID : nil,
-                    allowIntroductoryOffer: isIntro ? (signatureRequest.allowIntroductoryOffer ?? false) : nil, environment: subscription?.environment))
+                    allowIntroductoryOffer: isIntro ? (signatureRequest.allowIntroductoryOffer ?? false) : nil,
+                    environment: subscription?.environment ?? signatureRequest.environment))
             }
         } catch {
             throw APIProblem.field(error)
