@@ -16,7 +16,10 @@ struct SignatureRequest: Decodable, Equatable, Sendable {
     /// With `formats: ["intro-eligibility"]` only: the decision the signature carries.
     var allowIntroductoryOffer: Bool?
     /// The App Store environment the client declares its customer is in (Apple's spelling:
-    /// `Production`, `Sandbox`, `Xcode`, `LocalTesting`; StoreKit's `AppTransaction.environment`).
+    /// `Production`, `Sandbox`, `Xcode`, `LocalTesting`, as in
+    /// https://developer.apple.com/documentation/appstoreserverapi/environment and Apple's Python
+    /// library `appstoreserverlibrary/models/Environment.py`; the app reads StoreKit's
+    /// `AppTransaction.environment`).
     /// Not verified: stored on the issuance as declared, so a redemption in another environment
     /// does not use it up; an environment proved by Apple-signed history or evidence takes its place.
     var environment: String?

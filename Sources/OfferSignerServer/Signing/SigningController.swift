@@ -23,7 +23,10 @@ import OfferSignerStorage
 /// through the store's customer lock in every process on the same database); then each format is
 /// signed with the bundle's active key and every signature's audit record is durably committed
 /// before the 201 is sent. If the audit cannot be written, or the store does not answer within
-/// `storeTimeout`, the answer is 503 and no signature leaves.
+/// `storeTimeout`, the answer is 503 and no signature leaves. Each issuance keeps the customer's
+/// subscription and environment as Apple's history or the app's verified evidence proved them
+/// (see `EligibilityOutcome.subscription`), else the `environment` the request declares (Apple's
+/// spelling, 400 `unknown_environment` otherwise; kept as declared, not verified).
 struct SigningController: Sendable {
     let keyRing: KeyRingHolder
     let committer: AuditCommitter
