@@ -10,8 +10,8 @@ import Foundation
 /// `formats` (an array of strings) and `environment` (one of Apple's four spellings, read as a
 /// static string: nothing allocated), each at most once, with `productID` and `offerID`
 /// present, strings of printable ASCII without escapes, and JSON whitespace anywhere JSON
-/// allows it. Any other `environment` (refused by the controller), `evidence`, `null`, escapes, non-ASCII text, numbers, duplicates, unknown
-/// members and trailing bytes all go to the decoder.
+/// allows it. Any other `environment` (the controller refuses it), `evidence`, `null`, escapes,
+/// non-ASCII text, numbers, duplicates, unknown members and trailing bytes all go to the decoder.
 enum SignatureRequestPlainReader {
     static func read(_ body: Data) -> SignatureRequest? {
         body.withUnsafeBytes { bytes in
