@@ -254,7 +254,7 @@ extension PostgresStore {
     }
 
     /// The columns ``redemption(_:)`` reads.
-    private static let redemptionColumns = """
+    static let redemptionColumns = """
         bundle_id, environment, transaction_id, original_transaction_id, product_id, offer_id, app_account_token, purchase_date,
         issuance_seq, signature_issued_at, source, recorded_at, unplaced, placed_at
         """

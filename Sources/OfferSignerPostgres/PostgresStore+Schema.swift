@@ -163,6 +163,9 @@ extension PostgresStore {
         // ledger's covering time index dropped (SQLite's "v9-issuance-days"). The fill reads the
         // whole ledger once, at the upgrade.
         IssuanceRollUp.statements,
+        // 11: the unplaced-redemption sweep's attempts and back-off (RedemptionPlacementSchedule),
+        // SQLite's "v10-redemption-placement-attempts".
+        RedemptionPlacementSchema.statements,
     ]
 
     /// The longest an instance waits to open a store whose schema it must check or migrate.

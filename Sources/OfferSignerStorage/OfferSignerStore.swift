@@ -155,6 +155,21 @@ public protocol OfferSignerStore: StoreCoordination {
     /// Redemptions recorded `unplaced` and not placed yet, the earliest recorded first, at most `limit`.
     func unplacedOfferRedemptions(limit: Int) async throws -> [OfferRedemption]
 
+    /// Unplaced redemptions the sweep may still ask about (fewer than
+    /// ``RedemptionPlacementSchedule/maximumAttempts`` attempts) that are due at `time`, after
+    /// `cursor` in the order oldest due first (then bundle, environment, transaction), at most `limit`.
+    func dueUnplacedOfferRedemptions(at time: Date, after cursor: UnplacedRedemptionCursor, limit: Int) async throws -> [UnplacedRedemption]
+
+    /// Records one placement attempt, made at `time`, for each redemption of `subscription` still
+    /// unplaced and still asked about: its attempts go up by one and its next attempt is due as
+    /// `schedule` says. Returns the redemptions that reached the cap with it (given up).
+    func recordRedemptionPlacementAttempt(
+        _ subscription: AppleSubscriptionKey, at time: Date, schedule: RedemptionPlacementSchedule
+    ) async throws -> [OfferRedemption]
+
+    /// Unplaced redemptions no longer asked about (given up), at most `limit`, the earliest recorded first.
+    func givenUpOfferRedemptions(limit: Int) async throws -> [UnplacedRedemption]
+
     /// Issuances per bundle and offer, issued at or after `since` (all when nil).
     func offerIssuances(since: Date?) async throws -> [OfferIssuanceCount]
 

@@ -92,7 +92,7 @@ public enum AppleHistorySchema {
         ("apple_renewal_infos", ["bundle_id", "environment", "original_transaction_id", "signed_date", "decoded", "jws"], ["bundle_id", "environment", "original_transaction_id"]),
         ("offer_redemptions", [
             "bundle_id", "environment", "transaction_id", "original_transaction_id", "product_id", "offer_id", "app_account_token", "purchase_date",
-            "issuance_seq", "signature_issued_at", "source", "recorded_at", "unplaced", "placed_at",
+            "issuance_seq", "signature_issued_at", "source", "recorded_at", "unplaced", "placed_at", "placement_attempts", "next_placement_at",
         ], ["bundle_id", "environment", "transaction_id"]),
         // The scheduled catch-up's watermarks: a copy goes on from where the source was.
         ("notification_recovery", ["bundle_id", "environment", "recovered_until", "updated_at"], ["bundle_id", "environment"]),
@@ -101,7 +101,7 @@ public enum AppleHistorySchema {
     /// Columns that hold integers (the others hold text).
     public static let integerColumns: Set<String> = [
         "signed_date", "received_at", "complete", "updated_at", "purchase_date", "issuance_seq", "signature_issued_at", "recorded_at", "unplaced",
-        "placed_at", "recovered_until",
+        "placed_at", "recovered_until", "placement_attempts", "next_placement_at",
     ]
 
     /// Redemptions recorded `unplaced` until a fetched history places them (see
@@ -332,7 +332,7 @@ extension SQLiteStore {
         }
     }
 
-    private static func redemption(_ row: Row) -> OfferRedemption {
+    static func redemption(_ row: Row) -> OfferRedemption {
         OfferRedemption(
             candidate: RedemptionCandidate(
                 transactionID: row["transaction_id"], originalTransactionID: row["original_transaction_id"], bundleID: row["bundle_id"],

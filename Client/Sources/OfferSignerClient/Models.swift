@@ -240,6 +240,8 @@ struct SignatureRequestBody: Encodable, Sendable {
     var evidence: PurchaseEvidence?
     /// With `intro-eligibility` only.
     var allowIntroductoryOffer: Bool?
+    /// Apple's spelling of the customer's App Store environment, as the app declares it.
+    var environment: String?
 }
 
 struct EligibilityRequestBody: Encodable, Sendable {

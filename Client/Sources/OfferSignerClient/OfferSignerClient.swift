@@ -6,7 +6,7 @@ import FoundationNetworking
 /// The app-side client for an offer-signer service.
 ///
 /// Foundation only (`URLSession`); safe to share between tasks. It never caches signatures: each
-/// ``signPromotionalOffer(productID:offerID:appAccountToken:formats:evidence:bundleID:transactionID:)``
+/// ``signPromotionalOffer(productID:offerID:appAccountToken:formats:evidence:bundleID:transactionID:environment:)``
 /// call asks the service for a fresh one, because a signature's nonce is single-use and it must
 /// not be used after its `expiresAt`.
 ///
@@ -31,7 +31,7 @@ import FoundationNetworking
 /// ```
 ///
 /// The pieces stay public for apps that own their purchase flow:
-/// ``signPromotionalOffer(productID:offerID:appAccountToken:formats:evidence:bundleID:transactionID:)``,
+/// ``signPromotionalOffer(productID:offerID:appAccountToken:formats:evidence:bundleID:transactionID:environment:)``,
 /// then `offer.purchaseOptions()` for `Product.purchase(options:)`.
 ///
 /// Errors are ``OfferSignerClientError`` values (or `CancellationError`): for example
@@ -121,6 +121,11 @@ public struct OfferSignerClient: Sendable {
     ///   - transactionID: Any of the customer's transaction IDs (e.g. `Transaction.originalID`): a JWS
     ///     signature is bound to it, and an offer decided on Apple's word (`historySource` `apple`)
     ///     finds the customer's history with it.
+    ///   - environment: The App Store environment the customer buys in, as Apple spells it
+    ///     (`Production`, `Sandbox`, `Xcode`, `LocalTesting`): StoreKit's
+    ///     `AppTransaction.shared`'s `environment.rawValue`. Your declaration, not verified: the
+    ///     service keeps it on the issuance so a redemption in another environment (a Sandbox
+    ///     tester's) does not use it up. Any other value is refused (`400 unknown_environment`).
     /// - Returns: The signed offer; use it once, before `expiresAt`.
     /// - Throws: ``OfferSignerClientError`` (e.g. `.notEligible(_:)` with the service's whole
     ///   answer; `.invalidArgument(_:)` for `formats: []`, which is never sent), or `CancellationError`.
@@ -131,7 +136,8 @@ public struct OfferSignerClient: Sendable {
         formats: [SignatureFormat]? = nil,
         evidence: PurchaseEvidence? = nil,
         bundleID: String? = nil,
-        transactionID: String? = nil
+        transactionID: String? = nil,
+        environment: String? = nil
     ) async throws -> SignedPromotionalOffer {
         let formats = formats ?? StoreKitCapabilities.current.defaultFormats
         guard !formats.isEmpty else {
@@ -144,7 +150,8 @@ public struct OfferSignerClient: Sendable {
             bundleID: bundleID,
             formats: formats.map(\.rawValue),
             transactionID: transactionID,
-            evidence: evidence
+            evidence: evidence,
+            environment: environment
         )
         let data = try await send(path: ["v1", "offers", "signatures"], body: body)
         let offer: SignedPromotionalOffer

@@ -76,7 +76,8 @@ struct ClientTests {
             formats: [.legacy, .jws],
             evidence: evidence,
             bundleID: "com.example.app",
-            transactionID: "2000000123"
+            transactionID: "2000000123",
+            environment: "Sandbox"
         )
         #expect(offer.jws?.compactJWS == Fixtures.compactJWS)
         #expect(offer.legacy?.signatureData == Fixtures.signatureBytes)
@@ -93,6 +94,7 @@ struct ClientTests {
         #expect(body["appAccountToken"] as? String == "7e3fb20b-4cdb-47cc-936d-99d65f608138")  // lowercase
         #expect(body["bundleID"] as? String == "com.example.app")
         #expect(body["transactionID"] as? String == "2000000123")
+        #expect(body["environment"] as? String == "Sandbox")
         #expect(body["formats"] as? [String] == ["legacy", "jws"])
         let sentEvidence = try #require(body["evidence"] as? [String: Any])
         #expect(sentEvidence["signedTransactions"] as? [String] == ["t.j.s"])

@@ -35,6 +35,9 @@ struct MetricFamily: Sendable {
     static let redemptionPlacementLookups = MetricFamily(
         metricName: "redemption_placement_lookups", unit: "total", type: "counter",
         help: "Background lookups of Apple's history that place unplaced redemptions, by outcome")
+    static let redemptionPlacementsGivenUp = MetricFamily(
+        metricName: "offer_signer_redemption_placements_given_up", unit: "total", type: "counter",
+        help: "Unplaced redemptions the background placement stopped asking Apple about after its attempt cap (they stay unplaced), by bundle and environment")
     static let redemptionsWithoutSignature = MetricFamily(
         metricName: "offer_signer_redemptions_without_signature", unit: "total", type: "counter",
         help:
@@ -91,7 +94,7 @@ struct MetricFamily: Sendable {
 
     /// The service's own families (the App Store Server API client's are `AppStoreServerAPIMetrics.families`).
     static let server: [MetricFamily] = [
-        httpRequests, httpRequestDuration, signaturesIssued, offerIssuances, offerRedemptions, offerRedemptionsPlaced, redemptionPlacementLookups, redemptionsWithoutSignature, appleNotifications,
+        httpRequests, httpRequestDuration, signaturesIssued, offerIssuances, offerRedemptions, offerRedemptionsPlaced, redemptionPlacementLookups, redemptionPlacementsGivenUp, redemptionsWithoutSignature, appleNotifications,
         notificationLastReceived, appleHistoriesStored, retentionRequests, retentionAnswers, retentionFallbacks, retentionDuration, rejections,
         auditCommitDuration, auditCommitEntries, auditCommitGroupSize, auditCommitFailures, checkpointRefusals, ready, connectionsTimedOut,
         registryRowsRejected, registryManifestRefusals, rateLimit, rateLimitBurst, notificationCatchUpAbandoned,

@@ -214,6 +214,11 @@ final class ServerMetrics: Sendable {
         counter(MetricFamily.redemptionPlacementLookups, labels: [("outcome", outcome)]).increment()
     }
 
+    /// An unplaced redemption the background placement stopped asking about (its attempt cap).
+    func redemptionPlacementGivenUp(bundleID: String, environment: String) {
+        counter(MetricFamily.redemptionPlacementsGivenUp, labels: [("bundle_id", bundleID), ("environment", environment)]).increment()
+    }
+
     /// A notification that failed for over 24 hours and no longer holds the catch-up's watermark.
     func notificationCatchUpAbandoned(bundleID: String, environment: String) {
         counter(MetricFamily.notificationCatchUpAbandoned, labels: [("bundle_id", bundleID), ("environment", environment)]).increment()

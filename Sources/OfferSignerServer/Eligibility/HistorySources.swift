@@ -14,9 +14,11 @@ struct EligibilityOutcome: Sendable {
     /// Where Apple's word came from when it decided: `api` (the App Store Server API) or `store`
     /// (the stored history that notifications keep current).
     var appleVia: String?
-    /// The request's subscription as Apple's history proved it (its `originalTransactionId` and
-    /// environment), when Apple's history decided and covers the request's `transactionID`: kept
-    /// on the issuance so a redemption matches it (see `OfferRedemption`).
+    /// The request's subscription (its `originalTransactionId` and environment), kept on the
+    /// issuance so a redemption matches it (see `OfferRedemption`): as Apple's history proved it,
+    /// when Apple's history decided and covers the request's `transactionID`; as the app's
+    /// verified evidence shows it, when the evidence decided (see
+    /// ``HistorySourceResolver/subscription(in:offer:transactionID:appAccountToken:)``).
     var subscription: (originalTransactionID: String, environment: String)?
 }
 
@@ -138,8 +140,11 @@ struct HistorySourceResolver: Sendable {
             }
             switch (offer.historySource, apple) {
             case (.client, _), (.appleThenClient, nil):
-                let decision = service.evaluator.evaluate(offer, evidence: try await appEvidence(), ledger: ledger, now: now)
-                outcomes.append(EligibilityOutcome(decision: decision, source: .client))
+                let verified = try await appEvidence()
+                let decision = service.evaluator.evaluate(offer, evidence: verified, ledger: ledger, now: now)
+                outcomes.append(EligibilityOutcome(
+                    decision: decision, source: .client,
+                    subscription: Self.subscription(in: verified, offer: offer, transactionID: transactionID, appAccountToken: appAccountToken)))
             case (_, .history(let history)?):
                 let original = transactionID.flatMap(history.originalTransactionID(of:))
                 outcomes.append(EligibilityOutcome(
@@ -147,8 +152,11 @@ struct HistorySourceResolver: Sendable {
                         offer, history: history, appAccountToken: appAccountToken, strictAccountToken: strictAccountToken, ledger: ledger, now: now),
                     source: .apple, appleVia: appleVia, subscription: original.map { ($0, history.environment.rawValue) }))
             case (.appleThenClient, .unavailable(let unavailable)?) where unavailable.allowsFallback && evidence != nil:
-                let decision = service.evaluator.evaluate(offer, evidence: try await appEvidence(), ledger: ledger, now: now)
-                outcomes.append(EligibilityOutcome(decision: decision, source: .client, appleUnavailable: unavailable))
+                let verified = try await appEvidence()
+                let decision = service.evaluator.evaluate(offer, evidence: verified, ledger: ledger, now: now)
+                outcomes.append(EligibilityOutcome(
+                    decision: decision, source: .client, appleUnavailable: unavailable,
+                    subscription: Self.subscription(in: verified, offer: offer, transactionID: transactionID, appAccountToken: appAccountToken)))
             case (_, .unavailable(let unavailable)?):
                 let decision = EligibilityDecision(offerID: offer.offerID, eligible: false, reasons: [.historyUnavailable])
                 outcomes.append(EligibilityOutcome(decision: decision, source: DecidingHistorySource.undecided, appleUnavailable: unavailable))
@@ -159,6 +167,37 @@ struct HistorySourceResolver: Sendable {
             }
         }
         return outcomes
+    }
+
+    /// The subscription the app's verified evidence shows for `offer` (its `originalTransactionId`
+    /// and `environment`, both from Apple-signed transactions, `JWSTransactionDecodedPayload`:
+    /// https://developer.apple.com/documentation/appstoreserverapi/jwstransactiondecodedpayload),
+    /// or nil when it shows none or is ambiguous.
+    ///
+    /// Rule: only verified transactions of the offer's subscription group count (a redemption's
+    /// `originalTransactionId` is its group's), and none that carries another appAccountToken than
+    /// the request's. The one the request's `transactionID` names (as its `transactionId` or
+    /// `originalTransactionId`) decides; without it, the group's transactions must all name one
+    /// subscription in one environment. Apple is silent on several subscriptions in one group for
+    /// one customer; this service then records none rather than guess.
+    static func subscription(
+        in evidence: EligibilityEvidence, offer: OfferDefinition, transactionID: String?, appAccountToken: UUID?
+    ) -> (originalTransactionID: String, environment: String)? {
+        let customer = appAccountToken?.lowercasedString
+        let inGroup = evidence.transactions.filter { transaction in
+            guard transaction.subscriptionGroupID == offer.subscriptionGroupID else { return false }
+            guard let customer, let token = transaction.appAccountToken, !token.isEmpty else { return true }
+            return token.lowercased() == customer
+        }
+        if let transactionID,
+            let named = inGroup.first(where: { $0.transactionID == transactionID || $0.originalTransactionID == transactionID })
+        {
+            return (named.originalTransactionID, named.environment.rawValue)
+        }
+        guard let first = inGroup.first,
+            inGroup.allSatisfy({ $0.originalTransactionID == first.originalTransactionID && $0.environment == first.environment })
+        else { return nil }
+        return (first.originalTransactionID, first.environment.rawValue)
     }
 
     private func decideOnApple(

@@ -394,6 +394,14 @@ public enum OpenAPIDocument {
             allowIntroductoryOffer:
               type: boolean
               description: With formats [intro-eligibility] only (required there), the decision the signature carries.
+            environment:
+              type: string
+              enum: [Production, Sandbox, Xcode, LocalTesting]
+              description: |
+                The App Store environment the client declares its customer is in (StoreKit's AppTransaction.environment),
+                as Apple spells it (400 unknown_environment otherwise). Not verified: stored on the issuance as declared so
+                a redemption in another environment does not use it up; an environment proven by Apple-signed history or
+                evidence takes its place.
             transactionID:
               description: |
                 Any transaction ID of the customer (e.g. Transaction.originalID): put in the JWS (optional, recommended

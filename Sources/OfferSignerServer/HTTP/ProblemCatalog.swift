@@ -102,6 +102,10 @@ public enum ProblemCatalog {
             meaning: "a member holds a control or invisible format character (U+2063 among them) or leading or trailing whitespace; `field` names it (or its path, such as `evidence.signedTransactions`)",
             action: "send the identifier exactly as App Store Connect shows it"),
         ProblemType(
+            code: "unknown_environment", status: .badRequest, title: "Unknown environment",
+            meaning: "`environment` is not one of Apple's `Production`, `Sandbox`, `Xcode` and `LocalTesting` (spelt as Apple spells them)",
+            action: "send StoreKit's `AppTransaction.environment` as Apple spells it, or leave the member out"),
+        ProblemType(
             code: "app_account_token_empty", status: .badRequest, title: "Empty appAccountToken",
             meaning: "`appAccountToken` is an empty or whitespace-only string; refused so a client that meant a token never gets a signature bound to no one",
             action: "send the customer's UUID, or leave the member out"),

@@ -15,19 +15,28 @@ struct SignatureRequest: Decodable, Equatable, Sendable {
     var evidence: PurchaseEvidence?
     /// With `formats: ["intro-eligibility"]` only: the decision the signature carries.
     var allowIntroductoryOffer: Bool?
+    /// The App Store environment the client declares its customer is in (Apple's spelling:
+    /// `Production`, `Sandbox`, `Xcode`, `LocalTesting`, as in
+    /// https://developer.apple.com/documentation/appstoreserverapi/environment and Apple's Python
+    /// library `appstoreserverlibrary/models/Environment.py`; the app reads StoreKit's
+    /// `AppTransaction.environment`).
+    /// Not verified: stored on the issuance as declared, so a redemption in another environment
+    /// does not use it up; an environment proved by Apple-signed history or evidence takes its place.
+    var environment: String?
 
     static let members: Set<String> = [
-        "productID", "offerID", "appAccountToken", "bundleID", "formats", "transactionID", "evidence", "allowIntroductoryOffer",
+        "productID", "offerID", "appAccountToken", "bundleID", "formats", "transactionID", "evidence", "allowIntroductoryOffer", "environment",
     ]
 
     enum CodingKeys: String, CodingKey {
-        case productID, offerID, appAccountToken, bundleID, formats, transactionID, evidence, allowIntroductoryOffer
+        case productID, offerID, appAccountToken, bundleID, formats, transactionID, evidence, allowIntroductoryOffer, environment
     }
 
     init(
         productID: String, offerID: String, appAccountToken: String? = nil, bundleID: String? = nil, formats: [String]? = nil,
-        transactionID: String? = nil, evidence: PurchaseEvidence? = nil, allowIntroductoryOffer: Bool? = nil
+        transactionID: String? = nil, evidence: PurchaseEvidence? = nil, allowIntroductoryOffer: Bool? = nil, environment: String? = nil
     ) {
+        self.environment = environment
         self.productID = productID
         self.offerID = offerID
         self.appAccountToken = appAccountToken
@@ -49,6 +58,7 @@ struct SignatureRequest: Decodable, Equatable, Sendable {
         transactionID = try container.decodeIfPresent(String.self, forKey: .transactionID)
         evidence = try container.decodeIfPresent(PurchaseEvidence.self, forKey: .evidence)
         allowIntroductoryOffer = try container.decodeIfPresent(Bool.self, forKey: .allowIntroductoryOffer)
+        environment = try container.decodeIfPresent(String.self, forKey: .environment)
     }
 }
 

@@ -6,11 +6,12 @@ import Foundation
 /// Rule: it answers only for bodies it can read exactly as `JSONDecoder` would, and gives up
 /// (`nil`) on everything else, so the decoder still decides every unusual or bad body and
 /// gives the same error it always did. It accepts a JSON object whose members are among
-/// `productID`, `offerID`, `appAccountToken`, `bundleID`, `transactionID` (strings) and
-/// `formats` (an array of strings), each at most once, with `productID` and `offerID`
+/// `productID`, `offerID`, `appAccountToken`, `bundleID`, `transactionID` (strings),
+/// `formats` (an array of strings) and `environment` (one of Apple's four spellings, read as a
+/// static string: nothing allocated), each at most once, with `productID` and `offerID`
 /// present, strings of printable ASCII without escapes, and JSON whitespace anywhere JSON
-/// allows it. `evidence`, `null`, escapes, non-ASCII text, numbers, duplicates, unknown
-/// members and trailing bytes all go to the decoder.
+/// allows it. Any other `environment` (the controller refuses it), `evidence`, `null`, escapes,
+/// non-ASCII text, numbers, duplicates, unknown members and trailing bytes all go to the decoder.
 enum SignatureRequestPlainReader {
     static func read(_ body: Data) -> SignatureRequest? {
         body.withUnsafeBytes { bytes in
@@ -23,11 +24,13 @@ enum SignatureRequestPlainReader {
     private struct Members {
         var productID, offerID, appAccountToken, bundleID, transactionID: String?
         var formats: [String]?
+        var environment: String?
     }
 
     private enum Member {
         case string(WritableKeyPath<Members, String?>)
         case formats
+        case environment
 
         init?(_ name: UnsafeRawBufferPointer) {
             switch name.count {
@@ -35,6 +38,7 @@ enum SignatureRequestPlainReader {
             case 7 where name.elementsEqual("formats".utf8): self = .formats
             case 8 where name.elementsEqual("bundleID".utf8): self = .string(\.bundleID)
             case 9 where name.elementsEqual("productID".utf8): self = .string(\.productID)
+            case 11 where name.elementsEqual("environment".utf8): self = .environment
             case 13 where name.elementsEqual("transactionID".utf8): self = .string(\.transactionID)
             case 15 where name.elementsEqual("appAccountToken".utf8): self = .string(\.appAccountToken)
             default: return nil
@@ -64,6 +68,9 @@ enum SignatureRequestPlainReader {
                     case .formats:
                         guard members.formats == nil, let value = stringArray() else { return nil }
                         members.formats = value
+                    case .environment:
+                        guard members.environment == nil, let name = rawString(), let value = Self.environment(name) else { return nil }
+                        members.environment = value
                     case .string(let field):
                         guard members[keyPath: field] == nil, let value = string() else { return nil }
                         members[keyPath: field] = value
@@ -78,7 +85,18 @@ enum SignatureRequestPlainReader {
             guard index == bytes.count, let productID = members.productID, let offerID = members.offerID else { return nil }
             return SignatureRequest(
                 productID: productID, offerID: offerID, appAccountToken: members.appAccountToken, bundleID: members.bundleID,
-                formats: members.formats, transactionID: members.transactionID)
+                formats: members.formats, transactionID: members.transactionID, environment: members.environment)
+        }
+
+        /// Apple's spelling of an environment as a string literal (no allocation), or nil.
+        static func environment(_ name: UnsafeRawBufferPointer) -> String? {
+            switch name.count {
+            case 5 where name.elementsEqual("Xcode".utf8): return "Xcode"
+            case 7 where name.elementsEqual("Sandbox".utf8): return "Sandbox"
+            case 10 where name.elementsEqual("Production".utf8): return "Production"
+            case 12 where name.elementsEqual("LocalTesting".utf8): return "LocalTesting"
+            default: return nil
+            }
         }
 
         /// `[` strings separated by commas `]`.

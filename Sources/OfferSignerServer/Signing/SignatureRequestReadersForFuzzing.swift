@@ -17,6 +17,7 @@ import Foundation
         public var bundleID: String?
         public var formats: [String]?
         public var transactionID: String?
+        public var environment: String?
         /// `evidence.signedTransactions` and `evidence.signedRenewalInfos`, when `evidence` was sent.
         public var evidence: (signedTransactions: [String], signedRenewalInfos: [String])?
 
@@ -27,12 +28,14 @@ import Foundation
             bundleID = request.bundleID
             formats = request.formats
             transactionID = request.transactionID
+            environment = request.environment
             evidence = request.evidence.map { ($0.signedTransactions, $0.signedRenewalInfos) }
         }
 
         public static func == (left: Fields, right: Fields) -> Bool {
             left.productID == right.productID && left.offerID == right.offerID && left.appAccountToken == right.appAccountToken
                 && left.bundleID == right.bundleID && left.formats == right.formats && left.transactionID == right.transactionID
+                && left.environment == right.environment
                 && left.evidence?.signedTransactions == right.evidence?.signedTransactions
                 && left.evidence?.signedRenewalInfos == right.evidence?.signedRenewalInfos
         }
@@ -40,6 +43,7 @@ import Foundation
         public var description: String {
             "productID: \(productID.debugDescription), offerID: \(offerID.debugDescription), appAccountToken: \(String(describing: appAccountToken)), "
                 + "bundleID: \(String(describing: bundleID)), formats: \(String(describing: formats)), transactionID: \(String(describing: transactionID)), "
+                + "environment: \(String(describing: environment)), "
                 + "evidence: \(String(describing: evidence))"
         }
     }

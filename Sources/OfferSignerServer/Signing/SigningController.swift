@@ -23,7 +23,10 @@ import OfferSignerStorage
 /// through the store's customer lock in every process on the same database); then each format is
 /// signed with the bundle's active key and every signature's audit record is durably committed
 /// before the 201 is sent. If the audit cannot be written, or the store does not answer within
-/// `storeTimeout`, the answer is 503 and no signature leaves.
+/// `storeTimeout`, the answer is 503 and no signature leaves. Each issuance keeps the customer's
+/// subscription and environment as Apple's history or the app's verified evidence proved them
+/// (see `EligibilityOutcome.subscription`), else the `environment` the request declares (Apple's
+/// spelling, 400 `unknown_environment` otherwise; kept as declared, not verified).
 struct SigningController: Sendable {
     let keyRing: KeyRingHolder
     let committer: AuditCommitter
@@ -52,6 +55,10 @@ struct SigningController: Sendable {
             if let transactionID = signatureRequest.transactionID { try OfferFieldValidator.validateIdentifier(transactionID, field: "transactionID") }
         } catch {
             throw APIProblem.field(error)
+        }
+        if let environment = signatureRequest.environment, AppleEnvironment(rawValue: environment) == nil {
+            throw APIProblem.badRequest(
+                "unknown_environment", "environment '\(environment)' is not one of Apple's: Production, Sandbox, Xcode, LocalTesting")
         }
         var token = try AppAccountTokenField.parse(signatureRequest.appAccountToken)
         let formats = try Self.formats(signatureRequest.formats)
@@ -206,7 +213,8 @@ struct SigningController: Sendable {
                     productID: signatureRequest.productID, offerID: signatureRequest.offerID, appAccountToken: token?.lowercasedString,
                     keyID: active.keyID, format: format.rawValue, originalTransactionID: subscription?.originalTransactionID,
                     transactionID: isIntro ? signatureRequest.transactionID : nil,
-                    allowIntroductoryOffer: isIntro ? (signatureRequest.allowIntroductoryOffer ?? false) : nil, environment: subscription?.environment))
+                    allowIntroductoryOffer: isIntro ? (signatureRequest.allowIntroductoryOffer ?? false) : nil,
+                    environment: subscription?.environment ?? signatureRequest.environment))
             }
         } catch {
             throw APIProblem.field(error)

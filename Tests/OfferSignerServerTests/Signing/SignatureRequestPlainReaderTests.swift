@@ -13,6 +13,10 @@ import Testing
         " {\n  \"productID\" : \"pro.monthly\" ,\r\n\t\"offerID\":\"WINBACK50\", \"formats\" : [ ] }\n",
         #"{"productID":"pro.monthly","offerID":"WINBACK50","formats":[ "jws" , "legacy" ]}"#,
         #"{"productID":"","offerID":" spaced ~ text! "}"#,
+        #"{"productID":"pro.monthly","offerID":"WINBACK50","environment":"Sandbox"}"#,
+        #"{"environment" : "Production","productID":"pro.monthly","offerID":"WINBACK50"}"#,
+        #"{"productID":"pro.monthly","offerID":"WINBACK50","environment":"Xcode"}"#,
+        #"{"productID":"pro.monthly","offerID":"WINBACK50","environment":"LocalTesting"}"#,
     ]
 
     @Test(arguments: everyday)
@@ -44,6 +48,10 @@ import Testing
         "\u{FEFF}{\"productID\":\"pro.monthly\",\"offerID\":\"WINBACK50\"}",
         "{\"productID\":\"pro.monthly\",\"offerID\":\"WIN\tBACK\"}",
         "{\u{0B}\"productID\":\"pro.monthly\",\"offerID\":\"WINBACK50\"}",
+        // An environment Apple does not spell this way: the decoder reads it, the controller refuses it.
+        #"{"productID":"pro.monthly","offerID":"WINBACK50","environment":"sandbox"}"#,
+        #"{"productID":"pro.monthly","offerID":"WINBACK50","environment":"Sandbox","environment":"Sandbox"}"#,
+        #"{"productID":"pro.monthly","offerID":"WINBACK50","environment":null}"#,
     ]
 
     @Test(arguments: leftToTheDecoder)

@@ -28,9 +28,11 @@ import ServiceLifecycle
 ///   still fetch it while Apple keeps it.
 /// - Without a watermark (the first run), the last `firstLookBack` are asked.
 /// - The start is never earlier than Apple's window (180 days in Production, 30 in Sandbox, less
-///   a margin: ``NotificationRecovery/earliestStart(_:now:)``); a last-run time more than an
-///   interval in the future (a clock step, or a database writer) counts as no last run, so it
-///   cannot skip every round.
+///   a margin: ``NotificationRecovery/earliestStart(_:now:)``); a last-run time more than
+///   `futureLastRunTolerance` (60 s: clock skew between instances, and another instance's round
+///   that ended while this one waited up to 5 s for the lock) after the round's `now` (a clock
+///   step, or a database writer writing `now + interval - ε` again and again) counts as no last
+///   run, so it cannot skip rounds.
 /// - A failed round (Apple unavailable, a store failure) is logged and counted; the watermark
 ///   stays, so the next round asks again from there.
 final class NotificationCatchUp: Service, Sendable {
@@ -49,6 +51,9 @@ final class NotificationCatchUp: Service, Sendable {
     let overlap: Duration = .seconds(600)
     let firstLookBack: Duration = .seconds(86_400)
     let failureHoldLimit: TimeInterval = 86_400
+    /// How far in the future a stored last-run time may be and still count (clock skew between
+    /// instances; the lock wait of 5 s); later, it counts as absent.
+    static let futureLastRunTolerance: TimeInterval = 60
     private let metrics: ServerMetrics?
 
     init(
@@ -94,11 +99,11 @@ final class NotificationCatchUp: Service, Sendable {
             return try await store.withExclusiveLock(.notificationRecovery(bundleID: bundleID, environment: environment), timeout: .seconds(5)) {
                 let watermark = try await store.notificationRecoveryWatermark(bundleID: bundleID, environment: environment)
                 // The last run's time, not the watermark: a watermark held at a failed notification is old.
-                // A last run more than an interval in the future counts as none: it must not skip
-                // every round. (Within an interval: another instance's round that ended after this
-                // round's `now` was taken, while this one waited for the lock.)
+                // A last run more than `futureLastRunTolerance` in the future counts as none: it must
+                // not skip rounds. (Within it: clock skew between instances, or another instance's
+                // round that ended after this round's `now` was taken, while this one waited for the lock.)
                 let lastRun = try await store.notificationRecoveryLastRun(bundleID: bundleID, environment: environment).flatMap {
-                    $0 <= now.addingTimeInterval(Self.seconds(interval)) ? $0 : nil
+                    $0 <= now.addingTimeInterval(Self.futureLastRunTolerance) ? $0 : nil
                 }
                 if let lastRun, now.timeIntervalSince(lastRun) < Self.seconds(interval) * 0.9 { return nil }
                 let wanted = watermark.map { min($0, now).addingTimeInterval(-Self.seconds(overlap)) } ?? now.addingTimeInterval(-Self.seconds(firstLookBack))

@@ -27,10 +27,19 @@ import Synchronization
 ///   waits); one subscription (bundle, environment, original transaction) is asked about at a
 ///   time, each at most once while it waits; at most `capacity` wait (more are left to the sweep:
 ///   they are in the store).
-/// - Every `retryInterval`, and once at start, the store's unplaced redemptions (the earliest
-///   recorded `sweepLimit`) are asked about again: Apple unreachable, a circuit open, no key
-///   with an issuer ID yet. A redemption stays unplaced, reported as such, until Apple answers;
-///   none is ever dropped or guessed to be unmatched.
+/// - Every ask about a subscription is an attempt for each of its redemptions still unplaced after
+///   it, which backs off exponentially and stops at a cap (``RedemptionPlacementSchedule``: from
+///   `retryInterval`, doubling, at most a day apart; 10 attempts).
+/// - Every `retryInterval`, and once at start, a sweep pages through the store's unplaced
+///   redemptions that are due (oldest due first, `sweepPageSize` rows a page) and asks about each
+///   one's subscription once, at most `sweepLimit` subscriptions a sweep (the rest are due at the
+///   next sweep); redemptions from notifications handed over meanwhile are asked about between
+///   pages. Since every ask pushes its rows' next attempt later, rows that cannot be placed (a
+///   customer Apple no longer knows, a row a database writer made up) never hold newer ones back.
+/// - A redemption past the cap is no longer asked about: it stays unplaced, reported as such,
+///   logged and counted once (`offer_signer_redemption_placements_given_up_total`); a later
+///   notification or lookup that states its history still places it. None is ever dropped or
+///   guessed to be unmatched.
 /// - Apple is asked through the server's one App Store Server API client, so its breaker, its
 ///   per-app `Retry-After`, its retries and its bound on lookups at once apply, with a budget of
 ///   `budget` (a background job may give Apple longer than a request's 2 s); only the
@@ -48,6 +57,8 @@ final class RedemptionPlacer: Service, Sendable {
     private let budget: Duration
     private let capacity: Int
     private let sweepLimit: Int
+    private let sweepPageSize: Int
+    private let schedule: RedemptionPlacementSchedule
     private let pending = Mutex<[AppleSubscriptionKey]>([])
     private let sweepDue = Mutex(true)
     private let wakeUps: AsyncStream<Void>
@@ -56,7 +67,7 @@ final class RedemptionPlacer: Service, Sendable {
     init(
         store: any OfferSignerStore, client: AppStoreServerAPIClient, catalog: OfferCatalog?,
         credentials: @escaping @Sendable (String) -> AppStoreServerAPICredentials?, metrics: ServerMetrics, logger: Logger,
-        retryInterval: Duration, budget: Duration = .seconds(30), capacity: Int = 1024, sweepLimit: Int = 500
+        retryInterval: Duration, budget: Duration = .seconds(30), capacity: Int = 1024, sweepLimit: Int = 2000, sweepPageSize: Int = 500
     ) {
         self.store = store
         self.client = client
@@ -68,6 +79,9 @@ final class RedemptionPlacer: Service, Sendable {
         self.budget = budget
         self.capacity = max(1, capacity)
         self.sweepLimit = max(1, sweepLimit)
+        self.sweepPageSize = max(1, sweepPageSize)
+        let components = retryInterval.components
+        self.schedule = RedemptionPlacementSchedule(firstRetry: Double(components.seconds) + Double(components.attoseconds) / 1e18)
         (wakeUps, wakeUp) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
@@ -97,10 +111,7 @@ final class RedemptionPlacer: Service, Sendable {
                 }
                 for await _ in self.wakeUps {
                     if self.sweepDue.withLock({ due in defer { due = false }; return due }) { await self.sweep() }
-                    while !Task.isCancelled, let key = self.pending.withLock({ $0.first }) {
-                        await self.place(key)
-                        self.pending.withLock { pending in pending.removeAll { $0 == key } }
-                    }
+                    await self.placePending()
                     if Task.isCancelled { break }
                 }
                 group.cancelAll()
@@ -108,13 +119,59 @@ final class RedemptionPlacer: Service, Sendable {
         }
     }
 
-    /// Queues the subscriptions of the store's unplaced redemptions.
-    func sweep() async {
+    /// Asks about the subscriptions handed over, one at a time.
+    private func placePending() async {
+        while !Task.isCancelled, let key = pending.withLock({ $0.first }) {
+            await attempt(key)
+            pending.withLock { pending in pending.removeAll { $0 == key } }
+        }
+    }
+
+    /// Pages through the unplaced redemptions due now, oldest due first, and asks about each
+    /// one's subscription once (at most `sweepLimit` subscriptions); returns how many were asked about.
+    @discardableResult
+    func sweep(now: Date = Date()) async -> Int {
+        var cursor = UnplacedRedemptionCursor.start
+        var asked = Set<AppleSubscriptionKey>()
         do {
-            let unplaced = try await store.unplacedOfferRedemptions(limit: sweepLimit)
-            for redemption in unplaced { submit(redemption) }
+            while !Task.isCancelled {
+                let page = try await store.dueUnplacedOfferRedemptions(at: now, after: cursor, limit: sweepPageSize)
+                for row in page {
+                    let candidate = row.redemption.candidate
+                    let key = AppleSubscriptionKey(bundleID: candidate.bundleID, environment: candidate.environment, originalTransactionID: candidate.originalTransactionID)
+                    guard !asked.contains(key) else { continue }
+                    guard asked.count < sweepLimit, !Task.isCancelled else { return asked.count }
+                    asked.insert(key)
+                    await attempt(key, at: now)
+                }
+                guard page.count == sweepPageSize, let last = page.last else { break }
+                cursor = last.cursor
+                await placePending()
+            }
         } catch {
             logger.warning("could not read unplaced redemptions; the next sweep reads them again", metadata: ["error": "\(error)"])
+        }
+        return asked.count
+    }
+
+    /// Asks about one subscription (``place(_:)``), then records the attempt for its redemptions
+    /// still unplaced; those that reach the cap are logged and counted.
+    func attempt(_ key: AppleSubscriptionKey, at time: Date = Date()) async {
+        await place(key)
+        do {
+            let givenUp = try await store.recordRedemptionPlacementAttempt(key, at: time, schedule: schedule)
+            for redemption in givenUp {
+                metrics.redemptionPlacementGivenUp(bundleID: redemption.candidate.bundleID, environment: redemption.candidate.environment)
+                logger.warning(
+                    "an unplaced redemption is no longer asked about (attempt cap reached); it stays unplaced",
+                    metadata: [
+                        "bundle_id": "\(redemption.candidate.bundleID)", "environment": "\(redemption.candidate.environment)",
+                        "offer_id": "\(redemption.candidate.offerID)", "transaction_id": "\(redemption.candidate.transactionID)",
+                        "attempts": "\(RedemptionPlacementSchedule.maximumAttempts)",
+                    ])
+            }
+        } catch {
+            logger.warning("could not record a redemption placement attempt; it is asked about again", metadata: ["error": "\(error)"])
         }
     }
 

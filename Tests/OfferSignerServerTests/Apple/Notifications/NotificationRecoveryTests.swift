@@ -174,6 +174,15 @@ struct NotificationRecoveryTests {
                 try await fixture.store.setNotificationRecoveryWatermark(
                     bundleID: Self.bundleID, environment: "Production", recoveredUntil: moved, at: Date().addingTimeInterval(10 * 365 * 86_400))
                 #expect(await catchUp.catchUp(target, now: dayLater.addingTimeInterval(60)) != nil, "not skipped by a future last run")
+                // A database writer that keeps the last run at now + interval - ε: beyond 60 s of
+                // clock skew it counts as none, every time; within 60 s it counts (another instance's round).
+                let suppressAt = dayLater.addingTimeInterval(7200)
+                try await fixture.store.setNotificationRecoveryWatermark(
+                    bundleID: Self.bundleID, environment: "Production", recoveredUntil: moved, at: suppressAt.addingTimeInterval(3600 - 1))
+                #expect(await catchUp.catchUp(target, now: suppressAt) != nil, "not skipped by a last run just under an interval ahead")
+                try await fixture.store.setNotificationRecoveryWatermark(
+                    bundleID: Self.bundleID, environment: "Production", recoveredUntil: moved, at: suppressAt.addingTimeInterval(7200 + 30))
+                #expect(await catchUp.catchUp(target, now: suppressAt.addingTimeInterval(7200)) == nil, "a last run 30 s ahead (clock skew) counts")
 
                 // 200 days on: the start is clamped inside Apple's 180-day window.
                 let farLater = dayLater.addingTimeInterval(200 * 86_400)

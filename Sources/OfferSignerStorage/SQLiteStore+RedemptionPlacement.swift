@@ -1,0 +1,68 @@
+import Foundation
+import GRDB
+import OfferSignerCore
+
+/// The unplaced-redemption sweep's attempts in SQLite (see ``RedemptionPlacementSchedule``).
+extension SQLiteStore {
+    public func dueUnplacedOfferRedemptions(at time: Date, after cursor: UnplacedRedemptionCursor, limit: Int) async throws -> [UnplacedRedemption] {
+        let due = RedemptionPlacementSchema.dueAt
+        return try await read { db in
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT *, \(due) AS due_at FROM offer_redemptions
+                        WHERE \(RedemptionPlacementSchema.askable) AND \(due) <= ?
+                          AND (\(due), bundle_id, environment, transaction_id) > (?, ?, ?, ?)
+                        ORDER BY \(due), bundle_id, environment, transaction_id LIMIT ?
+                        """),
+                arguments: [time.unixMilliseconds, cursor.dueAt, cursor.bundleID, cursor.environment, cursor.transactionID, limit]
+            ).map(Self.unplacedRedemption)
+        }
+    }
+
+    public func recordRedemptionPlacementAttempt(
+        _ subscription: AppleSubscriptionKey, at time: Date, schedule: RedemptionPlacementSchedule
+    ) async throws -> [OfferRedemption] {
+        try await write { db in
+            let rows = try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT * FROM offer_redemptions
+                        WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ? AND \(RedemptionPlacementSchema.askable)
+                        """),
+                arguments: [subscription.bundleID, subscription.environment, subscription.originalTransactionID])
+            var givenUp: [OfferRedemption] = []
+            for row in rows {
+                let attempts = Int(row["placement_attempts"] as Int64) + 1
+                let next = schedule.nextAttempt(afterAttempts: attempts, at: time)
+                if next == nil { givenUp.append(Self.redemption(row)) }
+                try db.cachedStatement(
+                    sql: """
+                        UPDATE offer_redemptions SET placement_attempts = ?, next_placement_at = ?
+                        WHERE bundle_id = ? AND environment = ? AND transaction_id = ?
+                        """
+                ).execute(arguments: [
+                    attempts, (next ?? time).unixMilliseconds, row["bundle_id"] as String, row["environment"] as String, row["transaction_id"] as String,
+                ])
+            }
+            return givenUp
+        }
+    }
+
+    public func givenUpOfferRedemptions(limit: Int) async throws -> [UnplacedRedemption] {
+        try await read { db in
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT *, \(RedemptionPlacementSchema.dueAt) AS due_at FROM offer_redemptions
+                        WHERE unplaced = 1 AND placement_attempts >= ? ORDER BY recorded_at, bundle_id, environment, transaction_id LIMIT ?
+                        """),
+                arguments: [RedemptionPlacementSchedule.maximumAttempts, limit]
+            ).map(Self.unplacedRedemption)
+        }
+    }
+
+    private static func unplacedRedemption(_ row: Row) -> UnplacedRedemption {
+        UnplacedRedemption(redemption: redemption(row), placementAttempts: Int(row["placement_attempts"] as Int64), dueAt: date(row["due_at"] as Int64))
+    }
+}
