@@ -261,9 +261,9 @@ extension EligibilityEvaluator {
     }
 
     /// The redemptions of an offer: each transaction that `isOffer` matches begins one, unless it
-    /// renews the subscription's previous transaction under the same pay-as-you-go offer
-    /// (`VerifiedTransaction.continuesPayAsYouGoOffer(of:)`), which extends that redemption to its
-    /// own end. A redemption ends with its last discounted period's `expiresDate` (its refund when
+    /// renews the subscription's previous transaction under the same pay-as-you-go offer within
+    /// that offer's duration (`VerifiedTransaction.payAsYouGoContinuations(_:)`, the walk
+    /// redemption tracking uses too), which extends that redemption to its own end. A redemption ends with its last discounted period's `expiresDate` (its refund when
     /// earlier; its purchase when it has no expiry).
     static func redemptions(in transactions: [VerifiedTransaction], where isOffer: (VerifiedTransaction) -> Bool) -> [Redemption] {
         func end(_ transaction: VerifiedTransaction) -> Date {
@@ -274,10 +274,11 @@ extension EligibilityEvaluator {
         var redemptions: [Redemption] = []
         let chains = Dictionary(grouping: transactions, by: \.originalTransactionID)
         for chain in chains.values {
+            let continuing = VerifiedTransaction.payAsYouGoContinuations(chain)
             var previous: VerifiedTransaction?
             var current: Int?
             for transaction in chain.sorted(by: { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }) {
-                let continues = previous.map { previous in isOffer(previous) && transaction.continuesPayAsYouGoOffer(of: previous) } ?? false
+                let continues = previous.map { previous in isOffer(previous) && continuing[transaction.transactionID] != nil } ?? false
                 if isOffer(transaction) {
                     if continues, let current {
                         redemptions[current].end = max(redemptions[current].end, end(transaction))

@@ -54,10 +54,12 @@ enum AppleHistoryConversion {
     ///   `VerifiedTransaction.follows(_:)`) is placed by the period before it, when that one is
     ///   known: it ended where this one began, or, with `knownWhole`, within Apple's longest
     ///   billing retry before:
-    ///   - it continues that period's pay-as-you-go offer
-    ///     (`VerifiedTransaction.continuesPayAsYouGoOffer(of:)`, the rule the eligibility count
-    ///     uses): the same redemption going on, recorded only if a signature of its own matches
-    ///     (``RedemptionCandidate/continuesRedemption``);
+    ///   - it continues that period's pay-as-you-go offer, within the offer's duration (`offerPeriod`)
+    ///     from the redemption's first period (`VerifiedTransaction.payAsYouGoContinuations(_:)`
+    ///     over the subscription's known periods, the walk the eligibility count uses): the same
+    ///     redemption going on, recorded only if a signature of its own matches
+    ///     (``RedemptionCandidate/continuesRedemption``); the same offer taken again for the
+    ///     renewal that ends its run is a new redemption, placed as the next case;
     ///   - otherwise the offer began at this renewal: it was redeemed during the previous period
     ///     (an offer on an active subscription starts at its next renewal), so its signature may
     ///     date from 24 hours before that period began.
@@ -101,7 +103,8 @@ enum AppleHistoryConversion {
         }
         let earliest: Date
         if let placing {
-            if transaction.continuesPayAsYouGoOffer(of: placing) {
+            let chain = known.filter { $0.originalTransactionID == transaction.originalTransactionID && $0.purchaseDate <= placing.purchaseDate && $0.transactionID != transaction.transactionID }
+            if VerifiedTransaction.payAsYouGoContinuations(chain + [transaction])[transaction.transactionID] != nil {
                 candidate.continuesRedemption = true
                 return candidate
             }
@@ -153,27 +156,32 @@ enum AppleHistoryConversion {
     }
 
     /// What a history fetched from the App Store Server API adds: it is the customer's whole
-    /// history, so every subscription in it is complete, unless the answer was filtered
-    /// (`VerifiedHistory.isFiltered`, `HistoryFilter`): then it is stored, but marks no
-    /// subscription complete (Apple does not say a filtered answer holds every transaction of
-    /// the subscriptions it names).
+    /// history, so every subscription in it is complete; a filtered answer (`VerifiedHistory.isFiltered`,
+    /// `HistoryFilter`) is stored too, and marks complete only the subscriptions of the groups it
+    /// holds whole (`VerifiedHistory.wholeSubscriptionIDs`: a filter on `AUTO_RENEWABLE` and a
+    /// `subscriptionGroupIdentifier` returns every transaction of that group's subscriptions,
+    /// see `HistoryFilter.wholeSubscriptionGroups`), never those of other groups or other
+    /// product types. The whole subscriptions' redemptions are placed with `knownWhole`.
     static func update(_ history: VerifiedHistory) -> AppleHistoryUpdate {
         var update = AppleHistoryUpdate(source: "history")
         let transactions = history.transactions
+        let whole = history.wholeSubscriptionIDs
         for transaction in transactions {
             if let item = item(transaction, jws: history.jws(ofTransaction: transaction.transactionID)) { update.transactions.append(item) }
-            if let candidate = redemption(transaction, known: transactions, knownWhole: !history.isFiltered) { update.redemptions.append(candidate) }
+            if let candidate = redemption(transaction, known: transactions, knownWhole: whole.contains(transaction.originalTransactionID)) {
+                update.redemptions.append(candidate)
+            }
         }
         for info in history.renewalInfos {
             if let original = info.originalTransactionID, let item = item(info, bundleID: history.bundleID, jws: history.jws(ofRenewalInfo: original)) {
                 update.renewalInfos.append(item)
             }
         }
-        let keys = history.originalTransactionIDs.sorted().map {
-            AppleSubscriptionKey(bundleID: history.bundleID, environment: history.environment.rawValue, originalTransactionID: $0)
+        let key = { (original: String) in
+            AppleSubscriptionKey(bundleID: history.bundleID, environment: history.environment.rawValue, originalTransactionID: original)
         }
-        update.subscriptions = keys
-        update.completeSubscriptions = history.isFiltered ? [] : keys
+        update.subscriptions = history.originalTransactionIDs.sorted().map(key)
+        update.completeSubscriptions = whole.sorted().map(key)
         return update
     }
 
