@@ -17,7 +17,8 @@ public struct VerifiedHistory: Sendable, Hashable {
     public private(set) var asOf: Date
     /// The history is what a filtered Get Transaction History answered (`productType`,
     /// `subscriptionGroupIdentifier`): not all of the customer's transactions, so it must not be
-    /// taken (stored, cached) as their whole history.
+    /// taken (stored, cached) as their whole history; only the subscriptions of
+    /// ``wholeSubscriptionGroups`` are whole in it (``wholeSubscriptionIDs``).
     public var isFiltered: Bool = false
     /// For a filtered history, the subscription groups whose subscriptions it nevertheless holds
     /// whole: those the filter named with `productType` `AUTO_RENEWABLE` (or no product type), so
