@@ -114,4 +114,37 @@ struct PayAsYouGoRedemptionTests {
         history[3].transactionReason = .purchase
         #expect(Self.redemptions(history) == 2)
     }
+
+    @Test("The offer accepted again for the renewal that ends its run (renewal info offerType 2, PAY_AS_YOU_GO, offerPeriod) is a pending redemption; during the run it is not")
+    func acceptedAgainForTheNextRenewal() async throws {
+        // Three periods under a P3M offer, the third running now (it ends after F.now).
+        let chain = try Self.chain.get()
+        let verifier = AppleSignedDataVerifier(trustedRoots: [chain.root], bundleID: F.bundleID, environment: .production)
+        let start = F.months(-3, from: F.now.addingTimeInterval(10 * F.day))
+        var history: [VerifiedTransaction] = []
+        for index in 0..<4 {
+            let jws = try chain.signJWS(Self.payload(index, from: start, underOffer: index >= 1, offerPeriod: "P3M"))
+            guard case .success(let transaction) = await verifier.verifyTransaction(jws, now: F.now) else {
+                Issue.record("period \(index) did not verify")
+                return
+            }
+            history.append(transaction)
+        }
+        func renewalInfo(after last: VerifiedTransaction) async throws -> VerifiedRenewalInfo {
+            let jws = try chain.signJWS([
+                "originalTransactionId": "1000", "productId": F.monthly, "autoRenewProductId": F.monthly, "autoRenewStatus": 1,
+                "environment": "Production", "signedDate": TestAppleChain.milliseconds(F.now), "offerType": 2, "offerIdentifier": "wb1",
+                "offerDiscountType": "PAY_AS_YOU_GO", "offerPeriod": "P3M", "renewalDate": TestAppleChain.milliseconds(last.expiresDate!),
+            ] as [String: Any])
+            guard case .success(let info) = await verifier.verifyRenewalInfo(jws, now: F.now) else { throw CancellationError() }
+            return info
+        }
+        func count(_ transactions: [VerifiedTransaction]) async throws -> Int {
+            let info = try await renewalInfo(after: transactions.last!)
+            let customer = CustomerHistory(offer: F.offer(.any, id: "wb1"), evidence: EligibilityEvidence(transactions: transactions, renewalInfos: [info]))
+            return EligibilityEvaluator.redemptions(in: customer) { $0 == .promotional && $1 == "wb1" }.count
+        }
+        #expect(try await count(history) == 2, "the run, and the offer accepted again for the renewal after its three months")
+        #expect(try await count(Array(history.prefix(3))) == 1, "within the run the next renewal continues it")
+    }
 }
