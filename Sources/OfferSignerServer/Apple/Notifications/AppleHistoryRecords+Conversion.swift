@@ -44,7 +44,8 @@ enum AppleHistoryConversion {
     /// the subscription's period before it. `known`: the subscription's other known transactions,
     /// in any order; `knownWhole`: they are all of them (a fetched history, or a notification of a
     /// recovered billing retry, `DID_RENEW` / `BILLING_RECOVERY`, on a subscription the store holds
-    /// complete), so a gap before a renewal is a billing retry, not a period never heard of.
+    /// complete), so a gap before a renewal is a billing retry, not a period never heard of;
+    /// `knownComplete`: the store holds the subscription complete (its first period is known).
     ///
     /// Rule:
     /// - A purchase (`transactionReason` `PURCHASE`: a first purchase, a resubscription, an upgrade
@@ -59,7 +60,11 @@ enum AppleHistoryConversion {
     ///     over the subscription's known periods, the walk the eligibility count uses): the same
     ///     redemption going on, recorded only if a signature of its own matches
     ///     (``RedemptionCandidate/continuesRedemption``); the same offer taken again for the
-    ///     renewal that ends its run is a new redemption, placed as the next case;
+    ///     renewal that ends its run is a new redemption, placed as the next case. When the run's
+    ///     first period is not known (the earliest held is a renewal with no known period before
+    ///     it, and the store does not hold the subscription complete: `knownComplete`), the run
+    ///     may have ended before this renewal: not placed, its signature looked for from 24 hours
+    ///     before the previous period began, recorded `unplaced` unless Apple's history places it;
     ///   - otherwise the offer began at this renewal: it was redeemed during the previous period
     ///     (an offer on an active subscription starts at its next renewal), so its signature may
     ///     date from 24 hours before that period began.
@@ -83,7 +88,9 @@ enum AppleHistoryConversion {
     /// https://developer.apple.com/documentation/storekit/implementing-promotional-offers-in-your-app).
     /// Apple's transaction carries no field for the product's own duration: Apple is silent on
     /// how long the unknown period was, so only the subscription's history tells.
-    static func redemption(_ transaction: VerifiedTransaction, known: [VerifiedTransaction] = [], knownWhole: Bool = false) -> RedemptionCandidate? {
+    static func redemption(
+        _ transaction: VerifiedTransaction, known: [VerifiedTransaction] = [], knownWhole: Bool = false, knownComplete: Bool = false
+    ) -> RedemptionCandidate? {
         guard transaction.offerType == .promotional, let offerID = transaction.offerIdentifier, !offerID.isEmpty else { return nil }
         let token = transaction.appAccountToken.flatMap { $0.isEmpty ? nil : $0.lowercased() }
         var candidate = RedemptionCandidate(
@@ -103,10 +110,20 @@ enum AppleHistoryConversion {
         }
         let earliest: Date
         if let placing {
-            let chain = known.filter { $0.originalTransactionID == transaction.originalTransactionID && $0.purchaseDate <= placing.purchaseDate && $0.transactionID != transaction.transactionID }
-            if VerifiedTransaction.payAsYouGoContinuations(chain + [transaction])[transaction.transactionID] != nil {
+            let chain = known.filter {
+                $0.originalTransactionID == transaction.originalTransactionID && $0.purchaseDate <= placing.purchaseDate && $0.transactionID != transaction.transactionID
+            }
+            if let first = VerifiedTransaction.payAsYouGoContinuations(chain + [transaction])[transaction.transactionID] {
                 candidate.continuesRedemption = true
-                return candidate
+                // The run's first period held is a renewal whose period before is not known (the
+                // store heard the subscription from the middle): the run may have begun earlier
+                // and ended before this renewal, which would then be the offer taken again. Not
+                // placed: recorded unplaced unless placed later by Apple's history.
+                let firstIsKnown =
+                    knownWhole || knownComplete || first.transactionReason != .renewal
+                    || chain.contains { $0.transactionID != first.transactionID && first.follows($0) }
+                if firstIsKnown { return candidate }
+                candidate.isPlaced = false
             }
             earliest = placing.purchaseDate
         } else {
@@ -142,7 +159,9 @@ enum AppleHistoryConversion {
             source: "notification")
         if let signed = notification.transaction, let item = item(signed.value, jws: signed.jws) {
             update.transactions.append(item)
-            if let candidate = redemption(signed.value, known: known, knownWhole: billingRecovery) { update.redemptions.append(candidate) }
+            if let candidate = redemption(signed.value, known: known, knownWhole: billingRecovery, knownComplete: knownIsComplete) {
+                update.redemptions.append(candidate)
+            }
         }
         if let signed = notification.renewalInfo, let item = item(signed.value, bundleID: notification.bundleID, jws: signed.jws) {
             update.renewalInfos.append(item)

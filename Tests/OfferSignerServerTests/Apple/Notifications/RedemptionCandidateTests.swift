@@ -244,6 +244,22 @@ struct RedemptionCandidateTests {
         #expect((2...6).allSatisfy { undated["50000\($0)"]?.continuesRedemption == true })
     }
 
+    @Test("A pay-as-you-go period whose run's first period the store never heard (held from the middle) is not placed; held complete, it continues")
+    func payAsYouGoRunStartUnknown() throws {
+        let periods = [Self.period(0)] + (1...6).map { Self.period($0, offer: "promo_50", offerPeriod: "P3M") }
+        // The store heard the subscription from period 2 on: the run may have begun at period 1
+        // and ended before period 4 (the offer taken again), or at period 2 (period 4 continues it).
+        let fromMiddle = try #require(AppleHistoryConversion.redemption(periods[4], known: Array(periods[2...3])))
+        #expect(!fromMiddle.isPlaced && fromMiddle.continuesRedemption, "recorded unplaced until Apple's history places it")
+        #expect(fromMiddle.signatureWindowStart == Self.window(from: Self.period(3).purchaseDate))
+        // Held complete, period 2 is the run's first: period 4 is within its three months.
+        let complete = try #require(AppleHistoryConversion.redemption(periods[4], known: Array(periods[2...3]), knownComplete: true))
+        #expect(complete.isPlaced && complete.continuesRedemption)
+        // Held from the first purchase: period 4 begins a new run.
+        let whole = try #require(AppleHistoryConversion.redemption(periods[4], known: Array(periods[0...3]), knownComplete: true))
+        #expect(whole.isPlaced && !whole.continuesRedemption)
+    }
+
     @Test("offerPeriod is read as an ISO 8601 duration of years, months, weeks and days; anything else is unknown")
     func offerPeriodParsing() throws {
         #expect(AppleOfferPeriod(iso8601: "P3M") == AppleOfferPeriod(months: 3))
