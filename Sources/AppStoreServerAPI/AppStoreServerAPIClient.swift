@@ -253,6 +253,7 @@ public final class AppStoreServerAPIClient: Sendable {
             verifier: verifier, now: now, deadline: deadline)
         var history = VerifiedHistory(bundleID: app.bundleID, environment: environment, asOf: now)
         history.isFiltered = filter != nil
+        history.wholeSubscriptionGroups = filter?.wholeSubscriptionGroups ?? []
         // The filter goes with every page (Apple: the same query parameters as the first request).
         let filterQuery = (filter?.queryItems ?? []).map { $0.0 + "=" + Self.queryEscaped($0.1) }
         var revision: String?

@@ -77,7 +77,8 @@ public struct HistoryUnavailable: Error, Sendable, Hashable, CustomStringConvert
 /// Rules: Apple asks the same query parameters on every page ("For requests that use the revision
 /// token, include the same query parameters from the initial request"), so they are sent with
 /// each; a filtered answer is `VerifiedHistory.isFiltered`: cached under its filter only, and
-/// never stored as a subscription's complete history. `revoked` and `sort` are not used (a
+/// stored as the complete history of only the subscriptions of the groups it holds whole
+/// (``wholeSubscriptionGroups``), never of other groups or of other product types. `revoked` and `sort` are not used (a
 /// decision needs refunds, and reads the history in any order).
 public struct HistoryFilter: Sendable, Hashable {
     /// Apple's `ProductType` values (`AUTO_RENEWABLE`, `NON_RENEWABLE`, `CONSUMABLE`, `NON_CONSUMABLE`).
@@ -96,6 +97,22 @@ public struct HistoryFilter: Sendable, Hashable {
     }
 
     public var isEmpty: Bool { productTypes.isEmpty && subscriptionGroupIdentifiers.isEmpty }
+
+    /// The subscription groups whose subscriptions an answer to this filter holds whole: those
+    /// named by `subscriptionGroupIdentifier`, when `productType` is absent or includes
+    /// `AUTO_RENEWABLE`. Apple describes each parameter as "an optional filter that indicates the
+    /// subscription group identifier [product type] to include in the transaction history", and
+    /// the answer as holding transactions "in any state, including transactions that are refunded
+    /// or revoked" (https://developer.apple.com/documentation/appstoreserverapi/get-transaction-history,
+    /// https://developer.apple.com/documentation/appstoreserverapi/historyresponse; Apple's Python
+    /// library `appstoreserverlibrary/models/TransactionHistoryRequest.py`): every transaction of
+    /// the group's auto-renewable subscriptions matches, so none is left out. (`revoked` and
+    /// `excludeRevoked` would leave some out; they are never sent.) Apple is silent on a filter
+    /// of `AUTO_RENEWABLE` alone; it is not read as whole here.
+    public var wholeSubscriptionGroups: Set<String> {
+        guard productTypes.isEmpty || productTypes.contains("AUTO_RENEWABLE") else { return [] }
+        return Set(subscriptionGroupIdentifiers)
+    }
 
     /// The query parameters, in a stable order (also the cache's key for the filter).
     var queryItems: [(String, String)] {

@@ -261,9 +261,9 @@ extension EligibilityEvaluator {
     }
 
     /// The redemptions of an offer: each transaction that `isOffer` matches begins one, unless it
-    /// renews the subscription's previous transaction under the same pay-as-you-go offer
-    /// (`VerifiedTransaction.continuesPayAsYouGoOffer(of:)`), which extends that redemption to its
-    /// own end. A redemption ends with its last discounted period's `expiresDate` (its refund when
+    /// renews the subscription's previous transaction under the same pay-as-you-go offer within
+    /// that offer's duration (`VerifiedTransaction.payAsYouGoContinuations(_:)`, the walk
+    /// redemption tracking uses too), which extends that redemption to its own end. A redemption ends with its last discounted period's `expiresDate` (its refund when
     /// earlier; its purchase when it has no expiry).
     static func redemptions(in transactions: [VerifiedTransaction], where isOffer: (VerifiedTransaction) -> Bool) -> [Redemption] {
         func end(_ transaction: VerifiedTransaction) -> Date {
@@ -274,10 +274,11 @@ extension EligibilityEvaluator {
         var redemptions: [Redemption] = []
         let chains = Dictionary(grouping: transactions, by: \.originalTransactionID)
         for chain in chains.values {
+            let continuing = VerifiedTransaction.payAsYouGoContinuations(chain)
             var previous: VerifiedTransaction?
             var current: Int?
             for transaction in chain.sorted(by: { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }) {
-                let continues = previous.map { previous in isOffer(previous) && transaction.continuesPayAsYouGoOffer(of: previous) } ?? false
+                let continues = previous.map { previous in isOffer(previous) && continuing[transaction.transactionID] != nil } ?? false
                 if isOffer(transaction) {
                     if continues, let current {
                         redemptions[current].end = max(redemptions[current].end, end(transaction))
@@ -302,17 +303,47 @@ extension EligibilityEvaluator {
     /// redemption starts and, as far as is known, ends at `renewalDate` (the offer's period has not
     /// begun); it is left out when auto-renew is off (the renewal will not happen) and when the
     /// subscription's latest transaction already redeems the offer (the renewal continues that
-    /// redemption, or has been recorded).
+    /// redemption, or has been recorded), unless that renewal begins a new run of a pay-as-you-go
+    /// offer (``renewalBeginsAnotherPayAsYouGoRun(_:latest:chain:)``: the offer accepted again
+    /// for the renewal that ends its run).
     static func redemptions(in history: CustomerHistory, where isOffer: (AppleOfferType?, String?) -> Bool) -> [Redemption] {
         var redemptions = Self.redemptions(in: history.bundleTransactions) { isOffer($0.offerType, $0.offerIdentifier) }
         for info in history.renewalInfos where isOffer(info.offerType, info.offerIdentifier) && info.autoRenewEnabled != false {
             let chain = history.group.filter { $0.originalTransactionID == info.originalTransactionID }
             let latest = chain.max { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }
-            if let latest, isOffer(latest.offerType, latest.offerIdentifier) { continue }
+            if let latest, isOffer(latest.offerType, latest.offerIdentifier), !Self.renewalBeginsAnotherPayAsYouGoRun(info, latest: latest, chain: chain) {
+                continue
+            }
             guard let renewal = info.renewalDate ?? latest?.expiresDate else { continue }
             redemptions.append(Redemption(start: renewal, end: renewal))
         }
         return redemptions
+    }
+
+    /// Whether the renewal that `info` announces, under the pay-as-you-go offer the subscription's
+    /// `latest` period already carries, would not continue that offer's run
+    /// (`VerifiedTransaction.payAsYouGoContinuations(_:)` over `chain` and the renewal, read as a
+    /// `RENEWAL` at `renewalDate` under the renewal info's `offerType`, `offerIdentifier`,
+    /// `offerDiscountType` and `offerPeriod`, of `autoRenewProductId`): it begins at or after the
+    /// end of the offer's duration, so the offer was accepted again. Only when both state
+    /// `PAY_AS_YOU_GO`; otherwise (Apple silent, or another payment mode) the latest period's
+    /// redemption stands for it, as before.
+    static func renewalBeginsAnotherPayAsYouGoRun(_ info: VerifiedRenewalInfo, latest: VerifiedTransaction, chain: [VerifiedTransaction]) -> Bool {
+        guard latest.offerDiscountType == .payAsYouGo, info.offerDiscountType == .payAsYouGo, let renewal = info.renewalDate ?? latest.expiresDate else {
+            return false
+        }
+        var next = latest
+        next.transactionID = latest.transactionID + "+renewal"
+        next.productID = info.autoRenewProductID ?? latest.productID
+        next.purchaseDate = renewal
+        next.expiresDate = nil
+        next.revocationDate = nil
+        next.transactionReason = .renewal
+        next.offerType = info.offerType
+        next.offerIdentifier = info.offerIdentifier
+        next.offerDiscountType = info.offerDiscountType
+        next.offerPeriod = info.offerPeriod ?? latest.offerPeriod
+        return VerifiedTransaction.payAsYouGoContinuations(chain + [next])[next.transactionID] == nil
     }
 
     /// From when `waitBetweenOffersMonths` runs after `redemption` (see `OfferRules.waitFrom`): with

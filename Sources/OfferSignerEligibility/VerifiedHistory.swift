@@ -17,8 +17,14 @@ public struct VerifiedHistory: Sendable, Hashable {
     public private(set) var asOf: Date
     /// The history is what a filtered Get Transaction History answered (`productType`,
     /// `subscriptionGroupIdentifier`): not all of the customer's transactions, so it must not be
-    /// taken (stored, cached) as their whole history.
+    /// taken (stored, cached) as their whole history; only the subscriptions of
+    /// ``wholeSubscriptionGroups`` are whole in it (``wholeSubscriptionIDs``).
     public var isFiltered: Bool = false
+    /// For a filtered history, the subscription groups whose subscriptions it nevertheless holds
+    /// whole: those the filter named with `productType` `AUTO_RENEWABLE` (or no product type), so
+    /// that every transaction of their subscriptions matched it (see `HistoryFilter`). Empty for
+    /// an unfiltered history (it is whole throughout) and for filters that hold no group whole.
+    public var wholeSubscriptionGroups: Set<String> = []
     private var transactionsByID: [String: VerifiedTransaction] = [:]
     private var renewalInfosByOriginalID: [String: VerifiedRenewalInfo] = [:]
     private var signedForms: [String: String] = [:]
@@ -87,6 +93,18 @@ public struct VerifiedHistory: Sendable, Hashable {
     /// Every `originalTransactionID` this history holds (the subscriptions and purchases it covers).
     public var originalTransactionIDs: Set<String> {
         Set(transactionsByID.values.map(\.originalTransactionID)).union(renewalInfosByOriginalID.keys)
+    }
+
+    /// The subscriptions (`originalTransactionId`s) this history holds every transaction of: all
+    /// of them when it is not filtered; when filtered, those whose transactions are of one of
+    /// ``wholeSubscriptionGroups`` (a subscription keeps its `originalTransactionId` only within
+    /// its group, so all of its transactions matched the filter).
+    public var wholeSubscriptionIDs: Set<String> {
+        guard isFiltered else { return originalTransactionIDs }
+        let whole = Set(orderedTransactions.filter { $0.subscriptionGroupID.map(wholeSubscriptionGroups.contains) ?? false }.map(\.originalTransactionID))
+        // A subscription with a transaction outside those groups is not one of them.
+        let outside = Set(orderedTransactions.filter { !($0.subscriptionGroupID.map(wholeSubscriptionGroups.contains) ?? false) }.map(\.originalTransactionID))
+        return whole.subtracting(outside)
     }
 
     /// The `originalTransactionId` of `transactionID` (one of this history's transactions, or an

@@ -28,6 +28,12 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
     public var offerIdentifier: String?
     /// `offerDiscountType`.
     public var offerDiscountType: AppleOfferDiscountType?
+    /// `offerPeriod`: "the duration of the offer", an ISO 8601 duration (e.g. `P3M`), kept as
+    /// Apple sends it (Apple's `JWSTransactionDecodedPayload.offerPeriod`,
+    /// appstoreserverlibrary/models/JWSTransactionDecodedPayload.py;
+    /// https://developer.apple.com/documentation/appstoreserverapi/offerperiod). Absent from older
+    /// transactions and from those stored before this field was kept.
+    public var offerPeriod: String?
     /// `price` in milliunits of `currency`.
     public var price: Int64?
     /// `currency` (ISO 4217).
@@ -74,6 +80,7 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
         offerType: AppleOfferType? = nil,
         offerIdentifier: String? = nil,
         offerDiscountType: AppleOfferDiscountType? = nil,
+        offerPeriod: String? = nil,
         price: Int64? = nil,
         currency: String? = nil,
         storefront: String? = nil,
@@ -102,6 +109,7 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
         self.offerType = offerType
         self.offerIdentifier = offerIdentifier
         self.offerDiscountType = offerDiscountType
+        self.offerPeriod = offerPeriod
         self.price = price
         self.currency = currency
         self.storefront = storefront
@@ -115,28 +123,77 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
     }
 
     /// Whether this period renews `previous` under the same pay-as-you-go offer, and so continues
-    /// that redemption rather than starting another: `previous` was under the same offer
-    /// (`offerType` and `offerIdentifier`) for the same product (a change of product at renewal
-    /// ends the old offer), both are pay as you go, this one is not a purchase
-    /// (`transactionReason` `PURCHASE`: bought again), and it follows `previous`
-    /// (``follows(_:)``), or, as a renewal (`RENEWAL`), began later within Apple's longest billing
-    /// retry (``billingRetryLimit``: an offer goes on when a failed renewal is recovered). An
-    /// offer over several billing periods is one redemption; the same offer redeemed again, after
-    /// a lapse or paid up front, is another. (The one rule for the eligibility rules' count and
-    /// for redemption tracking.) Apple's fields: `offerType`, `offerIdentifier`,
+    /// the redemption that began with `first` (that redemption's first period) rather than
+    /// starting another: `previous` was under the same offer (`offerType` and `offerIdentifier`)
+    /// for the same product (a change of product at renewal ends the old offer), both are pay as
+    /// you go, this one is not a purchase (`transactionReason` `PURCHASE`: bought again), it
+    /// follows `previous` (``follows(_:)``), or, as a renewal (`RENEWAL`), began later within
+    /// Apple's longest billing retry (``billingRetryLimit``: an offer goes on when a failed
+    /// renewal is recovered), and it begins within the offer's duration from `first`
+    /// (``beginsWithinOffer(begunBy:)``). An offer over several billing periods is one
+    /// redemption; the same offer redeemed again, after a lapse, paid up front, or accepted again
+    /// for the renewal that ends its first run, is another. Callers walk a subscription's periods
+    /// with ``payAsYouGoContinuations(_:)``, the one rule for the eligibility rules' count and
+    /// for redemption tracking. Apple's fields: `offerType`, `offerIdentifier`,
     /// `offerDiscountType` `PAY_AS_YOU_GO` (a discounted price for each billing period of the
-    /// offer) and `transactionReason`
+    /// offer), `offerPeriod` and `transactionReason`
     /// (https://developer.apple.com/documentation/appstoreserverapi/jwstransactiondecodedpayload,
     /// https://developer.apple.com/documentation/appstoreserverapi/offerdiscounttype; Apple's Python
-    /// library `appstoreserverlibrary/models/OfferDiscountType.py`). Apple does not say in so many
-    /// words that the periods of one pay-as-you-go offer are one redemption: that is this rule's
-    /// reading of its fields.
-    public func continuesPayAsYouGoOffer(of previous: VerifiedTransaction) -> Bool {
+    /// library `appstoreserverlibrary/models/OfferDiscountType.py` and
+    /// `appstoreserverlibrary/models/JWSTransactionDecodedPayload.py`). Apple does not say in so
+    /// many words that the periods of one pay-as-you-go offer are one redemption: that is this
+    /// rule's reading of its fields.
+    public func continuesPayAsYouGoOffer(of previous: VerifiedTransaction, begunBy first: VerifiedTransaction) -> Bool {
         guard transactionReason != .purchase, previous.productID == productID, previous.offerType == offerType,
             previous.offerIdentifier == offerIdentifier,
             previous.offerDiscountType == .payAsYouGo, offerDiscountType == .payAsYouGo
         else { return false }
-        return follows(previous) || (transactionReason == .renewal && followsAfterBillingRetry(previous))
+        guard follows(previous) || (transactionReason == .renewal && followsAfterBillingRetry(previous)) else { return false }
+        return beginsWithinOffer(begunBy: first)
+    }
+
+    /// Whether this period begins within the duration of the offer whose first period is `first`:
+    /// before `first`'s `purchaseDate` plus its `offerPeriod` (``AppleOfferPeriod``, added on the
+    /// Gregorian calendar in UTC), less half of `first`'s own length (Apple renews on the
+    /// subscription's own dates, which can drift a few days from the calendar sum, e.g. Jan 31,
+    /// Feb 28, Mar 28; a period that begins that close to the offer's end is the next billing
+    /// period after it). A renewal that begins at or after the offer's end is a new redemption.
+    ///
+    /// Falls back to the rule from before `offerPeriod` was read (every renewal under the same
+    /// offer continues it) when `offerPeriod` is absent (on `first`, and on this period) or is not
+    /// a duration of years, months, weeks and days (``AppleOfferPeriod/init(iso8601:)``), and in
+    /// Sandbox. Apple is silent on transactions from before it added `offerDiscountType` and
+    /// `offerPeriod` (they carry neither, so no pay-as-you-go period is recognised in them at
+    /// all), and on whether Sandbox's accelerated renewals shorten `offerPeriod` (a month renews
+    /// in minutes there; read as calendar time, the offer would never end).
+    public func beginsWithinOffer(begunBy first: VerifiedTransaction) -> Bool {
+        guard environment != .sandbox, let period = (first.offerPeriod ?? offerPeriod).flatMap(AppleOfferPeriod.init(iso8601:)),
+            let offerEnd = period.end(from: first.purchaseDate)
+        else { return true }
+        let firstLength = first.expiresDate.map { max(0, $0.timeIntervalSince(first.purchaseDate)) } ?? 0
+        return purchaseDate < offerEnd.addingTimeInterval(-firstLength / 2)
+    }
+
+    /// Walks one subscription's periods (`chain`: transactions of one `originalTransactionId`, in
+    /// any order; read by `purchaseDate`, then `transactionID`) and returns, for each period that
+    /// continues a pay-as-you-go redemption (``continuesPayAsYouGoOffer(of:begunBy:)`` with the
+    /// period before it), the first period of that redemption, by `transactionID`. A period not
+    /// in the result begins a redemption when it is under an offer. The one walk both the
+    /// eligibility count (`EligibilityEvaluator`) and redemption tracking use; on a chain whose
+    /// earliest periods are missing, the earliest period held stands for a redemption's first.
+    public static func payAsYouGoContinuations(_ chain: [VerifiedTransaction]) -> [String: VerifiedTransaction] {
+        var continuing: [String: VerifiedTransaction] = [:]
+        var previous: VerifiedTransaction?
+        var first: VerifiedTransaction?
+        for transaction in chain.sorted(by: { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }) {
+            if let previous, let begun = first, transaction.continuesPayAsYouGoOffer(of: previous, begunBy: begun) {
+                continuing[transaction.transactionID] = begun
+            } else {
+                first = transaction
+            }
+            previous = transaction
+        }
+        return continuing
     }
 
     /// Apple retries a failed renewal for up to 60 days: "Billing-related issues trigger the

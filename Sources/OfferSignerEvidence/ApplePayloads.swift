@@ -14,6 +14,7 @@ struct TransactionPayload: Decodable {
     var offerType: Int?
     var offerIdentifier: String?
     var offerDiscountType: String?
+    var offerPeriod: String?
     var price: Int64?
     var currency: String?
     var storefront: String?
@@ -41,6 +42,7 @@ struct TransactionPayload: Decodable {
             offerType: offerType.map(AppleOfferType.init(rawValue:)),
             offerIdentifier: offerIdentifier,
             offerDiscountType: offerDiscountType.map(AppleOfferDiscountType.init(rawValue:)),
+            offerPeriod: offerPeriod,
             price: price,
             currency: currency,
             storefront: storefront,

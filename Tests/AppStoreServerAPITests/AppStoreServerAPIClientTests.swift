@@ -442,6 +442,9 @@ import X509
                 }
                 #expect(filtered.isFiltered)
                 #expect(filtered.transactions.count == 5, "the group's subscription only")
+                // Every transaction of the group's subscriptions matched the filter: that subscription is whole.
+                #expect(filtered.wholeSubscriptionGroups == group.wholeSubscriptionGroups && !group.wholeSubscriptionGroups.isEmpty)
+                #expect(filtered.wholeSubscriptionIDs == Set(filtered.transactions.map(\.originalTransactionID)))
                 let pages = fake.requests.filter { $0.endpoint == .history }
                 #expect(pages.count == 3, "5 transactions, 2 a page")
                 #expect(pages.allSatisfy { $0.query?.contains("productType=AUTO_RENEWABLE&subscriptionGroupIdentifier=21345678") == true }, "\(pages.map(\.query))")

@@ -397,4 +397,59 @@ struct AppleReadingScenarioTests {
             #expect(skewDecisions["wb_noskew"]?["reasons"] as? [String] == ["redeemed_too_recently"], "clockSkewSeconds 0: \(skewDecisions)")
         }
     }
+
+    // MARK: Pay as you go
+
+    @Test("A three-month pay-as-you-go offer (offerPeriod P3M) accepted again for the renewal that ends its run: two redemptions, each matched to its own signature", arguments: StoreBackend.testedCases)
+    func payAsYouGoTakenAgain(backend: StoreBackend) async throws {
+        // Period 4, the second run's first, begins about ten days from now (on a day every month
+        // has); periods 1–3 are the first run (the third is running now), 5 continues the second.
+        var second = now.addingTimeInterval(10 * 86_400)
+        while Self.utc.component(.day, from: second) > 28 { second.addTimeInterval(-86_400) }
+        let anchor = second
+        let periods = (0..<6).map { index in
+            (start: Self.utc.date(byAdding: .month, value: index - 4, to: anchor)!, end: Self.utc.date(byAdding: .month, value: index - 3, to: anchor)!)
+        }
+        var subscriber = Subscriber(original: "780000001", periods: periods)
+        for index in periods.indices {
+            subscriber.extra[index] = ["signedDate": TestAppleChain.milliseconds(min(periods[index].0, now))]
+        }
+        for index in 1...5 {
+            subscriber.extra[index]?.merge(
+                ["offerType": 2, "offerIdentifier": "paygo_3m", "offerDiscountType": "PAY_AS_YOU_GO", "offerPeriod": "P3M", "price": 4990]) { $1 }
+        }
+        let customer = subscriber
+        try await withServer(backend) { client, secret, fixture in
+            // The first run's signature, issued during period 0 (before the offer's first renewal).
+            let firstIssuedAt = periods[0].0.addingTimeInterval(5 * 86_400)
+            let first = IssuedSignature(
+                nonce: UUID().uuidString.lowercased(), issuedAt: firstIssuedAt, client: "client:backend", bundleID: Self.bundleID, productID: Self.product,
+                offerID: "paygo_3m", appAccountToken: customer.token, keyID: "SCENARIO01", format: "jws", environment: "Production")
+            let appended = try await fixture.store.appendAudit([AuditAppend(entry: first.auditEntry, signatures: [first])], at: firstIssuedAt)
+            let firstSequence = try #require(appended.first?.sequence)
+            // The second run's: accepted now, during the first run's last period.
+            let signed = try await client.postJSON(
+                "/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"paygo_3m","appAccountToken":"\#(customer.token)"}"#, bearer: secret)
+            #expect(signed.status == .created, "\(signed.text)")
+
+            for index in periods.indices {
+                let answer = try await client.postJSON(
+                    "/v1/apple/notifications",
+                    try notification(index == 0 ? "SUBSCRIBED" : "DID_RENEW", subtype: index == 0 ? "INITIAL_BUY" : nil, transaction: customer.transaction(index)))
+                #expect(answer.status == .ok, "period \(index): \(answer.text)")
+            }
+
+            let redemptions = try await fixture.store.offerRedemptions(since: nil).filter { $0.candidate.offerID == "paygo_3m" }
+                .sorted { $0.candidate.purchaseDate < $1.candidate.purchaseDate }
+            #expect(redemptions.map(\.candidate.transactionID) == [customer.transactionID(1), customer.transactionID(4)], "\(redemptions)")
+            #expect(redemptions.allSatisfy { $0.state == .matched }, "\(redemptions.map(\.state))")
+            #expect(redemptions.first?.issuanceSequence == firstSequence, "the first run, to the first signature")
+            let secondRun = try #require(redemptions.last)
+            #expect(secondRun.issuanceSequence != firstSequence, "the second run, to its own signature")
+            #expect(secondRun.signatureIssuedAt.map { abs($0.timeIntervalSince(now)) < 600 } == true, "the signature issued now")
+            let rows = OfferReport.rows(issuances: try await fixture.store.offerIssuances(since: nil), redemptions: try await fixture.store.offerRedemptions(since: nil))
+            let row = try #require(rows.first { $0.offerID == "paygo_3m" })
+            #expect(row.matched.count == 2 && row.unmatched == 0 && row.unplaced == 0)
+        }
+    }
 }

@@ -44,7 +44,8 @@ enum AppleHistoryConversion {
     /// the subscription's period before it. `known`: the subscription's other known transactions,
     /// in any order; `knownWhole`: they are all of them (a fetched history, or a notification of a
     /// recovered billing retry, `DID_RENEW` / `BILLING_RECOVERY`, on a subscription the store holds
-    /// complete), so a gap before a renewal is a billing retry, not a period never heard of.
+    /// complete), so a gap before a renewal is a billing retry, not a period never heard of;
+    /// `knownComplete`: the store holds the subscription complete (its first period is known).
     ///
     /// Rule:
     /// - A purchase (`transactionReason` `PURCHASE`: a first purchase, a resubscription, an upgrade
@@ -54,10 +55,16 @@ enum AppleHistoryConversion {
     ///   `VerifiedTransaction.follows(_:)`) is placed by the period before it, when that one is
     ///   known: it ended where this one began, or, with `knownWhole`, within Apple's longest
     ///   billing retry before:
-    ///   - it continues that period's pay-as-you-go offer
-    ///     (`VerifiedTransaction.continuesPayAsYouGoOffer(of:)`, the rule the eligibility count
-    ///     uses): the same redemption going on, recorded only if a signature of its own matches
-    ///     (``RedemptionCandidate/continuesRedemption``);
+    ///   - it continues that period's pay-as-you-go offer, within the offer's duration (`offerPeriod`)
+    ///     from the redemption's first period (`VerifiedTransaction.payAsYouGoContinuations(_:)`
+    ///     over the subscription's known periods, the walk the eligibility count uses): the same
+    ///     redemption going on, recorded only if a signature of its own matches
+    ///     (``RedemptionCandidate/continuesRedemption``); the same offer taken again for the
+    ///     renewal that ends its run is a new redemption, placed as the next case. When the run's
+    ///     first period is not known (the earliest held is a renewal with no known period before
+    ///     it, and the store does not hold the subscription complete: `knownComplete`), the run
+    ///     may have ended before this renewal: not placed, its signature looked for from 24 hours
+    ///     before the previous period began, recorded `unplaced` unless Apple's history places it;
     ///   - otherwise the offer began at this renewal: it was redeemed during the previous period
     ///     (an offer on an active subscription starts at its next renewal), so its signature may
     ///     date from 24 hours before that period began.
@@ -81,7 +88,9 @@ enum AppleHistoryConversion {
     /// https://developer.apple.com/documentation/storekit/implementing-promotional-offers-in-your-app).
     /// Apple's transaction carries no field for the product's own duration: Apple is silent on
     /// how long the unknown period was, so only the subscription's history tells.
-    static func redemption(_ transaction: VerifiedTransaction, known: [VerifiedTransaction] = [], knownWhole: Bool = false) -> RedemptionCandidate? {
+    static func redemption(
+        _ transaction: VerifiedTransaction, known: [VerifiedTransaction] = [], knownWhole: Bool = false, knownComplete: Bool = false
+    ) -> RedemptionCandidate? {
         guard transaction.offerType == .promotional, let offerID = transaction.offerIdentifier, !offerID.isEmpty else { return nil }
         let token = transaction.appAccountToken.flatMap { $0.isEmpty ? nil : $0.lowercased() }
         var candidate = RedemptionCandidate(
@@ -101,9 +110,20 @@ enum AppleHistoryConversion {
         }
         let earliest: Date
         if let placing {
-            if transaction.continuesPayAsYouGoOffer(of: placing) {
+            let chain = known.filter {
+                $0.originalTransactionID == transaction.originalTransactionID && $0.purchaseDate <= placing.purchaseDate && $0.transactionID != transaction.transactionID
+            }
+            if let first = VerifiedTransaction.payAsYouGoContinuations(chain + [transaction])[transaction.transactionID] {
                 candidate.continuesRedemption = true
-                return candidate
+                // The run's first period held is a renewal whose period before is not known (the
+                // store heard the subscription from the middle): the run may have begun earlier
+                // and ended before this renewal, which would then be the offer taken again. Not
+                // placed: recorded unplaced unless placed later by Apple's history.
+                let firstIsKnown =
+                    knownWhole || knownComplete || first.transactionReason != .renewal
+                    || chain.contains { $0.transactionID != first.transactionID && first.follows($0) }
+                if firstIsKnown { return candidate }
+                candidate.isPlaced = false
             }
             earliest = placing.purchaseDate
         } else {
@@ -139,7 +159,9 @@ enum AppleHistoryConversion {
             source: "notification")
         if let signed = notification.transaction, let item = item(signed.value, jws: signed.jws) {
             update.transactions.append(item)
-            if let candidate = redemption(signed.value, known: known, knownWhole: billingRecovery) { update.redemptions.append(candidate) }
+            if let candidate = redemption(signed.value, known: known, knownWhole: billingRecovery, knownComplete: knownIsComplete) {
+                update.redemptions.append(candidate)
+            }
         }
         if let signed = notification.renewalInfo, let item = item(signed.value, bundleID: notification.bundleID, jws: signed.jws) {
             update.renewalInfos.append(item)
@@ -153,27 +175,32 @@ enum AppleHistoryConversion {
     }
 
     /// What a history fetched from the App Store Server API adds: it is the customer's whole
-    /// history, so every subscription in it is complete, unless the answer was filtered
-    /// (`VerifiedHistory.isFiltered`, `HistoryFilter`): then it is stored, but marks no
-    /// subscription complete (Apple does not say a filtered answer holds every transaction of
-    /// the subscriptions it names).
+    /// history, so every subscription in it is complete; a filtered answer (`VerifiedHistory.isFiltered`,
+    /// `HistoryFilter`) is stored too, and marks complete only the subscriptions of the groups it
+    /// holds whole (`VerifiedHistory.wholeSubscriptionIDs`: a filter on `AUTO_RENEWABLE` and a
+    /// `subscriptionGroupIdentifier` returns every transaction of that group's subscriptions,
+    /// see `HistoryFilter.wholeSubscriptionGroups`), never those of other groups or other
+    /// product types. The whole subscriptions' redemptions are placed with `knownWhole`.
     static func update(_ history: VerifiedHistory) -> AppleHistoryUpdate {
         var update = AppleHistoryUpdate(source: "history")
         let transactions = history.transactions
+        let whole = history.wholeSubscriptionIDs
         for transaction in transactions {
             if let item = item(transaction, jws: history.jws(ofTransaction: transaction.transactionID)) { update.transactions.append(item) }
-            if let candidate = redemption(transaction, known: transactions, knownWhole: !history.isFiltered) { update.redemptions.append(candidate) }
+            if let candidate = redemption(transaction, known: transactions, knownWhole: whole.contains(transaction.originalTransactionID)) {
+                update.redemptions.append(candidate)
+            }
         }
         for info in history.renewalInfos {
             if let original = info.originalTransactionID, let item = item(info, bundleID: history.bundleID, jws: history.jws(ofRenewalInfo: original)) {
                 update.renewalInfos.append(item)
             }
         }
-        let keys = history.originalTransactionIDs.sorted().map {
-            AppleSubscriptionKey(bundleID: history.bundleID, environment: history.environment.rawValue, originalTransactionID: $0)
+        let key = { (original: String) in
+            AppleSubscriptionKey(bundleID: history.bundleID, environment: history.environment.rawValue, originalTransactionID: original)
         }
-        update.subscriptions = keys
-        update.completeSubscriptions = history.isFiltered ? [] : keys
+        update.subscriptions = history.originalTransactionIDs.sorted().map(key)
+        update.completeSubscriptions = whole.sorted().map(key)
         return update
     }
 

@@ -86,7 +86,9 @@ struct AppleNotificationTests {
         }
     }
 
-    func withServer(_ body: @escaping @Sendable (TestServer, FakeAppStoreServerAPI, String, any TestClientProtocol) async throws -> Void) async throws {
+    func withServer(
+        cacheTTL: Duration? = nil, _ body: @escaping @Sendable (TestServer, FakeAppStoreServerAPI, String, any TestClientProtocol) async throws -> Void
+    ) async throws {
         let server = try await TestServer(bundles: [Self.bundleID])
         defer { server.cleanUp() }
         let key = try #require(server.keys[Self.bundleID])
@@ -99,6 +101,7 @@ struct AppleNotificationTests {
             var eligibility = try EligibilityConfiguration(catalogJSON: Data(Self.catalog(port: port).utf8), trustedRootPEMs: [root])
             // Generous: the whole suite shares two cores, and these tests are not about the budget.
             eligibility.appStoreServerAPI.timeBudget = .seconds(30)
+            if let cacheTTL { eligibility.appStoreServerAPI.cacheTTL = cacheTTL }
             running.configuration.eligibility = eligibility
             let configured = running
             try await configured.live { client in try await body(configured, fake, secret, client) }
@@ -190,6 +193,67 @@ struct AppleNotificationTests {
             #expect(decision.status == .ok, "\(decision.text)")
             #expect(!fake.requests.isEmpty, "Apple's API was asked")
             #expect((decision.json["decisions"] as? [[String: Any]])?.first?["reasons"] as? [String] == ["history_unavailable"], "\(decision.text)")
+        }
+    }
+
+    @Test("A history Apple answered for one subscription group (productType AUTO_RENEWABLE, subscriptionGroupIdentifier) is that group's complete history: the next decision for the group is the store's; another group's asks Apple")
+    func groupFilteredHistoryIsCompleteForItsGroup() async throws {
+        let g1 = subscriber()
+        // The same customer's G2 subscription (lapsed) and a consumable: outside the G1 filter.
+        let g2 = SubscriptionFixture(
+            bundleID: Self.bundleID, productID: "pro.annual", subscriptionGroupID: "G2", originalTransactionID: "400000002",
+            appAccountToken: Self.token, periodStarts: SubscriptionFixture.monthlyStarts(count: 2, activeAt: now.addingTimeInterval(-200 * 86_400)))
+        let consumable: [String: Any] = [
+            "transactionId": "400000009", "originalTransactionId": "400000009", "productId": "coins.100", "bundleId": Self.bundleID,
+            "purchaseDate": TestAppleChain.milliseconds(now.addingTimeInterval(-86_400)), "type": "Consumable", "inAppOwnershipType": "PURCHASED",
+            "environment": "Production", "appAccountToken": Self.token, "signedDate": TestAppleChain.milliseconds(now), "transactionReason": "PURCHASE",
+        ]
+        var customer = try g1.customer(chain, now: now)
+        let other = try g2.customer(chain, now: now)
+        customer.transactionIDs.formUnion(other.transactionIDs.union(["400000009"]))
+        customer.signedTransactions = other.signedTransactions + [try chain.signJWS(consumable)] + customer.signedTransactions
+        customer.statuses += other.statuses
+        let apple = customer
+        // The client's own cache off: what does not reach Apple was answered by the store.
+        try await withServer(cacheTTL: .zero) { server, fake, secret, client in
+            fake.add(apple)
+            func decide(_ offerID: String) async throws -> [String: Any] {
+                let answer = try await client.postJSON(
+                    "/v1/offers/eligibility", #"{"appAccountToken":"\#(Self.token)","transactionID":"\#(g1.originalTransactionID)","offerIDs":["\#(offerID)"]}"#,
+                    bearer: secret)
+                #expect(answer.status == .ok, "\(answer.text)")
+                return try #require((answer.json["decisions"] as? [[String: Any]])?.first, "\(answer.text)")
+            }
+            let first = try await decide("wb_apple")
+            #expect(first["reasons"] as? [String] == ["currently_subscribed"], "\(first)")
+            let historyPages = fake.requests.filter { $0.endpoint == .history }
+            #expect(!historyPages.isEmpty && historyPages.allSatisfy { $0.query?.contains("subscriptionGroupIdentifier=G1") == true })
+            // The filtered answer is written in the background: the G1 subscription becomes complete…
+            let deadline = ContinuousClock.now + .seconds(20)
+            var version = try await server.store.appleHistoryVersion(bundleID: Self.bundleID, environment: "Production", transactionID: g1.originalTransactionID)
+            while version?.isComplete != true && ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+                version = try await server.store.appleHistoryVersion(bundleID: Self.bundleID, environment: "Production", transactionID: g1.originalTransactionID)
+            }
+            #expect(version?.isComplete == true, "the G1 subscription is stored complete")
+            // …and nothing outside the filter is: not the G2 subscription (only its renewal info came,
+            // from the statuses), not the consumable.
+            let g2Version = try await server.store.appleHistoryVersion(bundleID: Self.bundleID, environment: "Production", transactionID: g2.originalTransactionID)
+            #expect(g2Version?.isComplete != true)
+            let consumableVersion = try await server.store.appleHistoryVersion(bundleID: Self.bundleID, environment: "Production", transactionID: "400000009")
+            #expect(consumableVersion?.isComplete != true)
+
+            // The same group again: decided on the stored history, Apple is not asked.
+            let asked = fake.requests.count
+            let second = try await decide("wb_apple")
+            #expect(second["reasons"] as? [String] == ["currently_subscribed"], "\(second)")
+            #expect(fake.requests.count == asked, "\(fake.requests.dropFirst(asked).map(\.query))")
+
+            // Another group: the stored G1 history does not stand for it; Apple is asked for G2.
+            let third = try await decide("wb_other_group")
+            #expect(third["historySource"] as? String == "apple", "\(third)")
+            let later = fake.requests.dropFirst(asked).filter { $0.endpoint == .history }
+            #expect(!later.isEmpty && later.allSatisfy { $0.query?.contains("subscriptionGroupIdentifier=G2") == true }, "\(later.map(\.query))")
         }
     }
 

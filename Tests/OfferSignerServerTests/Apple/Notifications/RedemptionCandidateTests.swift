@@ -1,3 +1,4 @@
+import AppStoreServerAPI
 import Foundation
 import OfferSignerEligibility
 import OfferSignerStorage
@@ -17,13 +18,14 @@ struct RedemptionCandidateTests {
     /// Monthly period `index` (30 days each, from `start`), shifted by `shiftDays`.
     static func period(
         _ index: Int, offer: String? = nil, discount: AppleOfferDiscountType? = .payAsYouGo, reason: AppleTransactionReason? = .renewal,
-        shiftDays: Double = 0, productID: String = "pro.monthly"
+        shiftDays: Double = 0, productID: String = "pro.monthly", offerPeriod: String? = nil
     ) -> VerifiedTransaction {
         let begin = start.addingTimeInterval(Double(index) * 30 * day + shiftDays * day)
         return VerifiedTransaction(
             transactionID: "50000\(index)", originalTransactionID: "500000", productID: productID, subscriptionGroupID: "G1",
             purchaseDate: begin, expiresDate: begin.addingTimeInterval(30 * day), offerType: offer == nil ? nil : .promotional, offerIdentifier: offer,
-            offerDiscountType: offer == nil ? nil : discount, environment: .production, bundleID: "com.example.app",
+            offerDiscountType: offer == nil ? nil : discount, offerPeriod: offer == nil ? nil : offerPeriod, environment: .production,
+            bundleID: "com.example.app",
             appAccountToken: "7E3FB20B-4CDB-47CC-936D-99D65F608138", transactionReason: index == 0 ? .purchase : reason)
     }
 
@@ -112,15 +114,22 @@ struct RedemptionCandidateTests {
         #expect(try #require(whole["500003"]).isPlaced)
     }
 
-    @Test("A filtered answer of Apple's API is stored, but marks no subscription complete")
-    func filteredHistoryIsNotComplete() {
+    @Test("A filtered answer of Apple's API marks complete only the subscriptions of the groups it holds whole (AUTO_RENEWABLE and that subscriptionGroupIdentifier)")
+    func filteredHistoryIsCompleteForItsGroupOnly() {
         var history = VerifiedHistory(bundleID: "com.example.app", environment: .production, asOf: Self.start)
         for transaction in [Self.period(0), Self.period(1)] { _ = history.record(transaction, jws: "") }
         #expect(AppleHistoryConversion.update(history).completeSubscriptions.count == 1)
         history.isFiltered = true
         let update = AppleHistoryConversion.update(history)
-        #expect(update.completeSubscriptions.isEmpty)
+        #expect(update.completeSubscriptions.isEmpty, "a filter that holds no group whole")
         #expect(update.subscriptions.count == 1 && update.transactions.count == 2)
+        history.wholeSubscriptionGroups = HistoryFilter.subscriptionGroup("G1").wholeSubscriptionGroups
+        #expect(AppleHistoryConversion.update(history).completeSubscriptions.map(\.originalTransactionID) == ["500000"])
+        history.wholeSubscriptionGroups = HistoryFilter.subscriptionGroup("G2").wholeSubscriptionGroups
+        #expect(AppleHistoryConversion.update(history).completeSubscriptions.isEmpty, "the G1 subscription is not whole under a G2 filter")
+        #expect(HistoryFilter(productTypes: ["CONSUMABLE"], subscriptionGroupIdentifiers: ["G1"]).wholeSubscriptionGroups.isEmpty)
+        #expect(HistoryFilter(productTypes: ["AUTO_RENEWABLE"]).wholeSubscriptionGroups.isEmpty)
+        #expect(HistoryFilter(subscriptionGroupIdentifiers: ["G1", "G3"]).wholeSubscriptionGroups == ["G1", "G3"])
     }
 
     @Test("A one-week free offer on an annual product (offerPeriod P1W, FREE_TRIAL): alone, the estimate is a week; Apple's history places it in the year before")
@@ -194,11 +203,11 @@ struct RedemptionCandidateTests {
     @Test("One rule with the eligibility count: a purchase never continues an offer; Sandbox's short periods follow only when adjacent")
     func sharedContinuationRule() {
         let previous = Self.period(1, offer: "promo_50")
-        #expect(Self.period(2, offer: "promo_50").continuesPayAsYouGoOffer(of: previous))
-        #expect(!Self.period(2, offer: "promo_50", reason: .purchase).continuesPayAsYouGoOffer(of: previous))
-        #expect(!Self.period(2, offer: "promo_50", reason: nil, shiftDays: 10).continuesPayAsYouGoOffer(of: previous), "a gap without a reason is a lapse")
-        #expect(Self.period(2, offer: "promo_50", shiftDays: 10).continuesPayAsYouGoOffer(of: previous), "a renewal after a billing retry")
-        #expect(!Self.period(2, offer: "promo_50", shiftDays: 70).continuesPayAsYouGoOffer(of: previous), "longer than any billing retry")
+        #expect(Self.period(2, offer: "promo_50").continuesPayAsYouGoOffer(of: previous, begunBy: previous))
+        #expect(!Self.period(2, offer: "promo_50", reason: .purchase).continuesPayAsYouGoOffer(of: previous, begunBy: previous))
+        #expect(!Self.period(2, offer: "promo_50", reason: nil, shiftDays: 10).continuesPayAsYouGoOffer(of: previous, begunBy: previous), "a gap without a reason is a lapse")
+        #expect(Self.period(2, offer: "promo_50", shiftDays: 10).continuesPayAsYouGoOffer(of: previous, begunBy: previous), "a renewal after a billing retry")
+        #expect(!Self.period(2, offer: "promo_50", shiftDays: 70).continuesPayAsYouGoOffer(of: previous, begunBy: previous), "longer than any billing retry")
 
         // Sandbox: five-minute periods; a renewal an hour after the last one heard of does not follow it.
         let sandboxStart = Self.start
@@ -210,5 +219,62 @@ struct RedemptionCandidateTests {
         }
         #expect(sandboxPeriod("b", at: 300).follows(sandboxPeriod("a", at: 0)))
         #expect(!sandboxPeriod("c", at: 3600).follows(sandboxPeriod("a", at: 0)))
+    }
+
+    @Test("A three-month pay-as-you-go offer (offerPeriod P3M) taken again for the renewal that ends its run is a new redemption, placed by the period before it")
+    func payAsYouGoTakenAgain() throws {
+        // Periods 1–3 are the first run, 4–6 the second: the same offer accepted again during period 3.
+        let periods = [Self.period(0)] + (1...6).map { Self.period($0, offer: "promo_50", offerPeriod: "P3M") }
+        let found = Self.fromHistory(periods)
+        #expect(found.keys.sorted() == (1...6).map { "50000\($0)" })
+        #expect(try #require(found["500001"]).continuesRedemption == false)
+        #expect(try #require(found["500002"]).continuesRedemption && found["500003"]?.continuesRedemption == true)
+        let again = try #require(found["500004"])
+        #expect(!again.continuesRedemption, "begins at the end of the first run's three months: a new redemption")
+        #expect(again.signatureWindowStart == Self.window(from: Self.period(3).purchaseDate), "signed during the run's last period")
+        #expect(try #require(found["500005"]).continuesRedemption && found["500006"]?.continuesRedemption == true)
+        // The same from a notification, placed against what the store holds.
+        let notified = try #require(AppleHistoryConversion.redemption(periods[4], known: Array(periods[0...3])))
+        #expect(notified.isPlaced && !notified.continuesRedemption)
+        #expect(notified.signatureWindowStart == Self.window(from: Self.period(3).purchaseDate))
+        let third = try #require(AppleHistoryConversion.redemption(periods[3], known: Array(periods[0...2])))
+        #expect(third.isPlaced && third.continuesRedemption)
+        // Without offerPeriod (older transactions): the rule from before, one redemption throughout.
+        let undated = Self.fromHistory([Self.period(0)] + (1...6).map { Self.period($0, offer: "promo_50") })
+        #expect((2...6).allSatisfy { undated["50000\($0)"]?.continuesRedemption == true })
+    }
+
+    @Test("A pay-as-you-go period whose run's first period the store never heard (held from the middle) is not placed; held complete, it continues")
+    func payAsYouGoRunStartUnknown() throws {
+        let periods = [Self.period(0)] + (1...6).map { Self.period($0, offer: "promo_50", offerPeriod: "P3M") }
+        // The store heard the subscription from period 2 on: the run may have begun at period 1
+        // and ended before period 4 (the offer taken again), or at period 2 (period 4 continues it).
+        let fromMiddle = try #require(AppleHistoryConversion.redemption(periods[4], known: Array(periods[2...3])))
+        #expect(!fromMiddle.isPlaced && fromMiddle.continuesRedemption, "recorded unplaced until Apple's history places it")
+        #expect(fromMiddle.signatureWindowStart == Self.window(from: Self.period(3).purchaseDate))
+        // Held complete, period 2 is the run's first: period 4 is within its three months.
+        let complete = try #require(AppleHistoryConversion.redemption(periods[4], known: Array(periods[2...3]), knownComplete: true))
+        #expect(complete.isPlaced && complete.continuesRedemption)
+        // Held from the first purchase: period 4 begins a new run.
+        let whole = try #require(AppleHistoryConversion.redemption(periods[4], known: Array(periods[0...3]), knownComplete: true))
+        #expect(whole.isPlaced && !whole.continuesRedemption)
+    }
+
+    @Test("offerPeriod is read as an ISO 8601 duration of years, months, weeks and days; anything else is unknown")
+    func offerPeriodParsing() throws {
+        #expect(AppleOfferPeriod(iso8601: "P3M") == AppleOfferPeriod(months: 3))
+        #expect(AppleOfferPeriod(iso8601: "P1Y") == AppleOfferPeriod(years: 1))
+        #expect(AppleOfferPeriod(iso8601: "P2W") == AppleOfferPeriod(weeks: 2))
+        #expect(AppleOfferPeriod(iso8601: "P3D") == AppleOfferPeriod(days: 3))
+        #expect(AppleOfferPeriod(iso8601: "P1Y2M1W3D") == AppleOfferPeriod(years: 1, months: 2, weeks: 1, days: 3))
+        for bad in ["", "P", "3M", "P3", "PM", "P3m", "P1M1Y", "P1M1M", "PT1H", "P1DT12H", "P-1M", "P1.5M", "P 3M", "P3M ", "P9999999D"] {
+            #expect(AppleOfferPeriod(iso8601: bad) == nil, "\(bad)")
+        }
+        var utc = Calendar(identifier: .gregorian)
+        utc.timeZone = TimeZone(secondsFromGMT: 0)!
+        let january31 = try #require(utc.date(from: DateComponents(year: 2027, month: 1, day: 31, hour: 10)))
+        #expect(AppleOfferPeriod(months: 1).end(from: january31) == utc.date(from: DateComponents(year: 2027, month: 2, day: 28, hour: 10)))
+        #expect(AppleOfferPeriod(months: 3).end(from: january31) == utc.date(from: DateComponents(year: 2027, month: 4, day: 30, hour: 10)))
+        #expect(AppleOfferPeriod(weeks: 1, days: 1).end(from: january31) == utc.date(from: DateComponents(year: 2027, month: 2, day: 8, hour: 10)))
     }
 }
