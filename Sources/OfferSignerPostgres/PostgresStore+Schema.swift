@@ -163,6 +163,9 @@ extension PostgresStore {
         // ledger's covering time index dropped (SQLite's "v9-issuance-days"). The fill reads the
         // whole ledger once, at the upgrade.
         IssuanceRollUp.statements,
+        // 11: a decision under a customer's lock takes the lock and reads what it decides on in
+        // one round trip (`CustomerDecisionLock`, PostgresStore+Instances.swift).
+        [CustomerDecisionLock.createFunction],
     ]
 
     /// The longest an instance waits to open a store whose schema it must check or migrate.
