@@ -126,10 +126,12 @@ struct SigningController: Sendable {
                             try await store.withExclusiveLock(lock, timeout: storeTimeout, readingHistory: historyWithLock) {
                                 guard let answer = try await eligibility.storedAnswerWithLock(offer, bundleID: bundleID, transactionID: transactionID, now: Date())
                                 else { throw StoredHistoryMovedUnderLock() }
+                                metrics.storedHistoryWithLock("decided")
                                 return try await decideAndIssue(answer)
                             }
                         }
                     } catch is StoredHistoryMovedUnderLock {
+                        metrics.storedHistoryWithLock("moved")
                         // Decided the usual way: Apple's word (stored or asked) before the lock.
                         prefetched = try await eligibility.askApple([offer], bundleID: bundleID, transactionID: transactionID, ring: ring, now: Date())
                     }
