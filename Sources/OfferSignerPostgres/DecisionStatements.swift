@@ -49,7 +49,9 @@ struct TimedAdvisorySessionLock: PostgresPreparedStatement {
 /// could not: its snapshot would be taken before the wait, and a waiter would decide on the
 /// ledger as it was before the holder's signature. The ledger query is planned on each call
 /// with its values (`EXECUTE … USING`), as the unnamed statement it replaces was: a cached
-/// generic plan made on a small table stays a sequential scan (Docs/Performance.md).
+/// generic plan made on a small table stays a sequential scan (Docs/Performance.md). Each
+/// environment's version is read by the very query `HistoryVersionLookup` prepares (its cached
+/// plan leads with the transaction's primary key, see `PostgresStoreTests`).
 struct CustomerDecisionLock: PostgresPreparedStatement {
     static let name = "offer_signer_customer_decision_v1"
     static let sql = """
@@ -72,6 +74,7 @@ struct CustomerDecisionLock: PostgresPreparedStatement {
         ) LANGUAGE plpgsql VOLATILE AS $$
         DECLARE
             previous_lock_timeout text := current_setting('lock_timeout');
+            history_environment_name text;
         BEGIN
             PERFORM set_config('lock_timeout', lock_wait, true);
             PERFORM pg_advisory_lock(lock_class, lock_key);
@@ -82,15 +85,16 @@ struct CustomerDecisionLock: PostgresPreparedStatement {
                 || 'AND client <> $3 AND format <> $4) AS ledger ORDER BY issued_at'
                 USING customer, bundle, page_view_client, intro_eligibility_format;
             IF history_transaction IS NOT NULL THEN
-                RETURN QUERY
-                    SELECT 'history'::text, NULL::text, NULL::bigint, e.environment, s.original_transaction_id, s.complete, s.updated_at
-                    FROM unnest(history_environments) WITH ORDINALITY AS e(environment, position)
-                    JOIN apple_subscriptions s ON s.bundle_id = bundle AND s.environment = e.environment
-                        AND s.original_transaction_id = COALESCE(
+                FOREACH history_environment_name IN ARRAY history_environments LOOP
+                    RETURN QUERY
+                        SELECT 'history'::text, NULL::text, NULL::bigint, history_environment_name, s.original_transaction_id, s.complete,
+                            s.updated_at
+                        FROM apple_subscriptions s
+                        WHERE s.bundle_id = bundle AND s.environment = history_environment_name AND s.original_transaction_id = COALESCE(
                             (SELECT t.original_transaction_id FROM apple_transactions t
-                             WHERE t.bundle_id = bundle AND t.environment = e.environment AND t.transaction_id = history_transaction),
-                            history_transaction)
-                    ORDER BY e.position;
+                             WHERE t.bundle_id = bundle AND t.environment = history_environment_name AND t.transaction_id = history_transaction),
+                            history_transaction);
+                END LOOP;
             END IF;
         END
         $$
