@@ -1,4 +1,5 @@
 import Logging
+import OfferSignerStorage
 import PostgresNIO
 
 // The statements every request under eligibility rules runs (its customer lock, its history's
@@ -31,6 +32,126 @@ struct TimedAdvisorySessionLock: PostgresPreparedStatement {
     }
 
     func decodeRow(_ row: PostgresRow) throws {}
+}
+
+/// A customer's lock and the reads a decision under it makes first, in one round trip: the
+/// server-side function `offer_signer_customer_decision` (migration 12) sets the lock timeout for
+/// this statement alone, waits for the same session-level advisory lock
+/// ``TimedAdvisorySessionLock`` takes (so a wait that runs out fails with 55P03, as before), puts
+/// the previous lock timeout back, then returns the customer's ledger (the rows
+/// `ledgerIssuances` reads) and, when a transaction ID is given, the history version of each
+/// environment named (the row `HistoryVersionLookup` reads; none for an environment the store has
+/// no history in).
+///
+/// Rules: the reads come after the lock is granted, each with a snapshot of its own (a VOLATILE
+/// plpgsql function takes one per query under READ COMMITTED), so they see what the previous
+/// holder committed before it released the lock. One SQL statement (CTEs after the lock call)
+/// could not: its snapshot would be taken before the wait, and a waiter would decide on the
+/// ledger as it was before the holder's signature. The ledger query is planned on each call
+/// with its values (`EXECUTE … USING`), as the unnamed statement it replaces was: a cached
+/// generic plan made on a small table stays a sequential scan (Docs/Performance.md). Each
+/// environment's version is read by the very query `HistoryVersionLookup` prepares (its cached
+/// plan leads with the transaction's primary key, see `PostgresStoreTests`).
+struct CustomerDecisionLock: PostgresPreparedStatement {
+    static let name = "offer_signer_customer_decision_v1"
+    static let sql = """
+        SELECT row_kind, ledger_offer, ledger_issued_at, history_environment, history_original_transaction, history_complete, \
+        history_updated_at FROM offer_signer_customer_decision($1, $2, $3, $4, $5, $6, $7, $8, $9)
+        """
+    /// Kind ("ledger" or "history"), then a ledger row's offer and issue time, or a history's
+    /// environment, original transaction ID, completeness and update time.
+    typealias Row = (String, String?, Int64?, String?, String?, Int?, Int64?)
+
+    /// The function, created by migration 12 (never edited: a change is a new function and a
+    /// new migration).
+    static let createFunction = """
+        CREATE FUNCTION offer_signer_customer_decision(
+            lock_class integer, lock_key integer, lock_wait text, bundle text, customer text, page_view_client text,
+            intro_eligibility_format text, history_environments text[], history_transaction text
+        ) RETURNS TABLE (
+            row_kind text, ledger_offer text, ledger_issued_at bigint, history_environment text, history_original_transaction text,
+            history_complete integer, history_updated_at bigint
+        ) LANGUAGE plpgsql VOLATILE AS $$
+        DECLARE
+            previous_lock_timeout text := current_setting('lock_timeout');
+            history_environment_name text;
+        BEGIN
+            PERFORM set_config('lock_timeout', lock_wait, true);
+            PERFORM pg_advisory_lock(lock_class, lock_key);
+            PERFORM set_config('lock_timeout', previous_lock_timeout, true);
+            RETURN QUERY EXECUTE
+                'SELECT ''ledger''::text, offer_id, issued_at, NULL::text, NULL::text, NULL::integer, NULL::bigint FROM ('
+                || 'SELECT DISTINCT offer_id, issued_at FROM issued_signatures WHERE app_account_token = $1 AND bundle_id = $2 '
+                || 'AND client <> $3 AND format <> $4) AS ledger ORDER BY issued_at'
+                USING customer, bundle, page_view_client, intro_eligibility_format;
+            IF history_transaction IS NOT NULL THEN
+                FOREACH history_environment_name IN ARRAY history_environments LOOP
+                    RETURN QUERY
+                        SELECT 'history'::text, NULL::text, NULL::bigint, history_environment_name, s.original_transaction_id, s.complete,
+                            s.updated_at
+                        FROM apple_subscriptions s
+                        WHERE s.bundle_id = bundle AND s.environment = history_environment_name AND s.original_transaction_id = COALESCE(
+                            (SELECT t.original_transaction_id FROM apple_transactions t
+                             WHERE t.bundle_id = bundle AND t.environment = history_environment_name AND t.transaction_id = history_transaction),
+                            history_transaction);
+                END LOOP;
+            END IF;
+        END
+        $$
+        """
+
+    /// What to read with the lock: the ledger of the lock's customer, and `history`'s versions.
+    struct Reads: Sendable {
+        let bundleID: String
+        let customer: String
+        let history: CustomerLockHistoryRead?
+    }
+
+    let key: (Int32, Int32)
+    /// In milliseconds.
+    let timeoutMilliseconds: Int64
+    let bundleID: String
+    let customer: String
+    let history: CustomerLockHistoryRead?
+
+    func makeBindings() -> PostgresBindings {
+        var binds = PostgresBindings(capacity: 9)
+        binds.append(key.0)
+        binds.append(key.1)
+        binds.append(String(timeoutMilliseconds))
+        binds.append(bundleID)
+        binds.append(customer)
+        binds.append(LedgerIssuance.pageViewClient)
+        binds.append(LedgerIssuance.introEligibilityFormat)
+        binds.append(history?.environments ?? [])
+        binds.append(history?.transactionID)
+        return binds
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
+
+    /// What the rows say, for the lock's ``LockConnectionLoan``.
+    static func prefetched(_ rows: [Row], reads: Reads) throws -> CustomerDecisionReads {
+        let bundleID = reads.bundleID
+        let malformed = StoreError(.unavailable, "taking the customer lock failed: its reads answered a row of an unknown shape (was the database edited by hand?)")
+        var ledger: [LedgerIssuance] = []
+        var versions: [String: StoredAppleHistoryVersion] = [:]
+        for (kind, offerID, issuedAt, environment, original, complete, updatedAt) in rows {
+            switch kind {
+            case "ledger":
+                guard let offerID, let issuedAt else { throw malformed }
+                ledger.append(LedgerIssuance(offerID: offerID, issuedAt: PostgresStore.date(issuedAt)))
+            case "history":
+                guard let environment, let original, let complete, let updatedAt else { throw malformed }
+                versions[environment] = StoredAppleHistoryVersion(
+                    subscription: AppleSubscriptionKey(bundleID: bundleID, environment: environment, originalTransactionID: original),
+                    isComplete: complete != 0, updatedAt: PostgresStore.date(updatedAt))
+            default:
+                throw malformed
+            }
+        }
+        return CustomerDecisionReads(bundleID: bundleID, customer: reads.customer, ledger: ledger, history: reads.history, versions: versions)
+    }
 }
 
 /// Releases every session-level advisory lock of the session (a pooled connection holds at most

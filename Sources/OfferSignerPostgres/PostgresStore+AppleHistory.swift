@@ -186,6 +186,12 @@ extension PostgresStore {
     }
 
     public func appleHistoryVersion(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistoryVersion? {
+        // Read already, with the customer's lock (`CustomerDecisionLock`).
+        if let version = try prefetchedRead("reading Apple's history", {
+            $0.takeHistoryVersion(bundleID: bundleID, environment: environment, transactionID: transactionID)
+        }) {
+            return version
+        }
         // One statement: the subscription of the transaction ID (or of the ID itself, when it is an
         // original transaction ID the store has no transaction for).
         let logger = self.logger

@@ -53,7 +53,18 @@ extension PostgresStore {
     /// them waits for its turn within the same timeout. (Before, as many concurrent requests as
     /// the pool had connections each held one for its lock and waited for a second: none could
     /// go on until the timeout, and all were refused.)
+    ///
+    /// A customer lock is taken with the reads its body makes first, in one round trip
+    /// (``CustomerDecisionLock``): the customer's ledger always, and the stored-history versions
+    /// `readingHistory` names. Each is handed once to the body's first matching read
+    /// (``CustomerDecisionReads``); later reads go to the database as before.
     public func withExclusiveLock<T: Sendable>(_ lock: StoreLock, timeout: Duration, _ body: () async throws -> T) async throws -> T {
+        try await withExclusiveLock(lock, timeout: timeout, readingHistory: nil, body)
+    }
+
+    public func withExclusiveLock<T: Sendable>(
+        _ lock: StoreLock, timeout: Duration, readingHistory: CustomerLockHistoryRead?, _ body: () async throws -> T
+    ) async throws -> T {
         let start = ContinuousClock.now
         var permitted = false
         if case .customer = lock {
@@ -64,8 +75,12 @@ extension PostgresStore {
         }
         defer { if permitted { customerLockPermits.release() } }
         let remaining = max(timeout - (ContinuousClock.now - start), .milliseconds(1))
+        var decision: CustomerDecisionLock.Reads?
+        if case .customer(let bundleID, let customer) = lock {
+            decision = CustomerDecisionLock.Reads(bundleID: bundleID, customer: customer, history: readingHistory)
+        }
         let held = try await AdvisoryLockHolding.acquire(
-            lock, key: Self.advisoryKey(lock), timeout: remaining, client: client, lender: ObjectIdentifier(self), logger: logger)
+            lock, key: Self.advisoryKey(lock), timeout: remaining, reading: decision, client: client, lender: ObjectIdentifier(self), logger: logger)
         defer { held.release() }
         guard case .customer = lock, let loan = held.loan else { return try await body() }
         // The body's reads (the ledger, the stored history) go on the lock's connection.
@@ -113,6 +128,18 @@ extension PostgresStore {
             }
             throw Self.storeError(error, what)
         }
+    }
+
+    /// The answer the current customer lock's round trip read for this call, if any (`take`
+    /// returns it from the lock's ``CustomerDecisionReads``, at most once); nil outside a lock of
+    /// this store or when it read nothing for this call. Throws, as a read on it would, when the
+    /// lock's connection was lost: the body must not go on as if it held the lock.
+    func prefetchedRead<T>(_ what: String, _ take: (LockConnectionLoan) -> T?) throws -> T? {
+        guard let loan = Self.lockConnectionLoan, loan.lender == ObjectIdentifier(self), let value = take(loan) else { return nil }
+        guard !loan.connection.isClosed else {
+            throw StoreError(.unavailable, "\(what) failed: the connection holding the customer's lock was lost")
+        }
+        return value
     }
 
     /// Reachable, not a standby (`pg_is_in_recovery()`), and a new transaction is not read-only
@@ -175,7 +202,8 @@ final class AdvisoryLockHolding: Sendable {
     fileprivate func lend(_ loan: LockConnectionLoan) { lent.withLock { $0 = loan } }
 
     static func acquire(
-        _ lock: StoreLock, key: (Int32, Int32), timeout: Duration, client: PostgresClient, lender: ObjectIdentifier, logger: Logger
+        _ lock: StoreLock, key: (Int32, Int32), timeout: Duration, reading decision: CustomerDecisionLock.Reads? = nil, client: PostgresClient,
+        lender: ObjectIdentifier, logger: Logger
     ) async throws -> AdvisoryLockHolding {
         let holding = AdvisoryLockHolding()
         let race = ResumeOnce<Void>()
@@ -191,12 +219,22 @@ final class AdvisoryLockHolding: Sendable {
                             // A wait that outlives its deadline closes the connection (see
                             // `PostgresStore.boundedOnConnection`).
                             try inUse.use(connection)
+                            let prefetched: CustomerDecisionReads?
                             do {
                                 // `collect` reads the statement to its end: `execute` returns at
                                 // BindComplete, and a lock_timeout (55P03) would then be lost in the
                                 // unread rows, so the caller would go on without the lock.
-                                _ = try await PostgresStore.collect(
-                                    TimedAdvisorySessionLock(key: key, timeoutMilliseconds: Int64(milliseconds)), on: connection, logger: logger)
+                                if let decision {
+                                    let statement = CustomerDecisionLock(
+                                        key: key, timeoutMilliseconds: Int64(milliseconds), bundleID: decision.bundleID, customer: decision.customer,
+                                        history: decision.history)
+                                    let rows = try await PostgresStore.collect(statement, on: connection, logger: logger)
+                                    prefetched = try CustomerDecisionLock.prefetched(rows, reads: decision)
+                                } else {
+                                    _ = try await PostgresStore.collect(
+                                        TimedAdvisorySessionLock(key: key, timeoutMilliseconds: Int64(milliseconds)), on: connection, logger: logger)
+                                    prefetched = nil
+                                }
                             } catch {
                                 // Even a wait that ran out (55P03) may have taken the lock: the
                                 // server keeps a lock granted just as the timeout fired, and a
@@ -217,7 +255,7 @@ final class AdvisoryLockHolding: Sendable {
                             }
                             // Held. If the caller gave up meanwhile, `release()` was called already.
                             await inUse.release()
-                            let loan = LockConnectionLoan(connection: connection, lender: lender)
+                            let loan = LockConnectionLoan(connection: connection, lender: lender, prefetched: prefetched)
                             holding.lend(loan)
                             race.resume(.success(()))
                             for await _ in holding.released.stream {}
@@ -292,13 +330,39 @@ final class LockConnectionLoan: Sendable {
     private struct State {
         var open = true
         var borrowers = 0
+        /// What the lock's round trip read, not yet handed to the body.
+        var prefetched: CustomerDecisionReads?
     }
 
-    private let state = Mutex(State())
+    private let state: Mutex<State>
 
-    init(connection: PostgresConnection, lender: ObjectIdentifier) {
+    init(connection: PostgresConnection, lender: ObjectIdentifier, prefetched: CustomerDecisionReads? = nil) {
         self.connection = connection
         self.lender = lender
+        self.state = Mutex(State(prefetched: prefetched))
+    }
+
+    /// The customer's ledger as the lock's round trip read it, once; nil when it read another's
+    /// or it was handed out already.
+    func takeLedger(bundleID: String, customer: String) -> [LedgerIssuance]? {
+        state.withLock { state in
+            guard state.open, let reads = state.prefetched, reads.bundleID == bundleID, reads.customer == customer else { return nil }
+            let ledger = reads.ledger
+            state.prefetched?.ledger = nil
+            return ledger
+        }
+    }
+
+    /// A history version the lock's round trip read, once: `.some(nil)` when it found none in
+    /// that environment, nil when it did not read this one or handed it out already.
+    func takeHistoryVersion(bundleID: String, environment: String, transactionID: String) -> StoredAppleHistoryVersion?? {
+        state.withLock { state -> StoredAppleHistoryVersion?? in
+            guard state.open, let reads = state.prefetched, reads.bundleID == bundleID, let history = reads.history,
+                history.transactionID == transactionID, history.environments.contains(environment),
+                state.prefetched?.versionsHandedOut.insert(environment).inserted == true
+            else { return nil }
+            return .some(reads.versions[environment])
+        }
     }
 
     /// True when the caller may use the connection; it must then call `giveBack()`.
@@ -321,4 +385,20 @@ final class LockConnectionLoan: Sendable {
             return state.borrowers > 0
         }
     }
+}
+
+/// What a customer lock's round trip read (see ``CustomerDecisionLock``), for the reads of the
+/// body that holds the lock.
+///
+/// Rule: each answer goes to the body's first read of the same key (the lock's customer and
+/// bundle; a transaction ID and environment named in `history`) and to no other: a second read
+/// of it goes to the database, so a body that reads again after writing sees its write.
+struct CustomerDecisionReads: Sendable {
+    let bundleID: String
+    let customer: String
+    var ledger: [LedgerIssuance]?
+    let history: CustomerLockHistoryRead?
+    /// By environment; an environment of `history` missing here has no stored history.
+    let versions: [String: StoredAppleHistoryVersion]
+    var versionsHandedOut: Set<String> = []
 }

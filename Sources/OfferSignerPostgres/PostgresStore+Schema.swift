@@ -166,6 +166,9 @@ extension PostgresStore {
         // 11: the unplaced-redemption sweep's attempts and back-off (RedemptionPlacementSchedule),
         // SQLite's "v10-redemption-placement-attempts".
         RedemptionPlacementSchema.statements,
+        // 12: a decision under a customer's lock takes the lock and reads what it decides on in
+        // one round trip (`CustomerDecisionLock`, PostgresStore+Instances.swift).
+        [CustomerDecisionLock.createFunction],
     ]
 
     /// The longest an instance waits to open a store whose schema it must check or migrate.

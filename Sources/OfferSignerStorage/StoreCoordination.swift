@@ -34,6 +34,21 @@ public enum StoreLock: Sendable, Hashable {
     }
 }
 
+/// The stored-history versions a decision under a customer lock reads first: those of
+/// `transactionID` in each of `environments`, in the lock's bundle (what
+/// ``OfferSignerStore/appleHistoryVersion(bundleID:environment:transactionID:)`` answers). A store
+/// may read them in the round trip that takes the lock (PostgreSQL does); the body reads them as
+/// usual either way.
+public struct CustomerLockHistoryRead: Sendable, Hashable {
+    public var transactionID: String
+    public var environments: [String]
+
+    public init(transactionID: String, environments: [String]) {
+        self.transactionID = transactionID
+        self.environments = environments
+    }
+}
+
 /// What a store does so that several `serve` processes on one database behave as one service.
 ///
 /// Rules every implementation keeps: `withExclusiveLock` runs its body while no other process
@@ -48,6 +63,13 @@ public protocol StoreCoordination: Sendable {
     /// The SQLite store serves one process (several servers on one file are not supported), so
     /// its lock is a lock in this process.
     func withExclusiveLock<T: Sendable>(_ lock: StoreLock, timeout: Duration, _ body: () async throws -> T) async throws -> T
+
+    /// ``withExclusiveLock(_:timeout:_:)``, telling the store which stored-history versions the
+    /// body will read first (only for a customer lock; ignored otherwise). The store may read them
+    /// with the lock, in one round trip; the lock's rules are the same.
+    func withExclusiveLock<T: Sendable>(
+        _ lock: StoreLock, timeout: Duration, readingHistory: CustomerLockHistoryRead?, _ body: () async throws -> T
+    ) async throws -> T
 
     /// Succeeds when the store can be read and would accept writes now; throws `StoreError`
     /// (`unavailable`) otherwise: unreachable, or read-only (a PostgreSQL standby, or a primary
@@ -217,5 +239,14 @@ extension Duration {
     public var millisecondsText: String {
         let (seconds, attoseconds) = components
         return "\(seconds * 1000 + attoseconds / 1_000_000_000_000_000) ms"
+    }
+}
+
+extension StoreCoordination {
+    /// A store that reads nothing with its locks takes the lock alone.
+    public func withExclusiveLock<T: Sendable>(
+        _ lock: StoreLock, timeout: Duration, readingHistory: CustomerLockHistoryRead?, _ body: () async throws -> T
+    ) async throws -> T {
+        try await withExclusiveLock(lock, timeout: timeout, body)
     }
 }

@@ -88,6 +88,9 @@ struct MetricFamily: Sendable {
     static let notificationCatchUpAbandoned = MetricFamily(
         metricName: "offer_signer_notification_catch_up_abandoned", unit: "total", type: "counter",
         help: "Notifications that kept failing for over 24 hours and no longer hold the scheduled catch-up's watermark, by bundle and environment")
+    static let storedHistoryWithLock = MetricFamily(
+        metricName: "offer_signer_stored_history_with_lock", unit: "total", type: "counter",
+        help: "Signing decisions on a stored history decoded before, its version read with the customer lock: decided there (decided), or decided again before the lock because the history had moved (moved)")
     static let rateLimitBurst = MetricFamily(
         metricName: "offer_signer_rate_limit_burst", unit: "", type: "gauge",
         help: "Configured burst per key, enforced per instance: with N instances the effective burst is N times this")
@@ -98,6 +101,7 @@ struct MetricFamily: Sendable {
         notificationLastReceived, appleHistoriesStored, retentionRequests, retentionAnswers, retentionFallbacks, retentionDuration, rejections,
         auditCommitDuration, auditCommitEntries, auditCommitGroupSize, auditCommitFailures, checkpointRefusals, ready, connectionsTimedOut,
         registryRowsRejected, registryManifestRefusals, rateLimit, rateLimitBurst, notificationCatchUpAbandoned,
+        storedHistoryWithLock,
     ]
 
     /// Every family `GET /metrics` declares: `(name, type, help)`.

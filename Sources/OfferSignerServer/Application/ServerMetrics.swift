@@ -249,6 +249,12 @@ final class ServerMetrics: Sendable {
         counter(MetricFamily.retentionFallbacks, labels: [("reason", reason)]).increment()
     }
 
+    /// A signing decision on a stored history whose version was read with the customer lock:
+    /// `decided` under the lock, or `moved` (decided again before the lock).
+    func storedHistoryWithLock(_ outcome: String) {
+        counter(MetricFamily.storedHistoryWithLock, labels: [("outcome", outcome)]).increment()
+    }
+
     private func counter(_ family: MetricFamily, labels: [(String, String)]) -> Counter {
         handles.withLock { handles in Self.counter(family, labels: labels, registry: registry, in: &handles) }
     }

@@ -97,7 +97,9 @@ struct EligibilityService: Sendable {
             }
             guard let version, version.isComplete else { continue }
             if let decoded = decodedHistories.history(at: version) {
-                return StoredHistoryFreshness.isCurrent(decoded, updatedAt: version.updatedAt, now: now) ? decoded : nil
+                guard StoredHistoryFreshness.isCurrent(decoded, updatedAt: version.updatedAt, now: now) else { return nil }
+                decodedHistories.noteDecided(bundleID: app.bundleID, transactionID: transactionID)
+                return decoded
             }
             let stored = try await StoreDeadline.run("stored history read", timeout: storeTimeout) { [store] in
                 try await store.appleHistory(bundleID: app.bundleID, environment: environment.rawValue, transactionID: transactionID)
@@ -105,7 +107,9 @@ struct EligibilityService: Sendable {
             if let stored, stored.isComplete,
                 let history = await decodedHistories.remember(stored, trustedRoots: configuration.trustedRoots, chainCache: chainCache, now: now)
             {
-                return StoredHistoryFreshness.isCurrent(history, updatedAt: stored.updatedAt, now: now) ? history : nil
+                guard StoredHistoryFreshness.isCurrent(history, updatedAt: stored.updatedAt, now: now) else { return nil }
+                decodedHistories.noteDecided(bundleID: app.bundleID, transactionID: transactionID)
+                return history
             }
         }
         return nil

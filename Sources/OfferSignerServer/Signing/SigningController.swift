@@ -89,9 +89,18 @@ struct SigningController: Sendable {
 
         // Apple's word, asked before any customer lock: no lock and no store connection is held
         // while Apple answers (up to the API's time budget).
+        // Except a stored history decoded before, whose version is read with the customer's lock
+        // (one round trip on PostgreSQL, see `EligibilityService.historyReadWithLock`); not for an
+        // end user's JWS, whose transaction is proven theirs before the lock.
         var prefetched: PrefetchedAppleAnswer?
+        var historyWithLock: CustomerLockHistoryRead?
         if let eligibility, let offer, offer.productIDs.isEmpty || offer.productIDs.contains(signatureRequest.productID) {
-            prefetched = try await eligibility.askApple([offer], bundleID: bundleID, transactionID: signatureRequest.transactionID, ring: ring, now: Date())
+            if token != nil, !formats.contains(.introEligibility), !(principal.isUser && formats.contains(.jws)) {
+                historyWithLock = eligibility.historyReadWithLock(offer, bundleID: bundleID, transactionID: signatureRequest.transactionID)
+            }
+            if historyWithLock == nil {
+                prefetched = try await eligibility.askApple([offer], bundleID: bundleID, transactionID: signatureRequest.transactionID, ring: ring, now: Date())
+            }
         }
         if case .user(_, let bound) = principal, formats.contains(.jws) {
             try await UserSigningPolicy.checkTransactionOwned(
@@ -106,7 +115,7 @@ struct SigningController: Sendable {
         // promotional offer the request names: that offer's rules do not apply to it, and the
         // ledger does not count it (`LedgerIssuance.introEligibilityFormat`).
         if let eligibility, let offer, !formats.contains(.introEligibility) {
-            let decideAndIssue = {
+            let decideAndIssue = { (prefetched: PrefetchedAppleAnswer?) in
                 let (decision, subscription) = try await checkEligibility(
                     offer, request: signatureRequest, bundleID: bundleID, token: token, principal: principal,
                     eligibility: eligibility, prefetched: prefetched, ring: ring, context: context)
@@ -114,11 +123,29 @@ struct SigningController: Sendable {
                     signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context,
                     decision: decision, subscription: subscription)
             }
-            guard let token else { return try await decideAndIssue() }
+            guard let token else { return try await decideAndIssue(prefetched) }
             let customer = token.lowercasedString
+            let lock = StoreLock.customer(bundleID: bundleID, appAccountToken: customer)
             do {
+                if let historyWithLock, let transactionID = signatureRequest.transactionID {
+                    do {
+                        return try await customerLocks.withLock(CustomerSigningLocks.key(bundleID: bundleID, appAccountToken: customer), timeout: storeTimeout) {
+                            try await store.withExclusiveLock(lock, timeout: storeTimeout, readingHistory: historyWithLock) {
+                                guard let answer = try await eligibility.storedAnswerWithLock(offer, bundleID: bundleID, transactionID: transactionID, now: Date())
+                                else { throw StoredHistoryMovedUnderLock() }
+                                metrics.storedHistoryWithLock("decided")
+                                return try await decideAndIssue(answer)
+                            }
+                        }
+                    } catch is StoredHistoryMovedUnderLock {
+                        metrics.storedHistoryWithLock("moved")
+                        // Decided the usual way: Apple's word (stored or asked) before the lock.
+                        prefetched = try await eligibility.askApple([offer], bundleID: bundleID, transactionID: transactionID, ring: ring, now: Date())
+                    }
+                }
+                let answered = prefetched
                 return try await customerLocks.withLock(CustomerSigningLocks.key(bundleID: bundleID, appAccountToken: customer), timeout: storeTimeout) {
-                    try await store.withExclusiveLock(.customer(bundleID: bundleID, appAccountToken: customer), timeout: storeTimeout, decideAndIssue)
+                    try await store.withExclusiveLock(lock, timeout: storeTimeout) { try await decideAndIssue(answered) }
                 }
             } catch is CustomerSigningLocks.WaitTimedOut {
                 throw APIProblem.customerBusy

@@ -230,6 +230,46 @@ struct AppleReadingScenarioTests {
         }
     }
 
+    @Test(
+        "A stored history decided on before: the next signature reads its version with the customer lock (one round trip on PostgreSQL) and decides there; once a notification changed it, the signature is decided again before the lock, on the new history",
+        arguments: StoreBackend.testedCases)
+    func storedHistoryVersionReadWithTheLock(backend: StoreBackend) async throws {
+        let subscriber = Subscriber(original: "710000002", periods: Self.months(4, endingAt: now.addingTimeInterval(-90 * 86_400)))
+        try await withServer(backend) { client, secret, _ in
+            try await follow(subscriber, renewalInfo: subscriber.renewalInfo(autoRenew: false, expirationIntent: 1, at: now), last: ("EXPIRED", "VOLUNTARY"), client: client)
+            let request = #"{"productID":"pro.monthly","offerID":"wb_once_apple","appAccountToken":"\#(subscriber.token)","transactionID":"\#(subscriber.original)"}"#
+            func withLock() async throws -> String {
+                let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
+                return metrics.split(separator: "\n").filter { $0.hasPrefix("offer_signer_stored_history_with_lock_total{") }.joined(separator: "; ")
+            }
+            // The first decision reads and verifies the history before the lock, as before.
+            let first = try await client.postJSON("/v1/offers/signatures", request, bearer: secret)
+            #expect(first.status == .created, "\(first.text)")
+            #expect(try await withLock() == "")
+            // Decided on before: its version comes with the lock, and the decoded history decides.
+            for attempt in 1...2 {
+                let signed = try await client.postJSON("/v1/offers/signatures", request, bearer: secret)
+                #expect(signed.status == .created, "attempt \(attempt): \(signed.text)")
+            }
+            #expect(try await withLock() == #"offer_signer_stored_history_with_lock_total{outcome="decided"} 2"#)
+            // Apple records the redemption: the version read with the lock has moved, so the
+            // request is decided again before the lock, on the new history, which counts it.
+            var redeemed = subscriber
+            redeemed.periods.append((now.addingTimeInterval(-5), Self.utc.date(byAdding: .month, value: 1, to: now)!))
+            redeemed.extra[redeemed.periods.count - 1] = [
+                "offerType": 2, "offerIdentifier": "wb_once_apple", "offerDiscountType": "PAY_UP_FRONT", "price": 4990, "transactionReason": "PURCHASE",
+            ]
+            let answer = try await client.postJSON(
+                "/v1/apple/notifications",
+                try notification("SUBSCRIBED", subtype: "RESUBSCRIBE", transaction: redeemed.transaction(redeemed.periods.count - 1),
+                    renewalInfo: redeemed.renewalInfo(autoRenew: true, at: now)))
+            #expect(answer.status == .ok, "\(answer.text)")
+            expectProblem(try await client.postJSON("/v1/offers/signatures", request, bearer: secret), .forbidden, "not_eligible")
+            let counts = try await withLock()
+            #expect(counts.contains(#"{outcome="decided"} 2"#) && counts.contains(#"{outcome="moved"} 1"#), "\(counts)")
+        }
+    }
+
     @Test("The ledger's Retention Messaging client is the one RetentionController records")
     func retentionClientIsThePageViewClient() {
         #expect(RetentionController.client == LedgerIssuance.pageViewClient)

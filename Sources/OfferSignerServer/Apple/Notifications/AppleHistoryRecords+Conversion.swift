@@ -267,6 +267,9 @@ final class DecodedHistoryCache: Sendable {
     }
 
     private let entries = Mutex<[AppleSubscriptionKey: Entry]>([:])
+    /// Bundle and transaction IDs a current history was found for (at most `capacity`), a hint
+    /// only: see `EligibilityService.historyReadWithLock`.
+    private let decidedTransactions = Mutex<Set<String>>([])
     private let verified: AppleVerifiedItemCache
     private let refusals = Mutex(0)
     private let capacity: Int
@@ -285,6 +288,21 @@ final class DecodedHistoryCache: Sendable {
             guard let entry = entries[version.subscription], entry.updatedAt == version.updatedAt else { return nil }
             return entry.history
         }
+    }
+
+    /// A current history of `transactionID` was decided on.
+    func noteDecided(bundleID: String, transactionID: String) {
+        let key = bundleID + "\n" + transactionID
+        decidedTransactions.withLock { decided in
+            if decided.count >= capacity, !decided.contains(key) { decided.removeAll(keepingCapacity: true) }
+            decided.insert(key)
+        }
+    }
+
+    /// Whether a current history of `transactionID` was decided on before (it may have moved since).
+    func decidedBefore(bundleID: String, transactionID: String) -> Bool {
+        let key = bundleID + "\n" + transactionID
+        return decidedTransactions.withLock { $0.contains(key) }
     }
 
     /// Verifies a history read whole (nil when an item's JWS does not verify or does not match
