@@ -51,7 +51,12 @@ struct TimedAdvisorySessionLock: PostgresPreparedStatement {
 /// with its values (`EXECUTE … USING`), as the unnamed statement it replaces was: a cached
 /// generic plan made on a small table stays a sequential scan (Docs/Performance.md). Each
 /// environment's version is read by the very query `HistoryVersionLookup` prepares (its cached
-/// plan leads with the transaction's primary key, see `PostgresStoreTests`).
+/// plan leads with the transaction's primary key, see `PostgresStoreTests`). The per-query
+/// snapshots hold only under READ COMMITTED (under REPEATABLE READ or SERIALIZABLE every query
+/// would see the snapshot taken before the wait): every connection asks for it at start-up
+/// (`default_transaction_isolation`), and the function refuses to run under any other level
+/// (SQLSTATE 0A000) rather than decide on a ledger that misses the previous holder's signature,
+/// say behind a pooler that dropped the start-up parameter.
 struct CustomerDecisionLock: PostgresPreparedStatement {
     static let name = "offer_signer_customer_decision_v1"
     static let sql = """
@@ -76,6 +81,10 @@ struct CustomerDecisionLock: PostgresPreparedStatement {
             previous_lock_timeout text := current_setting('lock_timeout');
             history_environment_name text;
         BEGIN
+            IF current_setting('transaction_isolation') <> 'read committed' THEN
+                RAISE EXCEPTION 'offer_signer_customer_decision needs READ COMMITTED, this session runs %',
+                    current_setting('transaction_isolation') USING ERRCODE = '0A000';
+            END IF;
             PERFORM set_config('lock_timeout', lock_wait, true);
             PERFORM pg_advisory_lock(lock_class, lock_key);
             PERFORM set_config('lock_timeout', previous_lock_timeout, true);
@@ -99,6 +108,10 @@ struct CustomerDecisionLock: PostgresPreparedStatement {
         END
         $$
         """
+
+    /// The parameters' types, declared so that the statement binds to this function's exact
+    /// signature, never to an overload a database role that may create functions added.
+    static let bindingDataTypes: [PostgresDataType] = [.int4, .int4, .text, .text, .text, .text, .text, .textArray, .text]
 
     /// What to read with the lock: the ledger of the lock's customer, and `history`'s versions.
     struct Reads: Sendable {

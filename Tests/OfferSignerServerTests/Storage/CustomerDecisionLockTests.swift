@@ -13,6 +13,31 @@ struct CustomerDecisionLockTests {
     static let token = "6b29fc40-ca47-1067-b31d-00dd010662da"
 
     @Test(
+        "Under REPEATABLE READ the function refuses to run (its reads would miss the previous holder's commit); the store's own connections ask for READ COMMITTED and decide",
+        .enabled(if: TestPostgres.isEnabled, "no PostgreSQL"))
+    func refusesAnotherIsolationLevel() async throws {
+        try await StoreFixture.with(.postgres) { fixture in
+            let name = fixture.database!.name
+            // The database's default, as a pooler that dropped the start-up parameter would leave it.
+            try await fixture.execute("ALTER DATABASE \"\(name)\" SET default_transaction_isolation = 'repeatable read'")
+            let call = "SELECT count(*) FROM offer_signer_customer_decision(1, 2, '1000', 'b', 'c', 'p', 'f', ARRAY[]::text[], NULL)"
+            await #expect {
+                try await TestPostgres.execute(call, database: name)
+            } throws: { error in
+                String(describing: error).contains("needs READ COMMITTED") && String(describing: error).contains("repeatable read")
+            }
+            // A new instance's connections (the start-up parameter) still take the lock and read.
+            let another = try await fixture.openAnother()
+            let lock = StoreLock.customer(bundleID: Self.bundleID, appAccountToken: Self.token)
+            let ledger = try await another.withExclusiveLock(lock, timeout: .seconds(10), readingHistory: nil) {
+                try await another.ledgerIssuances(appAccountToken: Self.token, bundleID: Self.bundleID)
+            }
+            #expect(ledger.isEmpty)
+            await another.close()
+        }
+    }
+
+    @Test(
         "The body's first ledger and history-version reads are answered from the lock's own round trip (what was committed when the lock was granted); later reads go to the database",
         .enabled(if: TestPostgres.isEnabled, "no PostgreSQL"))
     func readsComeWithTheLock() async throws {
