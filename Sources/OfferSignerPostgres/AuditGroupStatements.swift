@@ -16,13 +16,15 @@ enum AuditGroupColumns {
         return "unnest(\(p[0])::int8[], \(p[1])::int8[], \(p[2])::text[], \(p[3])::text[], \(p[4])::text[], \(p[5])::text[])"
     }
 
-    /// `unnest` of the twelve ledger columns, `issued_signatures (nonce, audit_seq, issued_at,
+    /// `unnest` of the thirteen ledger columns, `issued_signatures (nonce, audit_seq, issued_at,
     /// client, bundle_id, product_id, offer_id, app_account_token, key_id, format,
-    /// original_transaction_id, environment)`, from the parameters starting at `first`.
+    /// original_transaction_id, environment, environment_declared)`, from the parameters starting
+    /// at `first`.
     static func ledgerRows(from first: Int) -> String {
-        let p = (first..<first + 12).map { "$\($0)" }
+        let p = (first..<first + 13).map { "$\($0)" }
         return "unnest(\(p[0])::text[], \(p[1])::int8[], \(p[2])::int8[], \(p[3])::text[], \(p[4])::text[], "
-            + "\(p[5])::text[], \(p[6])::text[], \(p[7])::text[], \(p[8])::text[], \(p[9])::text[], \(p[10])::text[], \(p[11])::text[])"
+            + "\(p[5])::text[], \(p[6])::text[], \(p[7])::text[], \(p[8])::text[], \(p[9])::text[], \(p[10])::text[], \(p[11])::text[], "
+            + "\(p[12])::int8[])"
     }
 
     /// The roll-up's UPSERT (see ``IssuanceRollUp``): `unnest` of six arrays (day, bundle, offer,
@@ -38,9 +40,10 @@ enum AuditGroupColumns {
 
     static let auditColumns = "audit_log (seq, recorded_at, kind, body, previous_hash, hash)"
     static let ledgerColumns =
-        "issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, original_transaction_id, environment)"
+        "issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, original_transaction_id, "
+        + "environment, environment_declared)"
 
-    /// Appends the group's 24 column arrays (six audit, twelve ledger, six roll-up) to `binds`.
+    /// Appends the group's 25 column arrays (six audit, thirteen ledger, six roll-up) to `binds`.
     static func append(records: [AuditRecord], signatures: [(IssuedSignature, Int64)], to binds: inout PostgresBindings) {
         binds.append(records.map(\.sequence))
         binds.append(records.map(\.recordedAt.unixMilliseconds))
@@ -60,6 +63,7 @@ enum AuditGroupColumns {
         binds.append(signatures.map(\.0.format))
         binds.append(NullableTextArray(signatures.map(\.0.originalTransactionID)))
         binds.append(NullableTextArray(signatures.map(\.0.environment)))
+        binds.append(signatures.map { Int64($0.0.environmentIsDeclared ? 1 : 0) })
         // The roll-up: the group aggregated here, one row per day, app, offer and client.
         let days = IssuanceRollUp.aggregate(signatures.lazy.map(\.0))
         binds.append(days.map(\.day.day))
@@ -76,14 +80,14 @@ enum AuditGroupColumns {
 /// writer had moved it, and then nothing was written). See
 /// `PostgresStore.appendAuditOnKnownHead`.
 struct GroupOnKnownHead: PostgresPreparedStatement {
-    static let name = "offer_signer_audit_group_on_known_head_v3"
+    static let name = "offer_signer_audit_group_on_known_head_v4"
     static let sql = """
         WITH head AS (UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1 AND seq = $3 AND hash = $4 RETURNING seq), \
         audit AS (INSERT INTO \(AuditGroupColumns.auditColumns) SELECT * FROM \(AuditGroupColumns.auditRows(from: 5)) \
         WHERE EXISTS (SELECT 1 FROM head)), \
         ledger AS (INSERT INTO \(AuditGroupColumns.ledgerColumns) SELECT * FROM \(AuditGroupColumns.ledgerRows(from: 11)) \
         WHERE EXISTS (SELECT 1 FROM head)), \
-        days AS (\(AuditGroupColumns.rollUp(from: 23, condition: "EXISTS (SELECT 1 FROM head)"))) \
+        days AS (\(AuditGroupColumns.rollUp(from: 24, condition: "EXISTS (SELECT 1 FROM head)"))) \
         SELECT count(*) FROM head
         """
     typealias Row = Int64
@@ -91,7 +95,7 @@ struct GroupOnKnownHead: PostgresPreparedStatement {
     let bindings: PostgresBindings
 
     init(records: [AuditRecord], signatures: [(IssuedSignature, Int64)], head: (sequence: Int64, hash: String), expected: (Int64, String)) {
-        var binds = PostgresBindings(capacity: 28)
+        var binds = PostgresBindings(capacity: 29)
         binds.append(head.sequence)
         binds.append(head.hash)
         binds.append(expected.0)
@@ -107,11 +111,11 @@ struct GroupOnKnownHead: PostgresPreparedStatement {
 /// Inserts the group and moves the head to its last record, inside a transaction that holds the
 /// head's row lock. See `PostgresStore.appendAudit(_:_:_:at:)`.
 struct GroupOnLockedHead: PostgresPreparedStatement {
-    static let name = "offer_signer_audit_group_on_locked_head_v3"
+    static let name = "offer_signer_audit_group_on_locked_head_v4"
     static let sql = """
         WITH audit AS (INSERT INTO \(AuditGroupColumns.auditColumns) SELECT * FROM \(AuditGroupColumns.auditRows(from: 3))), \
         ledger AS (INSERT INTO \(AuditGroupColumns.ledgerColumns) SELECT * FROM \(AuditGroupColumns.ledgerRows(from: 9))), \
-        days AS (\(AuditGroupColumns.rollUp(from: 21, condition: "true"))) \
+        days AS (\(AuditGroupColumns.rollUp(from: 22, condition: "true"))) \
         UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1
         """
     typealias Row = ()
@@ -119,7 +123,7 @@ struct GroupOnLockedHead: PostgresPreparedStatement {
     let bindings: PostgresBindings
 
     init(records: [AuditRecord], signatures: [(IssuedSignature, Int64)], head: (sequence: Int64, hash: String)) {
-        var binds = PostgresBindings(capacity: 26)
+        var binds = PostgresBindings(capacity: 27)
         binds.append(head.sequence)
         binds.append(head.hash)
         AuditGroupColumns.append(records: records, signatures: signatures, to: &binds)

@@ -173,13 +173,18 @@ extension PostgresStore {
             WHERE s.bundle_id = \(candidate.bundleID) AND s.offer_id = \(candidate.offerID) AND s.product_id = \(candidate.productID)
               AND s.issued_at BETWEEN \(from) AND \(until)
               AND (s.app_account_token = \(customer) OR s.original_transaction_id = \(candidate.originalTransactionID))
-              AND (s.environment IS NULL OR s.environment = \(candidate.environment))
+              AND (s.environment IS NULL OR s.environment = \(candidate.environment) OR s.environment_declared = 1)
               AND NOT EXISTS (
                 SELECT 1 FROM offer_redemptions r JOIN issued_signatures m
                   ON m.bundle_id = r.bundle_id AND m.offer_id = r.offer_id AND m.issued_at = r.signature_issued_at AND m.audit_seq = r.issuance_seq
                 WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id AND r.signature_issued_at = s.issued_at
-                  AND m.client = s.client AND m.product_id = s.product_id AND COALESCE(m.app_account_token, '') = COALESCE(s.app_account_token, ''))
-            ORDER BY s.issued_at DESC, s.audit_seq DESC LIMIT 1
+                  AND m.client = s.client AND m.product_id = s.product_id AND COALESCE(m.app_account_token, '') = COALESCE(s.app_account_token, '')
+                  AND COALESCE(m.original_transaction_id, '') = COALESCE(s.original_transaction_id, '')
+                  AND COALESCE(m.environment, '') = COALESCE(s.environment, ''))
+            ORDER BY CASE WHEN s.app_account_token = \(customer) THEN 0 ELSE 1 END,
+              CASE WHEN s.environment = \(candidate.environment) THEN 0 WHEN s.environment IS NULL THEN 1 ELSE 2 END,
+              s.issued_at DESC, s.audit_seq DESC
+            LIMIT 1
             """, logger: logger
         ).collect().first
         return try row?.decode((Int64, Int64).self)

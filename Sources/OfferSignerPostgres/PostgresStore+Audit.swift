@@ -8,9 +8,9 @@ import Synchronization
 
 /// The audit chain, the ledger and signed checkpoints.
 extension PostgresStore {
-    /// At most this many ledger rows go into one INSERT (10 parameters each, PostgreSQL allows
+    /// At most this many ledger rows go into one INSERT (13 parameters each, PostgreSQL allows
     /// 65,535 per statement).
-    static let ledgerRowsPerStatement = 6000
+    static let ledgerRowsPerStatement = 5000
     /// At most this many audit rows go into one INSERT (6 parameters each).
     static let auditRowsPerStatement = 10000
     /// Records read per query while walking the chain.
@@ -90,9 +90,10 @@ extension PostgresStore {
         return "(" + (1...6).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
     }
 
-    /// Appends one ledger row's ten values to `binds` and returns its placeholders, `($n, …)`, in
-    /// the column order of `issued_signatures (nonce, audit_seq, issued_at, client, bundle_id,
-    /// product_id, offer_id, app_account_token, key_id, format)`.
+    /// Appends one ledger row's thirteen values to `binds` and returns its placeholders, `($n, …)`,
+    /// in the column order of `issued_signatures (nonce, audit_seq, issued_at, client, bundle_id,
+    /// product_id, offer_id, app_account_token, key_id, format, original_transaction_id,
+    /// environment, environment_declared)`.
     static func ledgerRow(_ signature: IssuedSignature, _ sequence: Int64, into binds: inout PostgresBindings) -> String {
         let base = binds.count
         binds.append(signature.nonce)
@@ -107,7 +108,8 @@ extension PostgresStore {
         binds.append(signature.format)
         binds.append(signature.originalTransactionID)
         binds.append(signature.environment)
-        return "(" + (1...12).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
+        binds.append(Int64(signature.environmentIsDeclared ? 1 : 0))
+        return "(" + (1...13).map { "$\(base + $0)" }.joined(separator: ", ") + ")"
     }
 
     /// Multi-row INSERTs of audit records, as they are (sequence and hashes included).
@@ -131,8 +133,8 @@ extension PostgresStore {
         var start = 0
         while start < rows.count {
             let chunk = rows[start..<min(rows.count, start + ledgerRowsPerStatement)]
-            var sql = "INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, original_transaction_id, environment) VALUES "
-            var binds = PostgresBindings(capacity: chunk.count * 12)
+            var sql = "INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, original_transaction_id, environment, environment_declared) VALUES "
+            var binds = PostgresBindings(capacity: chunk.count * 13)
             for (offset, (signature, sequence)) in chunk.enumerated() {
                 if offset > 0 { sql += ", " }
                 sql += ledgerRow(signature, sequence, into: &binds)
@@ -360,14 +362,16 @@ extension PostgresStore {
     }
 
     static let ledgerColumns =
-        "nonce, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, audit_seq, original_transaction_id, environment"
+        "nonce, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format, audit_seq, original_transaction_id, environment, "
+        + "environment_declared"
 
     static func ledgerRecord(from row: PostgresRow) throws -> IssuedSignatureRecord {
-        let columns = try row.decode((String, Int64, String, String, String, String, String?, String, String, Int64, String?, String?).self)
+        let columns = try row.decode((String, Int64, String, String, String, String, String?, String, String, Int64, String?, String?, Int64).self)
         return IssuedSignatureRecord(
             signature: IssuedSignature(
                 nonce: columns.0, issuedAt: date(columns.1), client: columns.2, bundleID: columns.3, productID: columns.4, offerID: columns.5,
-                appAccountToken: columns.6, keyID: columns.7, format: columns.8, originalTransactionID: columns.10, environment: columns.11),
+                appAccountToken: columns.6, keyID: columns.7, format: columns.8, originalTransactionID: columns.10, environment: columns.11,
+                environmentIsDeclared: columns.12 != 0),
             auditSequence: columns.9)
     }
 

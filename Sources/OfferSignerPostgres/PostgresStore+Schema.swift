@@ -164,8 +164,9 @@ extension PostgresStore {
         // whole ledger once, at the upgrade.
         IssuanceRollUp.statements,
         // 11: the unplaced-redemption sweep's attempts and back-off (RedemptionPlacementSchedule),
+        // and whether an issuance's environment was only declared (IssuanceEnvironmentSchema),
         // SQLite's "v10-redemption-placement-attempts".
-        RedemptionPlacementSchema.statements,
+        RedemptionPlacementSchema.statements + IssuanceEnvironmentSchema.statements,
         // 12: a decision under a customer's lock takes the lock and reads what it decides on in
         // one round trip (`CustomerDecisionLock`, PostgresStore+Instances.swift).
         [CustomerDecisionLock.createFunction],

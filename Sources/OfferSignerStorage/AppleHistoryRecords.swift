@@ -123,11 +123,17 @@ public struct RedemptionCandidate: Sendable, Equatable {
 /// per format, count once) of the same bundle, product, offer and customer — the same
 /// ``RedemptionCandidate/matchingCustomerKey`` (the appAccountToken, or, without one, the key a
 /// Retention Messaging signature was issued under) or the same `originalTransactionId` recorded
-/// on the issuance — in the same environment when the issuance names one (a Sandbox redemption
-/// never uses up a Production issuance; one of unknown environment matches either), issued at or
-/// after the candidate's ``RedemptionCandidate/signatureWindowStart`` (normally
-/// ``RedemptionMatching/signatureLifetime`` before the purchase) and at most
-/// ``RedemptionMatching/clockSkew`` after the purchase, that no other redemption was matched to.
+/// on the issuance — in the same environment when the issuance's environment was proved by Apple's
+/// signature (a Sandbox redemption never uses up a Production issuance; one of unknown
+/// environment, or of one the signing request only declared, matches either: see
+/// ``IssuanceEnvironmentSchema``), issued at or after the candidate's
+/// ``RedemptionCandidate/signatureWindowStart`` (normally ``RedemptionMatching/signatureLifetime``
+/// before the purchase) and at most ``RedemptionMatching/clockSkew`` after the purchase, that no
+/// other redemption was matched to. Among several, one carrying the candidate's customer key comes
+/// first, then one of the candidate's environment (then of none, then declared another), then the
+/// latest. An issuance is used up when a redemption was matched to one of the same request: the
+/// same client, product, offer, millisecond, customer key, `originalTransactionId` and environment
+/// (so two requests of different customers in one millisecond never use each other up).
 /// A transaction is recorded once, however often Apple states it; one that only continues a
 /// redemption (``RedemptionCandidate/continuesRedemption``) is not recorded unless it matches.
 ///

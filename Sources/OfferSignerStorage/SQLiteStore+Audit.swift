@@ -25,8 +25,8 @@ extension SQLiteStore {
         let insertAudit = try db.cachedStatement(sql: "INSERT INTO audit_log (seq, recorded_at, kind, body, previous_hash, hash) VALUES (?, ?, ?, ?, ?, ?)")
         let insertSignature = try db.cachedStatement(sql: """
             INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format,
-                original_transaction_id, environment)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                original_transaction_id, environment, environment_declared)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """)
         for append in batch {
             sequence += 1
@@ -53,6 +53,7 @@ extension SQLiteStore {
                 row.bind(signature.format)
                 row.bind(signature.originalTransactionID)
                 row.bind(signature.environment)
+                row.bind(Int64(signature.environmentIsDeclared ? 1 : 0))
                 do {
                     try row.run(db)
                 } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
@@ -164,7 +165,8 @@ extension SQLiteStore {
                         appAccountToken: try row.column("app_account_token", "issued_signatures"),
                         keyID: try row.column("key_id", "issued_signatures"), format: try row.column("format", "issued_signatures"),
                         originalTransactionID: try row.column("original_transaction_id", "issued_signatures"),
-                        environment: try row.column("environment", "issued_signatures")),
+                        environment: try row.column("environment", "issued_signatures"),
+                        environmentIsDeclared: (try row.column("environment_declared", "issued_signatures") as Int64) != 0),
                     auditSequence: try row.column("audit_seq", "issued_signatures"))
             }
         }

@@ -49,7 +49,8 @@ extension SQLiteStore {
                         productID: try row.column("product_id", table), offerID: try row.column("offer_id", table),
                         appAccountToken: try row.column("app_account_token", table), keyID: try row.column("key_id", table),
                         format: try row.column("format", table), originalTransactionID: try row.column("original_transaction_id", table),
-                        environment: try row.column("environment", table)),
+                        environment: try row.column("environment", table),
+                        environmentIsDeclared: (try row.column("environment_declared", table) as Int64) != 0),
                     auditSequence: try row.column("audit_seq", table))
             }
         }
@@ -119,8 +120,8 @@ extension SQLiteStore {
             if !batch.ledger.isEmpty {
                 let insert = try db.cachedStatement(sql: """
                     INSERT INTO issued_signatures (nonce, audit_seq, issued_at, client, bundle_id, product_id, offer_id, app_account_token, key_id, format,
-                        original_transaction_id, environment)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        original_transaction_id, environment, environment_declared)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """)
                 for row in batch.ledger {
                     let signature = row.signature
@@ -128,7 +129,7 @@ extension SQLiteStore {
                         try insert.execute(arguments: [
                             signature.nonce, row.auditSequence, signature.issuedAt.unixMilliseconds, signature.client, signature.bundleID,
                             signature.productID, signature.offerID, signature.appAccountToken, signature.keyID, signature.format,
-                            signature.originalTransactionID, signature.environment,
+                            signature.originalTransactionID, signature.environment, signature.environmentIsDeclared ? 1 : 0,
                         ])
                     } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
                         throw StoreError(.duplicate, "nonce \(signature.nonce) is in the store already")

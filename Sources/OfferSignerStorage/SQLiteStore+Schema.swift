@@ -105,9 +105,10 @@ extension SQLiteStore {
         migrator.registerMigration("v9-issuance-days") { db in
             for statement in IssuanceRollUp.statements { try db.execute(sql: statement) }
         }
-        // The unplaced-redemption sweep's attempts and back-off (RedemptionPlacementSchedule).
+        // The unplaced-redemption sweep's attempts and back-off (RedemptionPlacementSchedule), and
+        // whether an issuance's environment was only declared (IssuanceEnvironmentSchema).
         migrator.registerMigration("v10-redemption-placement-attempts") { db in
-            for statement in RedemptionPlacementSchema.statements { try db.execute(sql: statement) }
+            for statement in RedemptionPlacementSchema.statements + IssuanceEnvironmentSchema.statements { try db.execute(sql: statement) }
         }
         return migrator
     }

@@ -109,10 +109,17 @@ public struct IssuedSignature: Sendable, Equatable {
     /// to Apple's Retention Messaging request, the subscription Apple named. A ledger column
     /// (redemptions match on it, see `OfferRedemption`) and in the audit record.
     public var originalTransactionID: String?
-    /// The App Store environment of the customer's purchases (`Production`, `Sandbox`) when known
-    /// (a Retention Messaging request states it): a redemption in another environment never uses
-    /// this issuance up. A ledger column and in the audit record; nil when unknown.
+    /// The App Store environment of the customer's purchases (`Production`, `Sandbox`, `Xcode`,
+    /// `LocalTesting`) when known: proved by Apple's signature (a Retention Messaging request,
+    /// Apple's history, the app's verified evidence), or declared by the signing request (see
+    /// ``environmentIsDeclared``). A ledger column and in the audit record; nil when unknown.
     public var environment: String?
+    /// Whether ``environment`` is only the signing request's declaration (not verified). A proved
+    /// environment is strict: a redemption in another environment never uses the issuance up. A
+    /// declared one never keeps a redemption from matching; it only orders the candidates (see
+    /// `OfferRedemption`). A ledger column (`environment_declared`, see
+    /// ``IssuanceEnvironmentSchema``) and, when true, in the audit record.
+    public var environmentIsDeclared: Bool
     /// For a signature answered to Apple's Retention Messaging request: the request (audit only).
     public var retentionRequestIdentifier: String?
     /// For an introductory-offer eligibility signature (format `introEligibility`): the
@@ -123,9 +130,10 @@ public struct IssuedSignature: Sendable, Equatable {
     public init(
         nonce: String, issuedAt: Date, client: String, bundleID: String, productID: String, offerID: String, appAccountToken: String?, keyID: String, format: String,
         originalTransactionID: String? = nil, retentionRequestIdentifier: String? = nil, transactionID: String? = nil, allowIntroductoryOffer: Bool? = nil,
-        environment: String? = nil
+        environment: String? = nil, environmentIsDeclared: Bool = false
     ) {
         self.environment = environment
+        self.environmentIsDeclared = environmentIsDeclared
         self.transactionID = transactionID
         self.allowIntroductoryOffer = allowIntroductoryOffer
         self.originalTransactionID = originalTransactionID
@@ -157,6 +165,7 @@ public struct IssuedSignature: Sendable, Equatable {
         writer.field("format", format)
         if let originalTransactionID { writer.field("originalTransactionID", originalTransactionID) }
         if let environment { writer.field("environment", environment) }
+        if environmentIsDeclared { writer.field("environmentDeclared", true) }
         if let retentionRequestIdentifier { writer.field("retentionRequestIdentifier", retentionRequestIdentifier) }
         if let transactionID { writer.field("transactionID", transactionID) }
         if let allowIntroductoryOffer { writer.field("allowIntroductoryOffer", allowIntroductoryOffer) }

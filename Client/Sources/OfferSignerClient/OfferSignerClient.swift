@@ -124,8 +124,9 @@ public struct OfferSignerClient: Sendable {
     ///   - environment: The App Store environment the customer buys in, as Apple spells it
     ///     (`Production`, `Sandbox`, `Xcode`, `LocalTesting`): StoreKit's
     ///     `AppTransaction.shared`'s `environment.rawValue`. Your declaration, not verified: the
-    ///     service keeps it on the issuance so a redemption in another environment (a Sandbox
-    ///     tester's) does not use it up. Any other value is refused (`400 unknown_environment`).
+    ///     service keeps it on the issuance marked declared, where it only orders the issuances a
+    ///     redemption may match (its own environment first). Any other value is refused
+    ///     (`400 unknown_environment`).
     /// - Returns: The signed offer; use it once, before `expiresAt`.
     /// - Throws: ``OfferSignerClientError`` (e.g. `.notEligible(_:)` with the service's whole
     ///   answer; `.invalidArgument(_:)` for `formats: []`, which is never sent), or `CancellationError`.

@@ -175,29 +175,48 @@ struct HistorySourceResolver: Sendable {
     /// or nil when it shows none or is ambiguous.
     ///
     /// Rule: only verified transactions of the offer's subscription group count (a redemption's
-    /// `originalTransactionId` is its group's), and none that carries another appAccountToken than
-    /// the request's. The one the request's `transactionID` names (as its `transactionId` or
-    /// `originalTransactionId`) decides; without it, the group's transactions must all name one
-    /// subscription in one environment. Apple is silent on several subscriptions in one group for
-    /// one customer; this service then records none rather than guess.
+    /// `originalTransactionId` is its group's), a subscription being its `originalTransactionId`
+    /// in one environment. When the request carries an appAccountToken, a subscription counts only
+    /// when at least one of its transactions in the group carries that token and none carries
+    /// another: one whose transactions carry no token could be anyone's, and an issuance that
+    /// recorded it could be used up by another account's redemption of it. The subscription the
+    /// request's `transactionID` names (as a `transactionId` or `originalTransactionId` in the
+    /// group) decides, and none when it does not count; without such a name, the counted
+    /// subscriptions must be one. Apple is silent on several subscriptions in one group for one
+    /// customer; this service then records none rather than guess.
     static func subscription(
         in evidence: EligibilityEvidence, offer: OfferDefinition, transactionID: String?, appAccountToken: UUID?
     ) -> (originalTransactionID: String, environment: String)? {
+        struct Subscription: Hashable {
+            var originalTransactionID: String
+            var environment: AppleEnvironment
+        }
+        let inGroup = evidence.transactions.filter { $0.subscriptionGroupID == offer.subscriptionGroupID }
+        // Per subscription: whether a transaction carries the request's token, and whether one carries another.
+        var tokens: [Subscription: (customers: Bool, others: Bool)] = [:]
         let customer = appAccountToken?.lowercasedString
-        let inGroup = evidence.transactions.filter { transaction in
-            guard transaction.subscriptionGroupID == offer.subscriptionGroupID else { return false }
-            guard let customer, let token = transaction.appAccountToken, !token.isEmpty else { return true }
-            return token.lowercased() == customer
+        for transaction in inGroup {
+            let key = Subscription(originalTransactionID: transaction.originalTransactionID, environment: transaction.environment)
+            var seen = tokens[key] ?? (false, false)
+            if let customer, let token = transaction.appAccountToken, !token.isEmpty {
+                if token.lowercased() == customer { seen.customers = true } else { seen.others = true }
+            }
+            tokens[key] = seen
+        }
+        let counts = { (subscription: Subscription) -> Bool in
+            guard customer != nil else { return true }
+            guard let seen = tokens[subscription] else { return false }
+            return seen.customers && !seen.others
         }
         if let transactionID,
             let named = inGroup.first(where: { $0.transactionID == transactionID || $0.originalTransactionID == transactionID })
         {
-            return (named.originalTransactionID, named.environment.rawValue)
+            let subscription = Subscription(originalTransactionID: named.originalTransactionID, environment: named.environment)
+            return counts(subscription) ? (subscription.originalTransactionID, subscription.environment.rawValue) : nil
         }
-        guard let first = inGroup.first,
-            inGroup.allSatisfy({ $0.originalTransactionID == first.originalTransactionID && $0.environment == first.environment })
-        else { return nil }
-        return (first.originalTransactionID, first.environment.rawValue)
+        let counted = tokens.keys.filter(counts)
+        guard counted.count == 1, let only = counted.first else { return nil }
+        return (only.originalTransactionID, only.environment.rawValue)
     }
 
     private func decideOnApple(

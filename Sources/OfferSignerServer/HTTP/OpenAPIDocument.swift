@@ -399,9 +399,10 @@ public enum OpenAPIDocument {
               enum: [Production, Sandbox, Xcode, LocalTesting]
               description: |
                 The App Store environment the client declares its customer is in (StoreKit's AppTransaction.environment),
-                as Apple spells it (400 unknown_environment otherwise). Not verified: stored on the issuance as declared so
-                a redemption in another environment does not use it up; an environment proven by Apple-signed history or
-                evidence takes its place.
+                as Apple spells it (400 unknown_environment otherwise). Not verified: stored on the issuance marked declared,
+                where it only orders the issuances a redemption may match (its own environment first) and never keeps a
+                redemption from matching; an environment proven by Apple-signed history or evidence takes its place, and
+                is strict.
             transactionID:
               description: |
                 Any transaction ID of the customer (e.g. Transaction.originalID): put in the JWS (optional, recommended

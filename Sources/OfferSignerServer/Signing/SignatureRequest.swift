@@ -20,8 +20,10 @@ struct SignatureRequest: Decodable, Equatable, Sendable {
     /// https://developer.apple.com/documentation/appstoreserverapi/environment and Apple's Python
     /// library `appstoreserverlibrary/models/Environment.py`; the app reads StoreKit's
     /// `AppTransaction.environment`).
-    /// Not verified: stored on the issuance as declared, so a redemption in another environment
-    /// does not use it up; an environment proved by Apple-signed history or evidence takes its place.
+    /// Not verified: stored on the issuance marked declared (Apple's spelling), where it only
+    /// orders the issuances a redemption may match (the same environment first) and never keeps
+    /// one from matching (see `IssuanceEnvironmentSchema`); an environment proved by Apple-signed
+    /// history or evidence takes its place, and is strict.
     var environment: String?
 
     static let members: Set<String> = [

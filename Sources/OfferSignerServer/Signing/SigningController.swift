@@ -26,7 +26,8 @@ import OfferSignerStorage
 /// `storeTimeout`, the answer is 503 and no signature leaves. Each issuance keeps the customer's
 /// subscription and environment as Apple's history or the app's verified evidence proved them
 /// (see `EligibilityOutcome.subscription`), else the `environment` the request declares (Apple's
-/// spelling, 400 `unknown_environment` otherwise; kept as declared, not verified).
+/// spelling, 400 `unknown_environment` otherwise), marked declared: not verified, it never keeps a
+/// redemption from matching (see `IssuanceEnvironmentSchema`).
 struct SigningController: Sendable {
     let keyRing: KeyRingHolder
     let committer: AuditCommitter
@@ -46,20 +47,19 @@ struct SigningController: Sendable {
         let ring = keyRing.ring
         let principal = try await authenticator.authenticate(request, ring: ring)
         let body = try await RequestBodyReader.json(request, limit: maximumBodyBytes)
-        let signatureRequest = try SignatureRequestPlainReader.read(body) ?? RequestDecoding.decode(SignatureRequest.self, from: body)
+        var decoded = try SignatureRequestPlainReader.read(body) ?? RequestDecoding.decode(SignatureRequest.self, from: body)
 
         // Fields.
         do {
-            try OfferFieldValidator.validateIdentifier(signatureRequest.productID, field: "productID")
-            try OfferFieldValidator.validateIdentifier(signatureRequest.offerID, field: "offerID")
-            if let transactionID = signatureRequest.transactionID { try OfferFieldValidator.validateIdentifier(transactionID, field: "transactionID") }
+            try OfferFieldValidator.validateIdentifier(decoded.productID, field: "productID")
+            try OfferFieldValidator.validateIdentifier(decoded.offerID, field: "offerID")
+            if let transactionID = decoded.transactionID { try OfferFieldValidator.validateIdentifier(transactionID, field: "transactionID") }
         } catch {
             throw APIProblem.field(error)
         }
-        if let environment = signatureRequest.environment, AppleEnvironment(rawValue: environment) == nil {
-            throw APIProblem.badRequest(
-                "unknown_environment", "environment '\(environment)' is not one of Apple's: Production, Sandbox, Xcode, LocalTesting")
-        }
+        // Apple's spelling, as this service's own constant (never the request's string).
+        decoded.environment = try Self.declaredEnvironment(decoded.environment)?.rawValue
+        let signatureRequest = decoded
         var token = try AppAccountTokenField.parse(signatureRequest.appAccountToken)
         let formats = try Self.formats(signatureRequest.formats)
         try Self.checkIntroductoryOfferEligibility(signatureRequest, formats: formats, principal: principal)
@@ -177,6 +177,20 @@ struct SigningController: Sendable {
         }
     }
 
+    /// The environment a request declares, as Apple spells it (`AppleEnvironment`), or nil when
+    /// it declares none; 400 `unknown_environment` otherwise, echoing at most the first 32
+    /// Unicode scalars of what was sent (a request body may hold a megabyte of it).
+    static func declaredEnvironment(_ declared: String?) throws -> AppleEnvironment? {
+        guard let declared else { return nil }
+        guard let environment = AppleEnvironment(rawValue: declared) else {
+            let scalars = declared.unicodeScalars
+            let shown = scalars.count > 32 ? String(String.UnicodeScalarView(scalars.prefix(32))) + "…" : declared
+            throw APIProblem.badRequest(
+                "unknown_environment", "environment '\(shown)' is not one of Apple's: Production, Sandbox, Xcode, LocalTesting")
+        }
+        return environment
+    }
+
     private func signAndCommit(
         _ signatureRequest: SignatureRequest, formats: [SignatureFormat], bundleID: String, token: UUID?, principal: Principal,
         ring: KeyRing, context: some RequestContext, decision: AuditAppend?,
@@ -241,7 +255,8 @@ struct SigningController: Sendable {
                     keyID: active.keyID, format: format.rawValue, originalTransactionID: subscription?.originalTransactionID,
                     transactionID: isIntro ? signatureRequest.transactionID : nil,
                     allowIntroductoryOffer: isIntro ? (signatureRequest.allowIntroductoryOffer ?? false) : nil,
-                    environment: subscription?.environment ?? signatureRequest.environment))
+                    environment: subscription?.environment ?? signatureRequest.environment,
+                    environmentIsDeclared: subscription == nil && signatureRequest.environment != nil))
             }
         } catch {
             throw APIProblem.field(error)

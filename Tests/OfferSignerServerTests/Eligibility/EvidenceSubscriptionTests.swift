@@ -50,4 +50,22 @@ import Testing
         #expect(subscription([mine, theirs], token: Self.token) == ["10", "Production"])
         #expect(subscription([theirs], transactionID: "31", token: Self.token) == nil)
     }
+
+    @Test("With a token, a subscription counts only when one of its transactions carries the token and none carries another: token-less ones could be anyone's")
+    func withATokenOnlyTheCustomersSubscription() {
+        let mine = Self.token.uuidString
+        let tokenless = [Self.transaction("11", original: "10"), Self.transaction("12", original: "10")]
+        #expect(subscription(tokenless, token: Self.token) == nil, "no transaction carries the customer's token")
+        #expect(subscription(tokenless, transactionID: "11", token: Self.token) == nil, "named, but not shown to be the customer's")
+        #expect(subscription(tokenless) == ["10", "Production"], "without a token in the request, as before")
+        let signedInLater = [Self.transaction("11", original: "10"), Self.transaction("12", original: "10", token: mine.lowercased())]
+        #expect(subscription(signedInLater, token: Self.token) == ["10", "Production"], "one transaction carries the token (any case)")
+        let mixed = [Self.transaction("11", original: "10", token: mine), Self.transaction("12", original: "10", token: UUID().uuidString)]
+        #expect(subscription(mixed, token: Self.token) == nil, "another account's token on the same subscription")
+        #expect(subscription(mixed, transactionID: "12", token: Self.token) == nil)
+        // A token-less subscription beside the customer's is not a second candidate, and is never picked when named.
+        let beside = [Self.transaction("11", original: "10", token: mine), Self.transaction("31", original: "30")]
+        #expect(subscription(beside, token: Self.token) == ["10", "Production"])
+        #expect(subscription(beside, transactionID: "31", token: Self.token) == nil)
+    }
 }

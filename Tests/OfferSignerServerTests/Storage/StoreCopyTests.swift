@@ -76,8 +76,15 @@ struct StoreCopyTests {
             kept.signatures[0].originalTransactionID = "1000"
             kept.signatures[0].environment = "Production"
             kept.entry = kept.signatures[0].auditEntry
+            // And one whose environment the signing request only declared (`environment_declared`).
+            // (Another customer's: the redemptions below stay as they are.)
+            var declared = AppleHistoryStoreTests.signature("copy-n2", token: AppleHistoryStoreTests.otherToken, at: base.addingTimeInterval(-60)).signatures[0]
+            declared.environment = "Sandbox"
+            declared.environmentIsDeclared = true
+            kept.signatures.append(declared)
             _ = try await store.appendAudit([kept], at: base)
             #expect(try await store.ledger(after: nil, limit: 100_000).contains { $0.signature.environment == "Production" && $0.signature.originalTransactionID == "1000" })
+            #expect(try await store.ledger(after: nil, limit: 100_000).contains { $0.signature.environment == "Sandbox" && $0.signature.environmentIsDeclared })
             _ = try await store.recordAppleHistory(
                 AppleHistoryUpdate(
                     notification: AppleHistoryStoreTests.receipt("copy-uuid", type: "OFFER_REDEEMED", subtype: nil),
@@ -97,7 +104,7 @@ struct StoreCopyTests {
             _ = try await AuditCheckpointing.create(in: store, masterKey: masterKey)
             let before = try await Self.everything(store)
             let appleBefore = try await Self.appleHistory(store)
-            #expect(before.1.count == 12_009 && before.2.count == 12_241 && before.3.count == 5)
+            #expect(before.1.count == 12_009 && before.2.count == 12_242 && before.3.count == 5)
             #expect(appleBefore.values.map(\.count).reduce(0, +) == 10, "\(appleBefore)")
             #expect(try await store.offerRedemptions(since: nil).map(\.state) == [.matched, .unmatched, .unplaced])
 

@@ -3,53 +3,125 @@ import FakeAppStoreServerAPI
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
+import JWTKit
+import OfferSignerCore
 import OfferSignerStorage
+import SwiftASN1
 import Testing
 
 @testable import OfferSignerServer
 
 /// Every issuance keeps the customer's subscription and environment when they can be known: an
 /// offer decided on the app's verified evidence keeps what the evidence proves, a plain signature
-/// keeps the environment the client declares (`environment`, not verified). Redemptions match
-/// them by token or original transaction, within one environment.
+/// keeps the environment the client declares (`environment`, not verified, marked declared).
+/// Redemptions match them by token or original transaction, within one environment when it was
+/// proved; a declared one only orders the candidates.
 extension RedemptionPlacementTests {
-    @Test("A plain signature declared Sandbox keeps its environment: a Production redemption does not use it up, a Sandbox one does; unknown spellings are refused")
+    @Test("A plain signature keeps its declared environment, marked declared: it orders the issuances a redemption matches and never keeps one from matching; unknown spellings are refused")
     func plainSignatureDeclaredEnvironment() async throws {
         try await withServer { server, _, secret, client in
             let refused = try await client.postJSON(
                 "/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"plain_offer","appAccountToken":"\#(Self.token)","environment":"sandbox"}"#,
                 bearer: secret)
             #expect(refused.status == .badRequest && refused.json["code"] as? String == "unknown_environment", "\(refused.text)")
-            // Through the decoder (a member the plain reader leaves to it) the same rule applies.
+            // Through the decoder (a member the plain reader leaves to it) the same rule applies,
+            // and a long value is not echoed whole.
+            let long = String(repeating: "Staging", count: 1000)
             let refusedDecoded = try await client.postJSON(
-                "/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"plain_offer","environment":"Staging","evidence":{"signedTransactions":[]}}"#,
+                "/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"plain_offer","environment":"\#(long)","evidence":{"signedTransactions":[]}}"#,
                 bearer: secret)
             #expect(refusedDecoded.json["code"] as? String == "unknown_environment", "\(refusedDecoded.text)")
+            let detail = try #require(refusedDecoded.json["detail"] as? String)
+            #expect(detail.count < 200 && detail.contains("StagingStaging"), "\(detail)")
 
-            let signed = try await client.postJSON(
-                "/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"plain_offer","appAccountToken":"\#(Self.token)","environment":"Sandbox"}"#,
-                bearer: secret)
-            #expect(signed.status == .created, "\(signed.text)")
+            // Declared Sandbox, then declared Production (the newer).
+            for environment in ["Sandbox", "Production"] {
+                let signed = try await client.postJSON(
+                    "/v1/offers/signatures",
+                    #"{"productID":"pro.monthly","offerID":"plain_offer","appAccountToken":"\#(Self.token)","environment":"\#(environment)"}"#, bearer: secret)
+                #expect(signed.status == .created, "\(signed.text)")
+            }
             let issued = try await server.store.issuedSignatures(appAccountToken: Self.token, bundleID: Self.bundleID)
-            #expect(issued.map(\.signature.environment) == ["Sandbox"])
-            #expect(issued.map(\.signature.originalTransactionID) == [nil])
+            #expect(issued.map(\.signature.environment) == ["Sandbox", "Production"])
+            #expect(issued.allSatisfy { $0.signature.environmentIsDeclared && $0.signature.originalTransactionID == nil })
             let record = try #require(try await server.store.auditRecords(after: 0, limit: 100).last { $0.kind == "signature.issued" })
-            #expect(record.body.contains(#""environment":"Sandbox""#))
+            #expect(record.body.contains(#""environment":"Production""#) && record.body.contains(#""environmentDeclared":true"#), "\(record.body)")
+            let sandboxIssuedAt = try #require(issued.first?.signature.issuedAt)
 
+            // A Sandbox redemption prefers the Sandbox-declared issuance, though it is older.
             let purchase = Date()
-            let production = RedemptionCandidate(
-                transactionID: "910000001", originalTransactionID: "910000000", bundleID: Self.bundleID, environment: "Production",
+            let sandbox = RedemptionCandidate(
+                transactionID: "910000001", originalTransactionID: "910000000", bundleID: Self.bundleID, environment: "Sandbox",
                 productID: "pro.monthly", offerID: "plain_offer", appAccountToken: Self.token, purchaseDate: purchase)
-            var sandbox = production
-            sandbox.transactionID = "910000002"
-            sandbox.environment = "Sandbox"
-            guard case .recorded(let redemptions) = try await server.store.recordAppleHistory(
-                AppleHistoryUpdate(redemptions: [production, sandbox], source: "history"), at: purchase)
+            guard case .recorded(let first) = try await server.store.recordAppleHistory(AppleHistoryUpdate(redemptions: [sandbox], source: "history"), at: purchase)
             else {
                 Issue.record("not recorded")
                 return
             }
-            #expect(redemptions.map(\.state) == [.unmatched, .matched])
+            #expect(first.map(\.state) == [.matched])
+            #expect(first.first?.signatureIssuedAt?.unixMilliseconds == sandboxIssuedAt.unixMilliseconds)
+
+            // The attack: declared Sandbox, redeemed in Production. Matched (the declaration is
+            // not verified), so never counted as a redemption without a signature.
+            let signed = try await client.postJSON(
+                "/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"plain_offer","appAccountToken":"\#(Self.token)","environment":"Sandbox"}"#,
+                bearer: secret)
+            #expect(signed.status == .created, "\(signed.text)")
+            var production = sandbox
+            production.environment = "Production"
+            var again = production
+            production.transactionID = "910000002"
+            again.transactionID = "910000003"
+            guard case .recorded(let redemptions) = try await server.store.recordAppleHistory(
+                AppleHistoryUpdate(redemptions: [production, again], source: "history"), at: purchase)
+            else {
+                Issue.record("not recorded")
+                return
+            }
+            #expect(redemptions.map(\.state) == [.matched, .matched], "the Production-declared issuance, then the Sandbox-declared one")
+        }
+    }
+
+    @Test("Attack: an end user declares Xcode with their JWT and redeems in Production: matched, and the leaked-key warning is not raised")
+    func endUserDeclaredEnvironmentRaisesNoLeakedKeyWarning() async throws {
+        let keys = JWTKeyCollection()
+        await keys.add(hmac: HMACKey(from: AuthenticationTests.hsSecret), digestAlgorithm: .sha256)
+        let jwt = try await keys.sign(AppUserClaims.valid(token: Self.token))
+        let server = try await TestServer(bundles: [Self.bundleID]) { configuration in
+            configuration.userJWT = UserJWTConfiguration(
+                jwksJSON: nil, hs256Secret: AuthenticationTests.hsSecret, issuer: "https://auth.example.com", audience: "offer-signer",
+                binding: .claim("https://example.com/app_account_token"))
+        }
+        defer { server.cleanUp() }
+        let root = try chain.root.serializeAsPEM().pemString
+        let catalog = #"""
+            {"apps": {"com.example.app": {"appAppleID": 1234567890, "environments": ["Production"], "notificationHistory": true}},
+             "offers": [{"offerID": "goodwill", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1", "kind": "any"}]}
+            """#
+        var running = server
+        running.configuration.eligibility = try EligibilityConfiguration(catalogJSON: Data(catalog.utf8), trustedRootPEMs: [root])
+        let configured = running
+        try await configured.live { client in
+            let signed = try await client.postJSON("/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"goodwill","environment":"Xcode"}"#, bearer: jwt)
+            #expect(signed.status == .created, "\(signed.text)")
+            let issued = try await configured.store.issuedSignatures(appAccountToken: Self.token, bundleID: Self.bundleID)
+            #expect(issued.map(\.signature.environment) == ["Xcode"] && issued.allSatisfy(\.signature.environmentIsDeclared))
+
+            // The user redeems it in Production, as Apple then tells the service.
+            var transaction = notifications.subscriber().transactionPayload(5)
+            transaction["transactionId"] = "400000001950"
+            transaction["purchaseDate"] = TestAppleChain.milliseconds(Date().addingTimeInterval(5))
+            transaction["offerType"] = 2
+            transaction["offerIdentifier"] = "goodwill"
+            transaction["appAccountToken"] = Self.token
+            let answer = try await client.postJSON("/v1/apple/notifications", try notifications.body("OFFER_REDEEMED", subtype: "UPGRADE", transaction: transaction))
+            #expect(answer.status == .ok, "\(answer.text)")
+
+            let redeemed = try await configured.store.auditRecords(after: 0, limit: 100).filter { $0.kind == "offer.redeemed" }
+            #expect(redeemed.count == 1 && redeemed.allSatisfy { $0.body.contains(#""matched":true"#) }, "\(redeemed.map(\.body))")
+            let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
+            #expect(metrics.contains(#"offer_redemptions_total{bundle_id="com.example.app",offer_id="goodwill",matched="true"} 1"#), "\(metrics)")
+            #expect(!metrics.contains(#"offer_signer_redemptions_without_signature_total{bundle_id="com.example.app",offer_id="goodwill""#))
         }
     }
 
