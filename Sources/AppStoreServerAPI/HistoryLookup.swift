@@ -100,15 +100,21 @@ public struct HistoryFilter: Sendable, Hashable {
 
     /// The subscription groups whose subscriptions an answer to this filter holds whole: those
     /// named by `subscriptionGroupIdentifier`, when `productType` is absent or includes
-    /// `AUTO_RENEWABLE`. Apple describes each parameter as "an optional filter that indicates the
-    /// subscription group identifier [product type] to include in the transaction history", and
-    /// the answer as holding transactions "in any state, including transactions that are refunded
-    /// or revoked" (https://developer.apple.com/documentation/appstoreserverapi/get-transaction-history,
-    /// https://developer.apple.com/documentation/appstoreserverapi/historyresponse; Apple's Python
-    /// library `appstoreserverlibrary/models/TransactionHistoryRequest.py`): every transaction of
-    /// the group's auto-renewable subscriptions matches, so none is left out. (`revoked` and
-    /// `excludeRevoked` would leave some out; they are never sent.) Apple is silent on a filter
-    /// of `AUTO_RENEWABLE` alone; it is not read as whole here.
+    /// `AUTO_RENEWABLE`. Apple: "You can also exclude revoked or nonrevoked transactions, and limit
+    /// the transactions by in-app ownership type. If you provide multiple filters in the query,
+    /// the transactions that return match all the filters."
+    /// (https://developer.apple.com/documentation/appstoreserverapi/get-transaction-history); each
+    /// parameter is "an optional filter that indicates the subscription group identifier [product
+    /// type] to include in the transaction history", and the answer holds transactions "in any
+    /// state, including transactions that are refunded or revoked"
+    /// (https://developer.apple.com/documentation/appstoreserverapi/historyresponse; Apple's Python
+    /// library `appstoreserverlibrary/models/TransactionHistoryRequest.py`). So the answer is the
+    /// transactions matching both filters; `revoked`, `excludeRevoked` and `inAppOwnershipType`,
+    /// which would leave some out, are never sent. That every transaction of such a subscription
+    /// matches (a subscription's `originalTransactionId` stays within its group, so none of its
+    /// transactions is of another group) is this service's reading: Apple is silent on it, and
+    /// does not state that a filtered answer is complete for its filter. Apple is also silent on
+    /// a filter of `AUTO_RENEWABLE` alone; it is not read as whole here.
     public var wholeSubscriptionGroups: Set<String> {
         guard productTypes.isEmpty || productTypes.contains("AUTO_RENEWABLE") else { return [] }
         return Set(subscriptionGroupIdentifiers)

@@ -57,4 +57,40 @@ public struct AppleOfferPeriod: Sendable, Hashable {
     public func end(from start: Date) -> Date? {
         Self.calendar.date(byAdding: DateComponents(year: years, month: months, day: weeks * 7 + days), to: start)
     }
+
+    /// How many billing periods this offer lasts, when its first billing period ran from
+    /// `firstStart` to `firstEnd` (`purchaseDate` and `expiresDate` of the offer's first
+    /// transaction); nil when that period has no length or the calendar cannot add this duration.
+    ///
+    /// Apple's `offerPeriod` is the single period length times the period count: its table
+    /// "Single period length | Period count | Offer period value" gives 1 month × 1 = `P1M`,
+    /// 1 month × 2 = `P2M`, 3 days × 1 = `P3D`
+    /// (https://developer.apple.com/documentation/appstoreserverapi/offerperiod). So the count is
+    /// this duration divided by the first period's length, rounded, at least 1. Months differ in
+    /// length (28–31 days: a `P1Y` offer whose first month is February would divide to 13), so
+    /// when this duration is whole months (and years) and the first period is a whole number of
+    /// calendar months from `firstStart` (within ``monthMatchTolerance``, which also takes
+    /// Jan 31 → Feb 28), the division is in months; otherwise in seconds, this duration added to
+    /// `firstStart` on the calendar. Apple does not say how it counts a period of months that
+    /// began on the 29th–31st; this reading needs only the first period's length.
+    public func billingPeriods(firstFrom firstStart: Date, to firstEnd: Date) -> Int? {
+        let firstLength = firstEnd.timeIntervalSince(firstStart)
+        guard firstLength > 0 else { return nil }
+        let offerMonths = years * 12 + months
+        if weeks == 0, days == 0, offerMonths > 0,
+            let periodMonths = (1...12).first(where: { count in
+                Self.calendar.date(byAdding: .month, value: count, to: firstStart)
+                    .map { abs($0.timeIntervalSince(firstEnd)) <= Self.monthMatchTolerance } ?? false
+            })
+        {
+            return max(1, Int((Double(offerMonths) / Double(periodMonths)).rounded()))
+        }
+        guard let end = end(from: firstStart) else { return nil }
+        return max(1, Int((end.timeIntervalSince(firstStart) / firstLength).rounded()))
+    }
+
+    /// How far a first billing period's end may be from a whole number of calendar months after
+    /// its start and still be read as that many months (3 days: a month that began on the 31st
+    /// and was renewed on the 28th, or 3rd of the month after, is one month; a week is never).
+    public static let monthMatchTolerance: TimeInterval = 3 * 86_400
 }

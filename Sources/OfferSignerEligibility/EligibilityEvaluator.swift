@@ -261,9 +261,10 @@ extension EligibilityEvaluator {
     }
 
     /// The redemptions of an offer: each transaction that `isOffer` matches begins one, unless it
-    /// renews the subscription's previous transaction under the same pay-as-you-go offer within
-    /// that offer's duration (`VerifiedTransaction.payAsYouGoContinuations(_:)`, the walk
-    /// redemption tracking uses too), which extends that redemption to its own end. A redemption ends with its last discounted period's `expiresDate` (its refund when
+    /// renews the subscription's previous transaction under the same pay-as-you-go offer while
+    /// that offer has billing periods left (`VerifiedTransaction.payAsYouGoContinuations(_:)`, the
+    /// walk redemption tracking uses too: periods counted from `offerPeriod`), which extends that
+    /// redemption to its own end. A redemption ends with its last discounted period's `expiresDate` (its refund when
     /// earlier; its purchase when it has no expiry).
     static func redemptions(in transactions: [VerifiedTransaction], where isOffer: (VerifiedTransaction) -> Bool) -> [Redemption] {
         func end(_ transaction: VerifiedTransaction) -> Date {
@@ -305,7 +306,7 @@ extension EligibilityEvaluator {
     /// subscription's latest transaction already redeems the offer (the renewal continues that
     /// redemption, or has been recorded), unless that renewal begins a new run of a pay-as-you-go
     /// offer (``renewalBeginsAnotherPayAsYouGoRun(_:latest:chain:)``: the offer accepted again
-    /// for the renewal that ends its run).
+    /// for the renewal after its last period).
     static func redemptions(in history: CustomerHistory, where isOffer: (AppleOfferType?, String?) -> Bool) -> [Redemption] {
         var redemptions = Self.redemptions(in: history.bundleTransactions) { isOffer($0.offerType, $0.offerIdentifier) }
         for info in history.renewalInfos where isOffer(info.offerType, info.offerIdentifier) && info.autoRenewEnabled != false {
@@ -324,10 +325,23 @@ extension EligibilityEvaluator {
     /// `latest` period already carries, would not continue that offer's run
     /// (`VerifiedTransaction.payAsYouGoContinuations(_:)` over `chain` and the renewal, read as a
     /// `RENEWAL` at `renewalDate` under the renewal info's `offerType`, `offerIdentifier`,
-    /// `offerDiscountType` and `offerPeriod`, of `autoRenewProductId`): it begins at or after the
-    /// end of the offer's duration, so the offer was accepted again. Only when both state
-    /// `PAY_AS_YOU_GO`; otherwise (Apple silent, or another payment mode) the latest period's
-    /// redemption stands for it, as before.
+    /// `offerDiscountType` and `offerPeriod`, of `autoRenewProductId`): its index in the run would
+    /// be at or past the offer's period count n (`VerifiedTransaction.payAsYouGoBillingPeriods(begunBy:)`),
+    /// so the offer was accepted again. Only when both state `PAY_AS_YOU_GO`; otherwise (Apple
+    /// silent, or another payment mode) the latest period's redemption stands for it, as before.
+    ///
+    /// Why a renewal info naming the offer is, within the run, the run going on: StoreKit's
+    /// `RenewalInfo.offer` is "A subscription offer that applies to the transaction at the next
+    /// renewal period. This value is populated if a customer redeems a subscription offer that
+    /// applies to more than one subscription period."
+    /// (https://developer.apple.com/documentation/storekit/product/subscriptioninfo/renewalinfo/offer;
+    /// the server's `offerType` / `offerIdentifier` fields of JWSRenewalInfoDecodedPayload are read
+    /// as the same statement). Apple is silent on what the renewal info says during the offer's
+    /// last discounted period (whether it still names the offer when the next renewal is at the
+    /// full price): here, naming it then (next index n) counts as the offer accepted again, a
+    /// pending new redemption. Outside Production, or without a readable `offerPeriod`, the run
+    /// never ends (see `payAsYouGoBillingPeriods(begunBy:)`) and a renewal info naming the
+    /// latest period's offer is always the run going on.
     static func renewalBeginsAnotherPayAsYouGoRun(_ info: VerifiedRenewalInfo, latest: VerifiedTransaction, chain: [VerifiedTransaction]) -> Bool {
         guard latest.offerDiscountType == .payAsYouGo, info.offerDiscountType == .payAsYouGo, let renewal = info.renewalDate ?? latest.expiresDate else {
             return false

@@ -97,12 +97,18 @@ public struct VerifiedHistory: Sendable, Hashable {
 
     /// The subscriptions (`originalTransactionId`s) this history holds every transaction of: all
     /// of them when it is not filtered; when filtered, those whose transactions are of one of
-    /// ``wholeSubscriptionGroups`` (a subscription keeps its `originalTransactionId` only within
-    /// its group, so all of its transactions matched the filter).
+    /// ``wholeSubscriptionGroups``. That all of such a subscription's transactions matched the
+    /// filter rests on our reading that a subscription's `originalTransactionId` stays within its
+    /// group (Apple is silent on it; see `HistoryFilter.wholeSubscriptionGroups`).
     public var wholeSubscriptionIDs: Set<String> {
         guard isFiltered else { return originalTransactionIDs }
         let whole = Set(orderedTransactions.filter { $0.subscriptionGroupID.map(wholeSubscriptionGroups.contains) ?? false }.map(\.originalTransactionID))
-        // A subscription with a transaction outside those groups is not one of them.
+        // A defence, not a case Apple describes: on a filtered answer every transaction matches
+        // all the filters ("the transactions that return match all the filters", Get Transaction
+        // History), so every one is of a named group and this set is empty. It is not empty only
+        // if the history holds a transaction Apple's filter would not have returned (one without
+        // `subscriptionGroupIdentifier`, or recorded into this history from elsewhere); such a
+        // subscription is then not taken as whole.
         let outside = Set(orderedTransactions.filter { !($0.subscriptionGroupID.map(wholeSubscriptionGroups.contains) ?? false) }.map(\.originalTransactionID))
         return whole.subtracting(outside)
     }

@@ -31,8 +31,11 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
     /// `offerPeriod`: "the duration of the offer", an ISO 8601 duration (e.g. `P3M`), kept as
     /// Apple sends it (Apple's `JWSTransactionDecodedPayload.offerPeriod`,
     /// appstoreserverlibrary/models/JWSTransactionDecodedPayload.py;
-    /// https://developer.apple.com/documentation/appstoreserverapi/offerperiod). Absent from older
-    /// transactions and from those stored before this field was kept.
+    /// https://developer.apple.com/documentation/appstoreserverapi/offerperiod). Absent from those
+    /// stored before this field was kept. Apple is silent on which transactions carry it (its
+    /// library's test data show it on a `PURCHASE` transaction under an offer,
+    /// tests/resources/models/signedTransaction.json, and on renewal info,
+    /// signedRenewalInfo.json) and on whether older transactions do.
     public var offerPeriod: String?
     /// `price` in milliunits of `currency`.
     public var price: Int64?
@@ -124,72 +127,93 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
 
     /// Whether this period renews `previous` under the same pay-as-you-go offer, and so continues
     /// the redemption that began with `first` (that redemption's first period) rather than
-    /// starting another: `previous` was under the same offer (`offerType` and `offerIdentifier`)
-    /// for the same product (a change of product at renewal ends the old offer), both are pay as
-    /// you go, this one is not a purchase (`transactionReason` `PURCHASE`: bought again), it
-    /// follows `previous` (``follows(_:)``), or, as a renewal (`RENEWAL`), began later within
-    /// Apple's longest billing retry (``billingRetryLimit``: an offer goes on when a failed
-    /// renewal is recovered), and it begins within the offer's duration from `first`
-    /// (``beginsWithinOffer(begunBy:)``). An offer over several billing periods is one
-    /// redemption; the same offer redeemed again, after a lapse, paid up front, or accepted again
-    /// for the renewal that ends its first run, is another. Callers walk a subscription's periods
-    /// with ``payAsYouGoContinuations(_:)``, the one rule for the eligibility rules' count and
-    /// for redemption tracking. Apple's fields: `offerType`, `offerIdentifier`,
-    /// `offerDiscountType` `PAY_AS_YOU_GO` (a discounted price for each billing period of the
-    /// offer), `offerPeriod` and `transactionReason`
+    /// starting another, when `periodsBefore` periods of that redemption (`first` included) came
+    /// before it: `previous` was under the same offer (`offerType` and `offerIdentifier`) for the
+    /// same product (a change of product at renewal ends the old offer), both are pay as you go,
+    /// this one is not a purchase (`transactionReason` `PURCHASE`: bought again), it follows
+    /// `previous` (``follows(_:)``), or, as a renewal (`RENEWAL`), began later within Apple's
+    /// longest billing retry (``billingRetryLimit``: an offer goes on when a failed renewal is
+    /// recovered), and the offer still has a period left for it (``isWithinOffer(begunBy:periodsBefore:)``).
+    /// An offer over several billing periods is one redemption; the same offer redeemed again,
+    /// after a lapse, paid up front, or accepted again for the renewal after its last period, is
+    /// another. Callers walk a subscription's periods with ``payAsYouGoContinuations(_:)``, the
+    /// one rule for the eligibility rules' count and for redemption tracking. Apple's fields:
+    /// `offerType`, `offerIdentifier`, `offerDiscountType` `PAY_AS_YOU_GO` (a discounted price for
+    /// each billing period of the offer), `offerPeriod` and `transactionReason`
     /// (https://developer.apple.com/documentation/appstoreserverapi/jwstransactiondecodedpayload,
     /// https://developer.apple.com/documentation/appstoreserverapi/offerdiscounttype; Apple's Python
     /// library `appstoreserverlibrary/models/OfferDiscountType.py` and
     /// `appstoreserverlibrary/models/JWSTransactionDecodedPayload.py`). Apple does not say in so
-    /// many words that the periods of one pay-as-you-go offer are one redemption: that is this
-    /// rule's reading of its fields.
-    public func continuesPayAsYouGoOffer(of previous: VerifiedTransaction, begunBy first: VerifiedTransaction) -> Bool {
+    /// many words that the periods of one pay-as-you-go offer are one redemption, nor whether an
+    /// offer's run goes on across a billing retry: both are this rule's reading of its fields.
+    public func continuesPayAsYouGoOffer(of previous: VerifiedTransaction, begunBy first: VerifiedTransaction, periodsBefore: Int) -> Bool {
         guard transactionReason != .purchase, previous.productID == productID, previous.offerType == offerType,
             previous.offerIdentifier == offerIdentifier,
             previous.offerDiscountType == .payAsYouGo, offerDiscountType == .payAsYouGo
         else { return false }
         guard follows(previous) || (transactionReason == .renewal && followsAfterBillingRetry(previous)) else { return false }
-        return beginsWithinOffer(begunBy: first)
+        return isWithinOffer(begunBy: first, periodsBefore: periodsBefore)
     }
 
-    /// Whether this period begins within the duration of the offer whose first period is `first`:
-    /// before `first`'s `purchaseDate` plus its `offerPeriod` (``AppleOfferPeriod``, added on the
-    /// Gregorian calendar in UTC), less half of `first`'s own length (Apple renews on the
-    /// subscription's own dates, which can drift a few days from the calendar sum, e.g. Jan 31,
-    /// Feb 28, Mar 28; a period that begins that close to the offer's end is the next billing
-    /// period after it). A renewal that begins at or after the offer's end is a new redemption.
+    /// Whether this period, the one after `periodsBefore` periods of the offer's run begun by
+    /// `first`, is still one of the offer's billing periods: its index in the run
+    /// (`periodsBefore`, the first period's being 0) is below the offer's period count
+    /// (``payAsYouGoBillingPeriods(begunBy:)``); always when that count is unknown.
     ///
-    /// Falls back to the rule from before `offerPeriod` was read (every renewal under the same
-    /// offer continues it) when `offerPeriod` is absent (on `first`, and on this period) or is not
-    /// a duration of years, months, weeks and days (``AppleOfferPeriod/init(iso8601:)``), and in
-    /// Sandbox. Apple is silent on transactions from before it added `offerDiscountType` and
-    /// `offerPeriod` (they carry neither, so no pay-as-you-go period is recognised in them at
-    /// all), and on whether Sandbox's accelerated renewals shorten `offerPeriod` (a month renews
-    /// in minutes there; read as calendar time, the offer would never end).
-    public func beginsWithinOffer(begunBy first: VerifiedTransaction) -> Bool {
-        guard environment != .sandbox, let period = (first.offerPeriod ?? offerPeriod).flatMap(AppleOfferPeriod.init(iso8601:)),
-            let offerEnd = period.end(from: first.purchaseDate)
-        else { return true }
-        let firstLength = first.expiresDate.map { max(0, $0.timeIntervalSince(first.purchaseDate)) } ?? 0
-        return purchaseDate < offerEnd.addingTimeInterval(-firstLength / 2)
+    /// Periods are counted, not calendar time: a renewal recovered after a billing retry (up to
+    /// ``billingRetryLimit`` late) is still the offer's next period, and renewal dates that drift
+    /// from the calendar sum (Jan 31, Feb 28, Mar 28) change nothing.
+    public func isWithinOffer(begunBy first: VerifiedTransaction, periodsBefore: Int) -> Bool {
+        guard let count = payAsYouGoBillingPeriods(begunBy: first) else { return true }
+        return periodsBefore < count
+    }
+
+    /// How many billing periods the pay-as-you-go offer whose run `first` began lasts, as this
+    /// period reads it: `offerPeriod` (``AppleOfferPeriod``, `first`'s, else this period's)
+    /// divided by `first`'s own length (`expiresDate` − `purchaseDate`), rounded, at least 1
+    /// (``AppleOfferPeriod/billingPeriods(firstFrom:to:)``, after Apple's table: `offerPeriod` is
+    /// the single period length times the period count,
+    /// https://developer.apple.com/documentation/appstoreserverapi/offerperiod). So a `P2M` offer
+    /// on a monthly product is 2 periods, `P1Y` on a monthly product 12, `P3M` on a quarterly
+    /// one 1.
+    ///
+    /// nil (the run never ends: the rule from before `offerPeriod` was read, every renewal under
+    /// the same offer continues it) when `offerPeriod` is absent or not a duration of years,
+    /// months, weeks and days (``AppleOfferPeriod/init(iso8601:)``), when `first` has no
+    /// `expiresDate`, and outside Production (`environment` `Sandbox`, `Xcode`, `LocalTesting`):
+    /// there renewals are accelerated (a month renews in minutes, at a rate the tester can set),
+    /// while Apple is silent on whether `offerPeriod` is accelerated too; an accelerated period
+    /// length divided into a nominal `P2M` would count thousands of periods, so the division
+    /// means nothing there. Apple is also silent on transactions from before it added
+    /// `offerDiscountType` and `offerPeriod` (they carry neither, so no pay-as-you-go period is
+    /// recognised in them at all).
+    public func payAsYouGoBillingPeriods(begunBy first: VerifiedTransaction) -> Int? {
+        guard environment == .production, first.environment == .production, let firstEnd = first.expiresDate,
+            let period = (first.offerPeriod ?? offerPeriod).flatMap(AppleOfferPeriod.init(iso8601:))
+        else { return nil }
+        return period.billingPeriods(firstFrom: first.purchaseDate, to: firstEnd)
     }
 
     /// Walks one subscription's periods (`chain`: transactions of one `originalTransactionId`, in
     /// any order; read by `purchaseDate`, then `transactionID`) and returns, for each period that
-    /// continues a pay-as-you-go redemption (``continuesPayAsYouGoOffer(of:begunBy:)`` with the
-    /// period before it), the first period of that redemption, by `transactionID`. A period not
-    /// in the result begins a redemption when it is under an offer. The one walk both the
-    /// eligibility count (`EligibilityEvaluator`) and redemption tracking use; on a chain whose
-    /// earliest periods are missing, the earliest period held stands for a redemption's first.
+    /// continues a pay-as-you-go redemption (``continuesPayAsYouGoOffer(of:begunBy:periodsBefore:)``
+    /// with the period before it and the number of the run's periods before it), the first period
+    /// of that redemption, by `transactionID`. A period not in the result begins a redemption when
+    /// it is under an offer. The one walk both the eligibility count (`EligibilityEvaluator`) and
+    /// redemption tracking use; on a chain whose earliest periods are missing, the earliest period
+    /// held stands for a redemption's first (and the run's periods are counted from it).
     public static func payAsYouGoContinuations(_ chain: [VerifiedTransaction]) -> [String: VerifiedTransaction] {
         var continuing: [String: VerifiedTransaction] = [:]
         var previous: VerifiedTransaction?
         var first: VerifiedTransaction?
+        var periodsInRun = 0
         for transaction in chain.sorted(by: { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }) {
-            if let previous, let begun = first, transaction.continuesPayAsYouGoOffer(of: previous, begunBy: begun) {
+            if let previous, let begun = first, transaction.continuesPayAsYouGoOffer(of: previous, begunBy: begun, periodsBefore: periodsInRun) {
                 continuing[transaction.transactionID] = begun
+                periodsInRun += 1
             } else {
                 first = transaction
+                periodsInRun = 1
             }
             previous = transaction
         }

@@ -18,14 +18,24 @@ struct PayAsYouGoRedemptionTests {
     /// renews them): the first a purchase, the others renewals; under the offer `wb1` when
     /// `underOffer`, with `offerPeriod` when given.
     static func payload(_ index: Int, from start: Date, underOffer: Bool, offerPeriod: String?) -> [String: Any] {
+        payload(
+            index, purchase: F.months(index, from: start), expires: F.months(index + 1, from: start), original: start, underOffer: underOffer,
+            offerPeriod: offerPeriod)
+    }
+
+    /// Period `index` of subscription `1000`, from `purchase` to `expires`, in `environment`; the
+    /// first a purchase, the others renewals; under the offer `wb1` when `underOffer`.
+    static func payload(
+        _ index: Int, purchase: Date, expires: Date, original: Date? = nil, underOffer: Bool, offerPeriod: String?,
+        environment: String = "Production"
+    ) -> [String: Any] {
         var payload: [String: Any] = [
             "transactionId": "1000\(String(format: "%03d", index))", "originalTransactionId": "1000", "webOrderLineItemId": "9000\(index)",
             "bundleId": F.bundleID, "productId": F.monthly, "subscriptionGroupIdentifier": F.groupID,
-            "purchaseDate": TestAppleChain.milliseconds(F.months(index, from: start)),
-            "originalPurchaseDate": TestAppleChain.milliseconds(start),
-            "expiresDate": TestAppleChain.milliseconds(F.months(index + 1, from: start)), "quantity": 1, "type": "Auto-Renewable Subscription",
+            "purchaseDate": TestAppleChain.milliseconds(purchase), "originalPurchaseDate": TestAppleChain.milliseconds(original ?? purchase),
+            "expiresDate": TestAppleChain.milliseconds(expires), "quantity": 1, "type": "Auto-Renewable Subscription",
             "inAppOwnershipType": "PURCHASED", "price": 9990, "currency": "USD", "storefront": "USA", "storefrontId": "143441",
-            "environment": "Production", "transactionReason": index == 0 ? "PURCHASE" : "RENEWAL",
+            "environment": environment, "transactionReason": index == 0 ? "PURCHASE" : "RENEWAL",
             "signedDate": TestAppleChain.milliseconds(F.now),
         ]
         if underOffer {
@@ -54,6 +64,26 @@ struct PayAsYouGoRedemptionTests {
             verified.append(transaction)
         }
         return verified
+    }
+
+    /// Signs and verifies `payloads` as the service reads Apple's history (in `environment`).
+    static func verified(_ payloads: [[String: Any]], environment: AppleEnvironment = .production) async throws -> [VerifiedTransaction] {
+        let chain = try Self.chain.get()
+        let verifier = AppleSignedDataVerifier(trustedRoots: [chain.root], bundleID: F.bundleID, environment: environment)
+        var verified: [VerifiedTransaction] = []
+        for payload in payloads {
+            guard case .success(let transaction) = await verifier.verifyTransaction(try chain.signJWS(payload), now: F.now) else {
+                Issue.record("\(payload["transactionId"] ?? "?") did not verify")
+                return []
+            }
+            verified.append(transaction)
+        }
+        return verified
+    }
+
+    /// A UTC date at 10:00.
+    static func date(_ year: Int, _ month: Int, _ day: Int) -> Date {
+        F.utc.date(from: DateComponents(year: year, month: month, day: day, hour: 10))!
     }
 
     static func redemptions(_ transactions: [VerifiedTransaction]) -> Int {
@@ -96,6 +126,111 @@ struct PayAsYouGoRedemptionTests {
         let again = try await Self.history(count: 15, offerPeriod: "P1Y") { (1...14).contains($0) }
         #expect(Self.redemptions(again) == 2)
         #expect(VerifiedTransaction.payAsYouGoContinuations(again)["1000013"] == nil)
+    }
+
+    @Test("A two-month offer (P2M) on a monthly product whose second period was renewed after a 30-day billing retry is one redemption: periods are counted, not calendar time")
+    func billingRetryInsideTheRun() async throws {
+        let start = F.months(-6, from: F.now)
+        let second = F.months(2, from: start).addingTimeInterval(30 * F.day)  // a 30-day billing retry after period 1
+        let history = try await Self.verified([
+            Self.payload(0, purchase: start, expires: F.months(1, from: start), underOffer: false, offerPeriod: nil),
+            Self.payload(1, purchase: F.months(1, from: start), expires: F.months(2, from: start), underOffer: true, offerPeriod: "P2M"),
+            Self.payload(2, purchase: second, expires: F.months(1, from: second), underOffer: true, offerPeriod: "P2M"),
+            Self.payload(3, purchase: F.months(1, from: second), expires: F.months(2, from: second), underOffer: false, offerPeriod: nil),
+        ])
+        #expect(history.count == 4)
+        #expect(
+            second >= AppleOfferPeriod(months: 2).end(from: history[1].purchaseDate)!.addingTimeInterval(-15 * F.day),
+            "past the calendar rule's limit (the offer's end less half a period)")
+        #expect(VerifiedTransaction.payAsYouGoContinuations(history)["1000002"]?.transactionID == "1000001")
+        #expect(Self.redemptions(history) == 1)
+        #expect(Self.limited(history, limit: 1) && !Self.limited(history, limit: 2))
+        // A third period under the offer after the retry would be past the offer's two: a new redemption.
+        let third = try await Self.verified([
+            Self.payload(3, purchase: F.months(1, from: second), expires: F.months(2, from: second), underOffer: true, offerPeriod: "P2M")
+        ])
+        #expect(Self.redemptions(Array(history.prefix(3)) + third) == 2)
+    }
+
+    @Test("A renewal info naming the offer after a run that went through a billing retry is a pending new redemption only when the next renewal's index reaches the offer's period count")
+    func renewalInfoAfterBillingRetry() async throws {
+        // Period 1 under the offer, period 2 after a 30-day billing retry and running now.
+        let start = F.months(-3, from: F.now.addingTimeInterval(10 * F.day)).addingTimeInterval(-30 * F.day)
+        let second = F.months(2, from: start).addingTimeInterval(30 * F.day)
+        func count(offerPeriod: String) async throws -> Int {
+            let history = try await Self.verified([
+                Self.payload(0, purchase: start, expires: F.months(1, from: start), underOffer: false, offerPeriod: nil),
+                Self.payload(1, purchase: F.months(1, from: start), expires: F.months(2, from: start), original: start, underOffer: true, offerPeriod: offerPeriod),
+                Self.payload(2, purchase: second, expires: F.months(1, from: second), original: start, underOffer: true, offerPeriod: offerPeriod),
+            ])
+            #expect(history.count == 3 && history[2].expiresDate! > F.now)
+            let chain = try Self.chain.get()
+            let verifier = AppleSignedDataVerifier(trustedRoots: [chain.root], bundleID: F.bundleID, environment: .production)
+            let jws = try chain.signJWS([
+                "originalTransactionId": "1000", "productId": F.monthly, "autoRenewProductId": F.monthly, "autoRenewStatus": 1,
+                "environment": "Production", "signedDate": TestAppleChain.milliseconds(F.now), "offerType": 2, "offerIdentifier": "wb1",
+                "offerDiscountType": "PAY_AS_YOU_GO", "offerPeriod": offerPeriod, "renewalDate": TestAppleChain.milliseconds(history[2].expiresDate!),
+            ] as [String: Any])
+            guard case .success(let info) = await verifier.verifyRenewalInfo(jws, now: F.now) else { throw CancellationError() }
+            let customer = CustomerHistory(offer: F.offer(.any, id: "wb1"), evidence: EligibilityEvidence(transactions: history, renewalInfos: [info]))
+            return EligibilityEvaluator.redemptions(in: customer) { $0 == .promotional && $1 == "wb1" }.count
+        }
+        #expect(try await count(offerPeriod: "P2M") == 2, "the next renewal would be the third period of a two-period offer: accepted again")
+        #expect(try await count(offerPeriod: "P3M") == 1, "the third of three periods, months past the calendar end: the run going on")
+    }
+
+    @Test("A run that began on January 31 and renews on drifting dates (Feb 29, Mar 29, …) is twelve periods of a P1Y offer; the thirteenth under the offer is another redemption")
+    func januaryThirtyFirstDrift() async throws {
+        // Apple's renewal dates for a subscription bought on the 31st are not documented; here they
+        // drift to the 29th (the assumption the calendar rule needed a half-period margin for).
+        var dates = [Self.date(2023, 12, 31), Self.date(2024, 1, 31), Self.date(2024, 2, 29)]
+        for month in 3...12 { dates.append(Self.date(2024, month, 29)) }
+        dates += [Self.date(2025, 1, 29), Self.date(2025, 2, 28), Self.date(2025, 3, 28)]
+        let payloads = (0..<(dates.count - 1)).map { index in
+            Self.payload(index, purchase: dates[index], expires: dates[index + 1], underOffer: index >= 1, offerPeriod: "P1Y")
+        }
+        let history = try await Self.verified(payloads)
+        #expect(history.count == 15)
+        let continuing = VerifiedTransaction.payAsYouGoContinuations(history)
+        #expect((2...12).allSatisfy { continuing["1000\(String(format: "%03d", $0))"]?.transactionID == "1000001" }, "periods 1–12: one run")
+        #expect(continuing["1000013"] == nil, "period 13 (Jan 29, 2025) under the offer begins another")
+        #expect(Self.redemptions(history) == 2)
+        // The first period, Jan 31 → Feb 29, is one calendar month: 12 periods, not 366 / 29 ≈ 13.
+        #expect(AppleOfferPeriod(years: 1).billingPeriods(firstFrom: dates[1], to: dates[2]) == 12)
+        #expect(AppleOfferPeriod(months: 3).billingPeriods(firstFrom: Self.date(2025, 1, 31), to: Self.date(2025, 2, 28)) == 3)
+        #expect(AppleOfferPeriod(months: 1).billingPeriods(firstFrom: Self.date(2025, 1, 31), to: Self.date(2025, 2, 28)) == 1)
+    }
+
+    @Test("offerPeriod counted in billing periods after Apple's table (single period length × period count): weeks, months, quarters, years")
+    func periodCounts() {
+        let start = Self.date(2025, 2, 1)
+        #expect(AppleOfferPeriod(months: 1).billingPeriods(firstFrom: start, to: F.months(1, from: start)) == 1)
+        #expect(AppleOfferPeriod(months: 2).billingPeriods(firstFrom: start, to: F.months(1, from: start)) == 2)
+        #expect(AppleOfferPeriod(years: 1).billingPeriods(firstFrom: start, to: F.months(1, from: start)) == 12, "February is 28 days; still 12 months")
+        #expect(AppleOfferPeriod(months: 6).billingPeriods(firstFrom: start, to: F.months(3, from: start)) == 2)
+        #expect(AppleOfferPeriod(years: 1).billingPeriods(firstFrom: start, to: F.months(12, from: start)) == 1)
+        #expect(AppleOfferPeriod(weeks: 4).billingPeriods(firstFrom: start, to: start.addingTimeInterval(7 * F.day)) == 4)
+        #expect(AppleOfferPeriod(days: 3).billingPeriods(firstFrom: start, to: start.addingTimeInterval(3 * F.day)) == 1)
+        #expect(AppleOfferPeriod(months: 1).billingPeriods(firstFrom: start, to: F.months(3, from: start)) == 1, "at least one period")
+        #expect(AppleOfferPeriod(months: 1).billingPeriods(firstFrom: start, to: start) == nil, "a period without length")
+    }
+
+    @Test("Outside Production the run is not bounded (accelerated renewals make the count meaningless): a P3M offer taken twice in Sandbox is one redemption, as before")
+    func sandboxKeepsTheRunUnbounded() async throws {
+        // Sandbox renews a month in minutes: 5-minute periods.
+        let start = F.now.addingTimeInterval(-3600)
+        let payloads = (0..<8).map { index in
+            Self.payload(
+                index, purchase: start.addingTimeInterval(Double(index) * 300), expires: start.addingTimeInterval(Double(index + 1) * 300),
+                underOffer: (1...6).contains(index), offerPeriod: "P3M", environment: "Sandbox")
+        }
+        let history = try await Self.verified(payloads, environment: .sandbox)
+        #expect(history.count == 8 && history.allSatisfy { $0.environment == .sandbox })
+        #expect(history[2].payAsYouGoBillingPeriods(begunBy: history[1]) == nil)
+        #expect(Self.redemptions(history) == 1)
+        // The same months in Production are two runs of three.
+        let production = try await Self.history(count: 8, offerPeriod: "P3M") { (1...6).contains($0) }
+        #expect(Self.redemptions(production) == 2)
     }
 
     @Test("Without offerPeriod (transactions from before Apple sent it) or with one that is not a duration, the periods of the offer are one redemption, as before")

@@ -55,16 +55,20 @@ enum AppleHistoryConversion {
     ///   `VerifiedTransaction.follows(_:)`) is placed by the period before it, when that one is
     ///   known: it ended where this one began, or, with `knownWhole`, within Apple's longest
     ///   billing retry before:
-    ///   - it continues that period's pay-as-you-go offer, within the offer's duration (`offerPeriod`)
-    ///     from the redemption's first period (`VerifiedTransaction.payAsYouGoContinuations(_:)`
-    ///     over the subscription's known periods, the walk the eligibility count uses): the same
-    ///     redemption going on, recorded only if a signature of its own matches
-    ///     (``RedemptionCandidate/continuesRedemption``); the same offer taken again for the
-    ///     renewal that ends its run is a new redemption, placed as the next case. When the run's
-    ///     first period is not known (the earliest held is a renewal with no known period before
-    ///     it, and the store does not hold the subscription complete: `knownComplete`), the run
-    ///     may have ended before this renewal: not placed, its signature looked for from 24 hours
-    ///     before the previous period began, recorded `unplaced` unless Apple's history places it;
+    ///   - it continues that period's pay-as-you-go offer while the offer has billing periods left
+    ///     (its `offerPeriod` counted in periods of the run's first period,
+    ///     `VerifiedTransaction.payAsYouGoContinuations(_:)` over the subscription's known periods,
+    ///     the walk the eligibility count uses): the same redemption going on, recorded only if a
+    ///     signature of its own matches (``RedemptionCandidate/continuesRedemption``); the same
+    ///     offer taken again for the renewal after its last period is a new redemption, placed as
+    ///     the next case. When the run can end (Production, with a readable `offerPeriod`:
+    ///     `VerifiedTransaction.payAsYouGoBillingPeriods(begunBy:)`) and its first period is not
+    ///     known (the earliest held is a renewal with no known period before it, and the store
+    ///     does not hold the subscription complete: `knownComplete`), periods of the run may be
+    ///     missing and it may have ended before this renewal: not placed, its signature looked for
+    ///     from 24 hours before the previous period began, recorded `unplaced` unless Apple's
+    ///     history places it. When the run cannot end (outside Production, or no readable
+    ///     `offerPeriod`: every renewal under the offer continues it), it is the run going on;
     ///   - otherwise the offer began at this renewal: it was redeemed during the previous period
     ///     (an offer on an active subscription starts at its next renewal), so its signature may
     ///     date from 24 hours before that period began.
@@ -118,11 +122,14 @@ enum AppleHistoryConversion {
                 // The run's first period held is a renewal whose period before is not known (the
                 // store heard the subscription from the middle): the run may have begun earlier
                 // and ended before this renewal, which would then be the offer taken again. Not
-                // placed: recorded unplaced unless placed later by Apple's history.
+                // placed: recorded unplaced unless placed later by Apple's history. Only when the
+                // run can end at all (Production, readable offerPeriod); otherwise every renewal
+                // under the offer continues it, known first period or not.
+                let runCanEnd = transaction.payAsYouGoBillingPeriods(begunBy: first) != nil
                 let firstIsKnown =
                     knownWhole || knownComplete || first.transactionReason != .renewal
                     || chain.contains { $0.transactionID != first.transactionID && first.follows($0) }
-                if firstIsKnown { return candidate }
+                if firstIsKnown || !runCanEnd { return candidate }
                 candidate.isPlaced = false
             }
             earliest = placing.purchaseDate

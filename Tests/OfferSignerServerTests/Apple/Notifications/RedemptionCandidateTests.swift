@@ -203,11 +203,11 @@ struct RedemptionCandidateTests {
     @Test("One rule with the eligibility count: a purchase never continues an offer; Sandbox's short periods follow only when adjacent")
     func sharedContinuationRule() {
         let previous = Self.period(1, offer: "promo_50")
-        #expect(Self.period(2, offer: "promo_50").continuesPayAsYouGoOffer(of: previous, begunBy: previous))
-        #expect(!Self.period(2, offer: "promo_50", reason: .purchase).continuesPayAsYouGoOffer(of: previous, begunBy: previous))
-        #expect(!Self.period(2, offer: "promo_50", reason: nil, shiftDays: 10).continuesPayAsYouGoOffer(of: previous, begunBy: previous), "a gap without a reason is a lapse")
-        #expect(Self.period(2, offer: "promo_50", shiftDays: 10).continuesPayAsYouGoOffer(of: previous, begunBy: previous), "a renewal after a billing retry")
-        #expect(!Self.period(2, offer: "promo_50", shiftDays: 70).continuesPayAsYouGoOffer(of: previous, begunBy: previous), "longer than any billing retry")
+        #expect(Self.period(2, offer: "promo_50").continuesPayAsYouGoOffer(of: previous, begunBy: previous, periodsBefore: 1))
+        #expect(!Self.period(2, offer: "promo_50", reason: .purchase).continuesPayAsYouGoOffer(of: previous, begunBy: previous, periodsBefore: 1))
+        #expect(!Self.period(2, offer: "promo_50", reason: nil, shiftDays: 10).continuesPayAsYouGoOffer(of: previous, begunBy: previous, periodsBefore: 1), "a gap without a reason is a lapse")
+        #expect(Self.period(2, offer: "promo_50", shiftDays: 10).continuesPayAsYouGoOffer(of: previous, begunBy: previous, periodsBefore: 1), "a renewal after a billing retry")
+        #expect(!Self.period(2, offer: "promo_50", shiftDays: 70).continuesPayAsYouGoOffer(of: previous, begunBy: previous, periodsBefore: 1), "longer than any billing retry")
 
         // Sandbox: five-minute periods; a renewal an hour after the last one heard of does not follow it.
         let sandboxStart = Self.start
@@ -258,6 +258,32 @@ struct RedemptionCandidateTests {
         // Held from the first purchase: period 4 begins a new run.
         let whole = try #require(AppleHistoryConversion.redemption(periods[4], known: Array(periods[0...3]), knownComplete: true))
         #expect(whole.isPlaced && !whole.continuesRedemption)
+        // A run that cannot end (no readable offerPeriod, or outside Production: every renewal
+        // under the offer continues it) is the run going on, placed, first period known or not.
+        let undated = [Self.period(0)] + (1...6).map { Self.period($0, offer: "promo_50") }
+        let withoutPeriod = try #require(AppleHistoryConversion.redemption(undated[4], known: Array(undated[2...3])))
+        #expect(withoutPeriod.isPlaced && withoutPeriod.continuesRedemption)
+        let sandbox = periods.map { period in
+            var period = period
+            period.environment = .sandbox
+            return period
+        }
+        let inSandbox = try #require(AppleHistoryConversion.redemption(sandbox[4], known: Array(sandbox[2...3])))
+        #expect(inSandbox.isPlaced && inSandbox.continuesRedemption)
+    }
+
+    @Test("A two-month pay-as-you-go offer (P2M) whose second period was renewed after a 30-day billing retry continues its redemption: periods are counted, not calendar time")
+    func payAsYouGoAcrossBillingRetry() throws {
+        let periods = [
+            Self.period(0), Self.period(1, offer: "promo_50", offerPeriod: "P2M"), Self.period(2, offer: "promo_50", shiftDays: 30, offerPeriod: "P2M"),
+            Self.period(3, shiftDays: 30),
+        ]
+        let found = Self.fromHistory(periods)
+        #expect(found.keys.sorted() == ["500001", "500002"])
+        #expect(try #require(found["500002"]).continuesRedemption, "the offer's second period, not a new redemption")
+        // A third period under the offer is past its two: a new redemption, placed by the period before.
+        let third = Self.fromHistory(Array(periods.prefix(3)) + [Self.period(3, offer: "promo_50", shiftDays: 30, offerPeriod: "P2M")])
+        #expect(try #require(third["500003"]).continuesRedemption == false)
     }
 
     @Test("offerPeriod is read as an ISO 8601 duration of years, months, weeks and days; anything else is unknown")
