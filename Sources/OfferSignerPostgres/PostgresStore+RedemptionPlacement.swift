@@ -70,6 +70,32 @@ extension PostgresStore {
         ).map(Self.unplacedRedemption)
     }
 
+    public func rearmGivenUpOfferRedemptions(bundleID: String?, actor: String, reason: String?, at time: Date) async throws -> Int {
+        try await transaction("re-arming given-up unplaced redemptions") { connection, logger in
+            let maximum = Int64(RedemptionPlacementSchedule.maximumAttempts)
+            let changed: Int
+            if let bundleID {
+                changed = try await connection.query(
+                    """
+                    UPDATE offer_redemptions SET placement_attempts = 0, next_placement_at = \(time.unixMilliseconds)
+                    WHERE unplaced = 1 AND placement_attempts >= \(maximum) AND bundle_id = \(bundleID) RETURNING 1
+                    """, logger: logger
+                ).collect().count
+            } else {
+                changed = try await connection.query(
+                    """
+                    UPDATE offer_redemptions SET placement_attempts = 0, next_placement_at = \(time.unixMilliseconds)
+                    WHERE unplaced = 1 AND placement_attempts >= \(maximum) RETURNING 1
+                    """, logger: logger
+                ).collect().count
+            }
+            guard changed > 0 else { return 0 }
+            let body = AuditBody.make([("actor", actor), ("bundleID", bundleID), ("redemptions", String(changed)), ("reason", reason)])
+            _ = try await Self.appendAudit(connection, logger, [AuditAppend(entry: AuditEntry(kind: "offer.redemptions_rearmed", body: body))], at: time)
+            return changed
+        }
+    }
+
     /// A row of ``redemptionColumns`` followed by `placement_attempts` and the due time.
     private static func unplacedRedemption(_ row: PostgresRow) throws -> UnplacedRedemption {
         let c = try row.decode(

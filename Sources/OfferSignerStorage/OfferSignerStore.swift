@@ -170,6 +170,12 @@ public protocol OfferSignerStore: StoreCoordination {
         _ subscription: AppleSubscriptionKey, at time: Date, appleAnswered: Bool, schedule: RedemptionPlacementSchedule
     ) async throws -> [OfferRedemption]
 
+    /// Re-arms given-up unplaced redemptions (of `bundleID`, or of every app): their attempts back
+    /// to 0 and due at `time`, so the sweep asks Apple about them again; with one
+    /// `offer.redemptions_rearmed` audit record (actor, bundle, count, reason) in the same transaction when
+    /// any changed. Returns how many changed.
+    func rearmGivenUpOfferRedemptions(bundleID: String?, actor: String, reason: String?, at time: Date) async throws -> Int
+
     /// Unplaced redemptions no longer asked about (given up), at most `limit`, the earliest recorded first.
     func givenUpOfferRedemptions(limit: Int) async throws -> [UnplacedRedemption]
 

@@ -69,6 +69,24 @@ extension SQLiteStore {
         }
     }
 
+    public func rearmGivenUpOfferRedemptions(bundleID: String?, actor: String, reason: String?, at time: Date) async throws -> Int {
+        try await write { db in
+            let givenUp = "unplaced = 1 AND placement_attempts >= \(RedemptionPlacementSchedule.maximumAttempts)"
+            if let bundleID {
+                try db.execute(
+                    sql: "UPDATE offer_redemptions SET placement_attempts = 0, next_placement_at = ? WHERE \(givenUp) AND bundle_id = ?",
+                    arguments: [time.unixMilliseconds, bundleID])
+            } else {
+                try db.execute(sql: "UPDATE offer_redemptions SET placement_attempts = 0, next_placement_at = ? WHERE \(givenUp)", arguments: [time.unixMilliseconds])
+            }
+            let count = db.changesCount
+            guard count > 0 else { return 0 }
+            let body = AuditBody.make([("actor", actor), ("bundleID", bundleID), ("redemptions", String(count)), ("reason", reason)])
+            _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "offer.redemptions_rearmed", body: body))], at: time)
+            return count
+        }
+    }
+
     private static func unplacedRedemption(_ row: Row) -> UnplacedRedemption {
         UnplacedRedemption(redemption: redemption(row), placementAttempts: Int(row["placement_attempts"] as Int64), dueAt: date(row["due_at"] as Int64))
     }

@@ -112,8 +112,54 @@ struct RedemptionPlacementScheduleTests {
                 #expect(
                     Self.lines(metrics, "offer_signer_redemption_placements_given_up_total")
                         == [#"offer_signer_redemption_placements_given_up_total{bundle_id="com.example.app",environment="Production"} 1"#])
+
+                // Re-armed (offers retry-unplaced): asked about again from the first step, audited once.
+                let auditBefore = try await fixture.store.auditRecords(after: 0, limit: 10_000).count
+                #expect(try await fixture.store.rearmGivenUpOfferRedemptions(bundleID: "com.example.other", actor: "ops", reason: nil, at: far) == 0)
+                let rearmedAt = Date(timeIntervalSince1970: (far.timeIntervalSince1970 - 86_400).rounded(.down))
+                #expect(try await fixture.store.rearmGivenUpOfferRedemptions(bundleID: Self.bundleID, actor: "ops", reason: "fixed", at: rearmedAt) == 1)
+                #expect(try await fixture.store.rearmGivenUpOfferRedemptions(bundleID: nil, actor: "ops", reason: nil, at: rearmedAt) == 0, "none left given up")
+                let audit = try await fixture.store.auditRecords(after: 0, limit: 10_000)
+                #expect(audit.count == auditBefore + 1)
+                let record = try #require(audit.last)
+                #expect(record.kind == "offer.redemptions_rearmed")
+                #expect(record.body.contains(#""actor":"ops""#) && record.body.contains(#""redemptions":"1""#) && record.body.contains(#""reason":"fixed""#), "\(record.body)")
+                #expect(try await fixture.store.givenUpOfferRedemptions(limit: 10).isEmpty)
+                let rearmed = try #require(try await fixture.store.dueUnplacedOfferRedemptions(at: rearmedAt, after: .start, limit: 10).first)
+                #expect(rearmed.placementAttempts == 0 && rearmed.dueAt == rearmedAt)
+                #expect(await placer.sweep() == 1, "asked about again")
+                #expect(try await fixture.store.dueUnplacedOfferRedemptions(at: far.addingTimeInterval(86_400), after: .start, limit: 10).first?.placementAttempts == 1)
                 try await client.shutdown()
             }
+        }
+    }
+
+    @Test("offers retry-unplaced re-arms given-up redemptions of an app (the CLI on SQLite): prints the count, audited")
+    func retryUnplacedCommand() async throws {
+        try await StoreFixture.with(.sqlite) { fixture in
+            try await record([Self.unplaceable(1), Self.unplaceable(2, bundleID: "com.example.other")], in: fixture.store, at: start)
+            let schedule = RedemptionPlacementSchedule(firstRetry: 900)
+            var time = start
+            for _ in 1...RedemptionPlacementSchedule.maximumAttempts {
+                for original in ["700000001", "700000002"] {
+                    let bundle = original == "700000001" ? Self.bundleID : "com.example.other"
+                    _ = try await fixture.store.recordRedemptionPlacementAttempt(
+                        AppleSubscriptionKey(bundleID: bundle, environment: "Production", originalTransactionID: original), at: time, appleAnswered: true,
+                        schedule: schedule)
+                }
+                time = time.addingTimeInterval(86_400)
+            }
+            #expect(try await fixture.store.givenUpOfferRedemptions(limit: 10).count == 2)
+            let path = try #require(fixture.sqlitePath)
+            let result = try await NotificationRecoveryTests.offerSigner(
+                ["offers", "retry-unplaced", "--store", path, "--bundle-id", Self.bundleID, "--actor", "ops", "--reason", "key fixed"])
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.stdout.contains("re-armed 1 given-up unplaced redemption of com.example.app"), "\(result.stdout)")
+            #expect(try await fixture.store.givenUpOfferRedemptions(limit: 10).map(\.redemption.candidate.bundleID) == ["com.example.other"])
+            let record = try #require(try await fixture.store.auditRecords(after: 0, limit: 10_000).last)
+            #expect(record.kind == "offer.redemptions_rearmed" && record.body.contains(#""reason":"key fixed""#), "\(record.body)")
+            let bad = try await NotificationRecoveryTests.offerSigner(["offers", "retry-unplaced", "--store", path, "--bundle-id", "has space"])
+            #expect(bad.status != 0 && bad.stderr.contains("--bundle-id must be a bundle ID"), "\(bad.stderr)")
         }
     }
 
