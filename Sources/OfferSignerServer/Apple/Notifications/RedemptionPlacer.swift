@@ -155,7 +155,7 @@ final class RedemptionPlacer: Service, Sendable {
         defer {
             if let firstSkipped {
                 logger.warning(
-                    "unplaced redemptions skipped: their app is not served or their environment is not Apple's (rows this service did not record as they are)",
+                    "unplaced redemptions skipped: their app is not served (no longer configured?) or their environment is not Apple's (rows written behind the service's back?)",
                     metadata: [
                         "rows": "\(skipped)", "first_bundle_id": "\(firstSkipped.bundleID.prefix(100))",
                         "first_environment": "\(firstSkipped.environment.prefix(20))", "first_transaction_id": "\(firstSkipped.transactionID.prefix(40))",
@@ -188,14 +188,13 @@ final class RedemptionPlacer: Service, Sendable {
         return asked.count
     }
 
-    /// The subscription's key when its bundle is served and its environment is Apple's, with the
-    /// served bundle's own string and Apple's environment name (bounded label values); else nil.
+    /// The subscription's key when its bundle is served (equal to one of the configured bundles, so
+    /// a bounded label value) and its environment is Apple's (by Apple's name); else nil.
     private func servedKey(bundleID: String, environment: String, originalTransactionID: String) -> AppleSubscriptionKey? {
-        guard let environment = AppleEnvironment(rawValue: environment) else { return nil }
-        let served = servedBundles()
-        let bundle = served.first { $0 == bundleID } ?? catalog?.apps.keys.first { $0 == bundleID }
-        guard let bundle else { return nil }
-        return AppleSubscriptionKey(bundleID: bundle, environment: environment.rawValue, originalTransactionID: originalTransactionID)
+        guard let environment = AppleEnvironment(rawValue: environment), servedBundles().contains(bundleID) || catalog?.apps[bundleID] != nil else {
+            return nil
+        }
+        return AppleSubscriptionKey(bundleID: bundleID, environment: environment.rawValue, originalTransactionID: originalTransactionID)
     }
 
     /// Asks about one subscription (``place(_:)``), then records the attempt, at the time it ended,
