@@ -157,15 +157,24 @@ public protocol OfferSignerStore: StoreCoordination {
 
     /// Unplaced redemptions the sweep may still ask about (fewer than
     /// ``RedemptionPlacementSchedule/maximumAttempts`` attempts) that are due at `time`, after
-    /// `cursor` in the order oldest due first (then bundle, environment, transaction), at most `limit`.
+    /// `cursor` in the order fewest attempts first, then oldest due (then bundle, environment,
+    /// transaction), at most `limit`.
     func dueUnplacedOfferRedemptions(at time: Date, after cursor: UnplacedRedemptionCursor, limit: Int) async throws -> [UnplacedRedemption]
 
     /// Records one placement attempt, made at `time`, for each redemption of `subscription` still
-    /// unplaced and still asked about: its attempts go up by one and its next attempt is due as
-    /// `schedule` says. Returns the redemptions that reached the cap with it (given up).
+    /// unplaced, still asked about and still due at `time` (another instance's attempt did not move
+    /// it on): when `appleAnswered`, its attempts go up by one and its next attempt is due as
+    /// `schedule` says; otherwise only its next attempt moves the same step later. Returns the
+    /// redemptions that reached the cap with it (given up).
     func recordRedemptionPlacementAttempt(
-        _ subscription: AppleSubscriptionKey, at time: Date, schedule: RedemptionPlacementSchedule
+        _ subscription: AppleSubscriptionKey, at time: Date, appleAnswered: Bool, schedule: RedemptionPlacementSchedule
     ) async throws -> [OfferRedemption]
+
+    /// Re-arms given-up unplaced redemptions (of `bundleID`, or of every app): their attempts back
+    /// to 0 and due at `time`, so the sweep asks Apple about them again; with one
+    /// `offer.redemptions_rearmed` audit record (actor, bundle, count, reason) in the same transaction when
+    /// any changed. Returns how many changed.
+    func rearmGivenUpOfferRedemptions(bundleID: String?, actor: String, reason: String?, at time: Date) async throws -> Int
 
     /// Unplaced redemptions no longer asked about (given up), at most `limit`, the earliest recorded first.
     func givenUpOfferRedemptions(limit: Int) async throws -> [UnplacedRedemption]

@@ -12,37 +12,44 @@ extension SQLiteStore {
                     sql: """
                         SELECT *, \(due) AS due_at FROM offer_redemptions
                         WHERE \(RedemptionPlacementSchema.askable) AND \(due) <= ?
-                          AND (\(due), bundle_id, environment, transaction_id) > (?, ?, ?, ?)
-                        ORDER BY \(due), bundle_id, environment, transaction_id LIMIT ?
+                          AND (\(RedemptionPlacementSchema.sweepOrder)) > (?, ?, ?, ?, ?)
+                        ORDER BY \(RedemptionPlacementSchema.sweepOrder) LIMIT ?
                         """),
-                arguments: [time.unixMilliseconds, cursor.dueAt, cursor.bundleID, cursor.environment, cursor.transactionID, limit]
+                arguments: [
+                    time.unixMilliseconds, cursor.placementAttempts, cursor.dueAt, cursor.bundleID, cursor.environment, cursor.transactionID, limit,
+                ]
             ).map(Self.unplacedRedemption)
         }
     }
 
     public func recordRedemptionPlacementAttempt(
-        _ subscription: AppleSubscriptionKey, at time: Date, schedule: RedemptionPlacementSchedule
+        _ subscription: AppleSubscriptionKey, at time: Date, appleAnswered: Bool, schedule: RedemptionPlacementSchedule
     ) async throws -> [OfferRedemption] {
-        try await write { db in
+        let due = RedemptionPlacementSchema.dueAt
+        return try await write { db in
+            // Only rows still due: another instance's attempt at the same subscription moved them on.
             let rows = try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
                         SELECT * FROM offer_redemptions
                         WHERE bundle_id = ? AND environment = ? AND original_transaction_id = ? AND \(RedemptionPlacementSchema.askable)
+                          AND \(due) <= ?
                         """),
-                arguments: [subscription.bundleID, subscription.environment, subscription.originalTransactionID])
+                arguments: [subscription.bundleID, subscription.environment, subscription.originalTransactionID, time.unixMilliseconds])
             var givenUp: [OfferRedemption] = []
             for row in rows {
-                let attempts = Int(row["placement_attempts"] as Int64) + 1
-                let next = schedule.nextAttempt(afterAttempts: attempts, at: time)
+                let counted = Int(row["placement_attempts"] as Int64)
+                let attempts = appleAnswered ? counted + 1 : counted
+                let next = appleAnswered ? schedule.nextAttempt(afterAttempts: attempts, at: time) : schedule.nextAttempt(uncountedAfter: counted, at: time)
                 if next == nil { givenUp.append(Self.redemption(row)) }
                 try db.cachedStatement(
                     sql: """
                         UPDATE offer_redemptions SET placement_attempts = ?, next_placement_at = ?
-                        WHERE bundle_id = ? AND environment = ? AND transaction_id = ?
+                        WHERE bundle_id = ? AND environment = ? AND transaction_id = ? AND \(RedemptionPlacementSchema.askable) AND \(due) <= ?
                         """
                 ).execute(arguments: [
                     attempts, (next ?? time).unixMilliseconds, row["bundle_id"] as String, row["environment"] as String, row["transaction_id"] as String,
+                    time.unixMilliseconds,
                 ])
             }
             return givenUp
@@ -59,6 +66,24 @@ extension SQLiteStore {
                         """),
                 arguments: [RedemptionPlacementSchedule.maximumAttempts, limit]
             ).map(Self.unplacedRedemption)
+        }
+    }
+
+    public func rearmGivenUpOfferRedemptions(bundleID: String?, actor: String, reason: String?, at time: Date) async throws -> Int {
+        try await write { db in
+            let givenUp = "unplaced = 1 AND placement_attempts >= \(RedemptionPlacementSchedule.maximumAttempts)"
+            if let bundleID {
+                try db.execute(
+                    sql: "UPDATE offer_redemptions SET placement_attempts = 0, next_placement_at = ? WHERE \(givenUp) AND bundle_id = ?",
+                    arguments: [time.unixMilliseconds, bundleID])
+            } else {
+                try db.execute(sql: "UPDATE offer_redemptions SET placement_attempts = 0, next_placement_at = ? WHERE \(givenUp)", arguments: [time.unixMilliseconds])
+            }
+            let count = db.changesCount
+            guard count > 0 else { return 0 }
+            let body = AuditBody.make([("actor", actor), ("bundleID", bundleID), ("redemptions", String(count)), ("reason", reason)])
+            _ = try Self.appendAudit(db, [AuditAppend(entry: AuditEntry(kind: "offer.redemptions_rearmed", body: body))], at: time)
+            return count
         }
     }
 

@@ -9,7 +9,7 @@ struct OffersCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "offers",
         abstract: "Report on issued offers and their redemptions (from App Store Server Notifications and fetched histories).",
-        subcommands: [OffersReportCommand.self]
+        subcommands: [OffersReportCommand.self, OffersRetryUnplacedCommand.self]
     )
 }
 

@@ -88,6 +88,9 @@ struct MetricFamily: Sendable {
     static let notificationCatchUpAbandoned = MetricFamily(
         metricName: "offer_signer_notification_catch_up_abandoned", unit: "total", type: "counter",
         help: "Notifications that kept failing for over 24 hours and no longer hold the scheduled catch-up's watermark, by bundle and environment")
+    static let notificationCatchUpRounds = MetricFamily(
+        metricName: "offer_signer_notification_catch_up_rounds", unit: "total", type: "counter",
+        help: "Scheduled notification catch-up rounds that held the lock, by bundle, environment and outcome: asked (Apple was asked), skipped_recent_round (a last run within 0.9 interval: expected on all but one of several instances), skipped_last_run_ahead (a last run up to 60 s after the round's time: clock skew, or a database writer skipping rounds)")
     static let storedHistoryWithLock = MetricFamily(
         metricName: "offer_signer_stored_history_with_lock", unit: "total", type: "counter",
         help: "Signing decisions on a stored history decoded before, its version read with the customer lock: decided there (decided), or decided again before the lock because the history had moved (moved)")
@@ -101,7 +104,7 @@ struct MetricFamily: Sendable {
         notificationLastReceived, appleHistoriesStored, retentionRequests, retentionAnswers, retentionFallbacks, retentionDuration, rejections,
         auditCommitDuration, auditCommitEntries, auditCommitGroupSize, auditCommitFailures, checkpointRefusals, ready, connectionsTimedOut,
         registryRowsRejected, registryManifestRefusals, rateLimit, rateLimitBurst, notificationCatchUpAbandoned,
-        storedHistoryWithLock,
+        notificationCatchUpRounds, storedHistoryWithLock,
     ]
 
     /// Every family `GET /metrics` declares: `(name, type, help)`.

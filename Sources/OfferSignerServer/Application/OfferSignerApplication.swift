@@ -129,8 +129,8 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     let apiCredentials = keyRing.appStoreServerAPICredentials
     let redemptionPlacer = appleHistory.map {
         RedemptionPlacer(
-            store: store, client: $0.client, catalog: configuration.eligibility?.catalog, credentials: apiCredentials, metrics: metrics, logger: logger,
-            retryInterval: configuration.redemptionPlacementRetryInterval)
+            store: store, client: $0.client, catalog: configuration.eligibility?.catalog, servedBundles: { keyRing.ring.configuredBundles },
+            credentials: apiCredentials, metrics: metrics, logger: logger, retryInterval: configuration.redemptionPlacementRetryInterval)
     }
     let notificationIntake = AppleNotificationIntake(
         store: store, servedBundles: { keyRing.ring.configuredBundles }, catalog: configuration.eligibility?.catalog,

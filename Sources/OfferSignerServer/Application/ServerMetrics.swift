@@ -214,7 +214,8 @@ final class ServerMetrics: Sendable {
         counter(MetricFamily.redemptionPlacementLookups, labels: [("outcome", outcome)]).increment()
     }
 
-    /// An unplaced redemption the background placement stopped asking about (its attempt cap).
+    /// An unplaced redemption the background placement stopped asking about (its attempt cap);
+    /// `bundleID` is a served bundle and `environment` Apple's name, never a row's raw value.
     func redemptionPlacementGivenUp(bundleID: String, environment: String) {
         counter(MetricFamily.redemptionPlacementsGivenUp, labels: [("bundle_id", bundleID), ("environment", environment)]).increment()
     }
@@ -222,6 +223,12 @@ final class ServerMetrics: Sendable {
     /// A notification that failed for over 24 hours and no longer holds the catch-up's watermark.
     func notificationCatchUpAbandoned(bundleID: String, environment: String) {
         counter(MetricFamily.notificationCatchUpAbandoned, labels: [("bundle_id", bundleID), ("environment", environment)]).increment()
+    }
+
+    /// A scheduled catch-up round that held the lock: `asked`, `skipped_recent_round` or
+    /// `skipped_last_run_ahead` (`NotificationCatchUp`; labels are the configured target's).
+    func notificationCatchUpRound(bundleID: String, environment: String, outcome: String) {
+        counter(MetricFamily.notificationCatchUpRounds, labels: [("bundle_id", bundleID), ("environment", environment), ("outcome", outcome)]).increment()
     }
 
     /// An App Store Server Notification by type and outcome (`recorded`, `duplicate`, or the problem code).

@@ -4,6 +4,7 @@ import Logging
 import OfferSignerEligibility
 import OfferSignerStorage
 import ServiceLifecycle
+import Synchronization
 
 /// `serve --notification-recovery-interval`: the scheduled ``NotificationRecovery`` of every
 /// catalog app this service has an active key (with an issuer ID) for, in each environment the
@@ -32,7 +33,14 @@ import ServiceLifecycle
 ///   `futureLastRunTolerance` (60 s: clock skew between instances, and another instance's round
 ///   that ended while this one waited up to 5 s for the lock) after the round's `now` (a clock
 ///   step, or a database writer writing `now + interval - ε` again and again) counts as no last
-///   run, so it cannot skip rounds.
+///   run.
+/// - Every round that held the lock is counted (`offer_signer_notification_catch_up_rounds_total`,
+///   outcome `asked`, `skipped_recent_round`, or `skipped_last_run_ahead` for a last run after the
+///   round's `now` within the tolerance); a skipped round is logged at most once an hour per app
+///   and environment (a warning when the last run was ahead). What a database writer can still
+///   do: rewrite the last-run time before every round (anything from 0.9 interval ago to 60 s
+///   ahead) and so skip every round for as long as it keeps writing; that shows as skipped rounds
+///   and no `asked` round on any instance.
 /// - A failed round (Apple unavailable, a store failure) is logged and counted; the watermark
 ///   stays, so the next round asks again from there.
 final class NotificationCatchUp: Service, Sendable {
@@ -55,6 +63,10 @@ final class NotificationCatchUp: Service, Sendable {
     /// instances; the lock wait of 5 s); later, it counts as absent.
     static let futureLastRunTolerance: TimeInterval = 60
     private let metrics: ServerMetrics?
+    /// When a skipped round of each app and environment was last logged.
+    private let skipLogged = Mutex<[String: Date]>([:])
+    /// How often a skipped round is logged per app and environment, at most.
+    static let skipLogInterval: TimeInterval = 3600
 
     init(
         store: any OfferSignerStore, recovery: NotificationRecovery, client: AppStoreServerAPIClient, targets: [Target],
@@ -105,7 +117,11 @@ final class NotificationCatchUp: Service, Sendable {
                 let lastRun = try await store.notificationRecoveryLastRun(bundleID: bundleID, environment: environment).flatMap {
                     $0 <= now.addingTimeInterval(Self.futureLastRunTolerance) ? $0 : nil
                 }
-                if let lastRun, now.timeIntervalSince(lastRun) < Self.seconds(interval) * 0.9 { return nil }
+                if let lastRun, now.timeIntervalSince(lastRun) < Self.seconds(interval) * 0.9 {
+                    skipped(bundleID: bundleID, environment: environment, lastRun: lastRun, now: now)
+                    return nil
+                }
+                metrics?.notificationCatchUpRound(bundleID: bundleID, environment: environment, outcome: "asked")
                 let wanted = watermark.map { min($0, now).addingTimeInterval(-Self.seconds(overlap)) } ?? now.addingTimeInterval(-Self.seconds(firstLookBack))
                 let start = max(wanted, NotificationRecovery.earliestStart(target.environment, now: now))
                 let tally = try await recovery.run(
@@ -147,6 +163,26 @@ final class NotificationCatchUp: Service, Sendable {
             logger.warning("notification catch-up failed; the next round asks again", metadata: ["bundle_id": "\(bundleID)", "error": "\(error)"])
             return nil
         }
+    }
+
+    /// Counts a skipped round, and logs it unless one of this app and environment was logged
+    /// within ``skipLogInterval``.
+    private func skipped(bundleID: String, environment: String, lastRun: Date, now: Date) {
+        let ahead = lastRun > now
+        metrics?.notificationCatchUpRound(bundleID: bundleID, environment: environment, outcome: ahead ? "skipped_last_run_ahead" : "skipped_recent_round")
+        let target = bundleID + "\n" + environment
+        let logs = skipLogged.withLock { logged -> Bool in
+            if let last = logged[target], now.timeIntervalSince(last) < Self.skipLogInterval, last <= now { return false }
+            logged[target] = now
+            return true
+        }
+        guard logs else { return }
+        logger.log(
+            level: ahead ? .warning : .info,
+            ahead
+                ? "notification catch-up: round skipped, the stored last run is after this round's time (clock skew, or a database writer); logged at most hourly"
+                : "notification catch-up: round skipped, another round ran recently (expected with several instances); logged at most hourly",
+            metadata: ["bundle_id": "\(bundleID)", "environment": "\(environment)", "last_run": "\(lastRun)", "now": "\(now)"])
     }
 
     static func seconds(_ duration: Duration) -> Double {

@@ -27,15 +27,25 @@ import Synchronization
 ///   waits); one subscription (bundle, environment, original transaction) is asked about at a
 ///   time, each at most once while it waits; at most `capacity` wait (more are left to the sweep:
 ///   they are in the store).
-/// - Every ask about a subscription is an attempt for each of its redemptions still unplaced after
+/// - An ask Apple answered (the history, Apple's not-found, or Apple's refusal of the request as
+///   made) is an attempt for each of the subscription's redemptions still unplaced and due after
 ///   it, which backs off exponentially and stops at a cap (``RedemptionPlacementSchedule``: from
-///   `retryInterval`, doubling, at most a day apart; 10 attempts).
+///   `retryInterval`, doubling, at most a day apart; 10 attempts). An ask Apple did not answer
+///   (no credentials, open breaker, rate limited, overloaded, environment not accepted, network,
+///   5xx, the history not stored) counts nothing and only moves the next ask the same step later.
+///   Each attempt is recorded at the time it ended (`clock`), and only on rows still due then, so
+///   two instances sweeping at once count one attempt.
 /// - Every `retryInterval`, and once at start, a sweep pages through the store's unplaced
-///   redemptions that are due (oldest due first, `sweepPageSize` rows a page) and asks about each
-///   one's subscription once, at most `sweepLimit` subscriptions a sweep (the rest are due at the
-///   next sweep); redemptions from notifications handed over meanwhile are asked about between
-///   pages. Since every ask pushes its rows' next attempt later, rows that cannot be placed (a
-///   customer Apple no longer knows, a row a database writer made up) never hold newer ones back.
+///   redemptions that are due (fewest attempts first, then oldest due; `sweepPageSize` rows a
+///   page) and asks about each one's subscription once, at most `sweepLimit` subscriptions a sweep
+///   (the rest are due at the next sweep); redemptions from notifications handed over meanwhile
+///   are asked about between pages. Rows that were asked about before (rows that cannot be placed,
+///   rows a database writer made up) come after every row never asked about.
+/// - Values from the store's rows never reach a label or Apple unchecked: a row whose bundle this
+///   server does not serve (its keys' bundles and the catalog's apps) or whose environment is not
+///   one of Apple's (``AppleEnvironment``) is skipped: not asked about, not counted, not held
+///   against `sweepLimit`; one warning a sweep tells how many. Labels are the served bundle and
+///   Apple's environment name.
 /// - A redemption past the cap is no longer asked about: it stays unplaced, reported as such,
 ///   logged and counted once (`offer_signer_redemption_placements_given_up_total`); a later
 ///   notification or lookup that states its history still places it. None is ever dropped or
@@ -50,6 +60,8 @@ final class RedemptionPlacer: Service, Sendable {
     private let store: any OfferSignerStore
     private let client: AppStoreServerAPIClient
     private let catalog: OfferCatalog?
+    private let servedBundles: @Sendable () -> Set<String>
+    private let clock: @Sendable () -> Date
     private let credentials: @Sendable (String) -> AppStoreServerAPICredentials?
     private let metrics: ServerMetrics
     private let logger: Logger
@@ -65,13 +77,16 @@ final class RedemptionPlacer: Service, Sendable {
     private let wakeUp: AsyncStream<Void>.Continuation
 
     init(
-        store: any OfferSignerStore, client: AppStoreServerAPIClient, catalog: OfferCatalog?,
+        store: any OfferSignerStore, client: AppStoreServerAPIClient, catalog: OfferCatalog?, servedBundles: @escaping @Sendable () -> Set<String>,
         credentials: @escaping @Sendable (String) -> AppStoreServerAPICredentials?, metrics: ServerMetrics, logger: Logger,
-        retryInterval: Duration, budget: Duration = .seconds(30), capacity: Int = 1024, sweepLimit: Int = 2000, sweepPageSize: Int = 500
+        retryInterval: Duration, budget: Duration = .seconds(30), capacity: Int = 1024, sweepLimit: Int = 2000, sweepPageSize: Int = 500,
+        clock: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.store = store
         self.client = client
         self.catalog = catalog
+        self.servedBundles = servedBundles
+        self.clock = clock
         self.credentials = credentials
         self.metrics = metrics
         self.logger = logger
@@ -127,22 +142,41 @@ final class RedemptionPlacer: Service, Sendable {
         }
     }
 
-    /// Pages through the unplaced redemptions due now, oldest due first, and asks about each
-    /// one's subscription once (at most `sweepLimit` subscriptions); returns how many were asked about.
+    /// Pages through the unplaced redemptions due now (`clock`), fewest attempts first, then oldest
+    /// due, and asks about each one's subscription once (at most `sweepLimit` subscriptions);
+    /// returns how many were asked about (skipped rows are not).
     @discardableResult
-    func sweep(now: Date = Date()) async -> Int {
+    func sweep() async -> Int {
+        let now = clock()
         var cursor = UnplacedRedemptionCursor.start
         var asked = Set<AppleSubscriptionKey>()
+        var skipped = 0
+        var firstSkipped: RedemptionCandidate?
+        defer {
+            if let firstSkipped {
+                logger.warning(
+                    "unplaced redemptions skipped: their app is not served (no longer configured?) or their environment is not Apple's (rows written behind the service's back?)",
+                    metadata: [
+                        "rows": "\(skipped)", "first_bundle_id": "\(firstSkipped.bundleID.prefix(100))",
+                        "first_environment": "\(firstSkipped.environment.prefix(20))", "first_transaction_id": "\(firstSkipped.transactionID.prefix(40))",
+                    ])
+            }
+        }
         do {
             while !Task.isCancelled {
                 let page = try await store.dueUnplacedOfferRedemptions(at: now, after: cursor, limit: sweepPageSize)
                 for row in page {
                     let candidate = row.redemption.candidate
-                    let key = AppleSubscriptionKey(bundleID: candidate.bundleID, environment: candidate.environment, originalTransactionID: candidate.originalTransactionID)
+                    guard let key = servedKey(bundleID: candidate.bundleID, environment: candidate.environment, originalTransactionID: candidate.originalTransactionID)
+                    else {
+                        skipped += 1
+                        if firstSkipped == nil { firstSkipped = candidate }
+                        continue
+                    }
                     guard !asked.contains(key) else { continue }
                     guard asked.count < sweepLimit, !Task.isCancelled else { return asked.count }
                     asked.insert(key)
-                    await attempt(key, at: now)
+                    await attempt(key)
                 }
                 guard page.count == sweepPageSize, let last = page.last else { break }
                 cursor = last.cursor
@@ -154,19 +188,31 @@ final class RedemptionPlacer: Service, Sendable {
         return asked.count
     }
 
-    /// Asks about one subscription (``place(_:)``), then records the attempt for its redemptions
-    /// still unplaced; those that reach the cap are logged and counted.
-    func attempt(_ key: AppleSubscriptionKey, at time: Date = Date()) async {
-        await place(key)
+    /// The subscription's key when its bundle is served (equal to one of the configured bundles, so
+    /// a bounded label value) and its environment is Apple's (by Apple's name); else nil.
+    private func servedKey(bundleID: String, environment: String, originalTransactionID: String) -> AppleSubscriptionKey? {
+        guard let environment = AppleEnvironment(rawValue: environment), servedBundles().contains(bundleID) || catalog?.apps[bundleID] != nil else {
+            return nil
+        }
+        return AppleSubscriptionKey(bundleID: bundleID, environment: environment.rawValue, originalTransactionID: originalTransactionID)
+    }
+
+    /// Asks about one subscription (``place(_:)``), then records the attempt, at the time it ended,
+    /// for its redemptions still unplaced and due: counted when Apple answered, else only moved
+    /// later; those that reach the cap are logged and counted. A subscription of a bundle not
+    /// served or an environment not Apple's is not asked about.
+    func attempt(_ key: AppleSubscriptionKey) async {
+        guard let key = servedKey(bundleID: key.bundleID, environment: key.environment, originalTransactionID: key.originalTransactionID) else { return }
+        let answered = await place(key) == .answered
         do {
-            let givenUp = try await store.recordRedemptionPlacementAttempt(key, at: time, schedule: schedule)
+            let givenUp = try await store.recordRedemptionPlacementAttempt(key, at: clock(), appleAnswered: answered, schedule: schedule)
             for redemption in givenUp {
-                metrics.redemptionPlacementGivenUp(bundleID: redemption.candidate.bundleID, environment: redemption.candidate.environment)
+                metrics.redemptionPlacementGivenUp(bundleID: key.bundleID, environment: key.environment)
                 logger.warning(
                     "an unplaced redemption is no longer asked about (attempt cap reached); it stays unplaced",
                     metadata: [
-                        "bundle_id": "\(redemption.candidate.bundleID)", "environment": "\(redemption.candidate.environment)",
-                        "offer_id": "\(redemption.candidate.offerID)", "transaction_id": "\(redemption.candidate.transactionID)",
+                        "bundle_id": "\(key.bundleID)", "environment": "\(key.environment)",
+                        "offer_id": "\(redemption.candidate.offerID.prefix(100))", "transaction_id": "\(redemption.candidate.transactionID.prefix(40))",
                         "attempts": "\(RedemptionPlacementSchedule.maximumAttempts)",
                     ])
             }
@@ -175,14 +221,36 @@ final class RedemptionPlacer: Service, Sendable {
         }
     }
 
+    /// Whether Apple answered an ask (which counts as an attempt) or not (which does not).
+    enum PlacementAnswer: Sendable, Equatable {
+        /// Apple returned the history (stored), stated no accepted environment knows the
+        /// transaction (4040010), or refused the request as made (another 4xx; also a transaction
+        /// ID that cannot be put in a request path): asking again the same way changes nothing.
+        case answered
+        /// This service's own or a transient failure (see ``RedemptionPlacementSchedule``).
+        case notAnswered
+    }
+
+    /// Whether a lookup's failure is Apple's answer about the subscription (see ``PlacementAnswer``).
+    /// Apple's error table (https://developer.apple.com/documentation/appstoreserverapi/error-codes)
+    /// makes 4040010 (TransactionIdNotFoundError) and the 400 errors final; `retry_later` (4040002,
+    /// 4040004, 4040006) and 5xx are retryable; `unauthorized`, `wrong_app` and `unverifiable` say
+    /// more about this service's configuration than about the subscription.
+    static func answer(_ reason: HistoryUnavailable.Reason) -> PlacementAnswer {
+        switch reason {
+        case .transactionNotFound, .rejected: .answered
+        default: .notAnswered
+        }
+    }
+
     /// Asks Apple for one subscription's history and stores it; returns whether Apple answered.
     @discardableResult
-    func place(_ key: AppleSubscriptionKey) async -> Bool {
-        guard let environment = AppleEnvironment(rawValue: key.environment) else { return false }
+    func place(_ key: AppleSubscriptionKey) async -> PlacementAnswer {
+        guard let environment = AppleEnvironment(rawValue: key.environment) else { return .notAnswered }
         var app = catalog?.appSettings(bundleID: key.bundleID) ?? AppStoreAppSettings(bundleID: key.bundleID)
         guard app.environments.contains(environment) else {
             metrics.redemptionPlacementLookup(outcome: "environment_not_accepted")
-            return false
+            return .notAnswered
         }
         app.environments = [environment]
         let lookup = await client.history(
@@ -193,13 +261,13 @@ final class RedemptionPlacer: Service, Sendable {
             history = answer
         case .history:
             metrics.redemptionPlacementLookup(outcome: "wrong_app")
-            return false
+            return .notAnswered
         case .unavailable(let unavailable):
             metrics.redemptionPlacementLookup(outcome: unavailable.reason.rawValue)
             logger.info(
                 "an unplaced redemption stays unplaced: Apple's history is unavailable; asked again later",
                 metadata: ["bundle_id": "\(key.bundleID)", "environment": "\(key.environment)", "reason": "\(unavailable.reason.rawValue)"])
-            return false
+            return Self.answer(unavailable.reason)
         }
         do {
             let result = try await store.recordAppleHistory(AppleHistoryConversion.update(history), at: Date())
@@ -215,11 +283,11 @@ final class RedemptionPlacer: Service, Sendable {
                         ])
                 }
             }
-            return true
+            return .answered
         } catch {
             metrics.redemptionPlacementLookup(outcome: "store_failed")
             logger.warning("could not store the history that places a redemption; asked again later", metadata: ["error": "\(error)"])
-            return false
+            return .notAnswered
         }
     }
 }

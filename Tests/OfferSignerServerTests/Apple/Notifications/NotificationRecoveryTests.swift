@@ -132,9 +132,16 @@ struct NotificationRecoveryTests {
                     store: fixture.store, servedBundles: [Self.bundleID], catalog: eligibility.catalog, trustedRoots: eligibility.trustedRoots, logger: logger)
                 let client = try AppStoreServerAPIClient(configuration: eligibility.appStoreServerAPI, trustedRoots: eligibility.trustedRoots, metrics: .none, logger: logger)
                 let target = NotificationCatchUp.Target(app: eligibility.catalog.appSettings(bundleID: Self.bundleID), environment: .production)
+                let metrics = ServerMetrics()
                 let catchUp = NotificationCatchUp(
                     store: fixture.store, recovery: NotificationRecovery(client: client, intake: intake), client: client, targets: [target],
-                    credentials: { AppStoreServerAPICredentials(key: key, issuerID: TestServer.issuerID, bundleID: $0) }, interval: .seconds(3600), logger: logger)
+                    credentials: { AppStoreServerAPICredentials(key: key, issuerID: TestServer.issuerID, bundleID: $0) }, interval: .seconds(3600), logger: logger,
+                    metrics: metrics)
+                func rounds(_ outcome: String) -> Int {
+                    let prefix = #"offer_signer_notification_catch_up_rounds_total{bundle_id="com.example.app",environment="Production",outcome="\#(outcome)"} "#
+                    let line = String(decoding: metrics.exposition(), as: UTF8.self).split(separator: "\n").first { $0.hasPrefix(prefix) }
+                    return line.flatMap { Int($0.dropFirst(prefix.count)) } ?? 0
+                }
 
                 // Nothing answers at the notification URL: Apple tries each once. The middle one
                 // does not verify here (signed by a chain this service does not trust).
@@ -183,6 +190,17 @@ struct NotificationRecoveryTests {
                 try await fixture.store.setNotificationRecoveryWatermark(
                     bundleID: Self.bundleID, environment: "Production", recoveredUntil: moved, at: suppressAt.addingTimeInterval(7200 + 30))
                 #expect(await catchUp.catchUp(target, now: suppressAt.addingTimeInterval(7200)) == nil, "a last run 30 s ahead (clock skew) counts")
+                // A writer who keeps writing the last run within 60 s ahead before every round skips
+                // every round while it keeps writing: each skipped round is counted.
+                let askedBefore = rounds("asked")
+                #expect(rounds("skipped_last_run_ahead") == 1 && rounds("skipped_recent_round") == 1)
+                for round in 1...3 {
+                    let roundAt = suppressAt.addingTimeInterval(Double(round + 1) * 7200)
+                    try await fixture.store.setNotificationRecoveryWatermark(
+                        bundleID: Self.bundleID, environment: "Production", recoveredUntil: moved, at: roundAt.addingTimeInterval(59))
+                    #expect(await catchUp.catchUp(target, now: roundAt) == nil, "skipped while the writer writes")
+                }
+                #expect(rounds("skipped_last_run_ahead") == 4 && rounds("asked") == askedBefore, "every skipped round counted; none asked")
 
                 // 200 days on: the start is clamped inside Apple's 180-day window.
                 let farLater = dayLater.addingTimeInterval(200 * 86_400)
