@@ -79,13 +79,36 @@ extension FakeAppStoreServerAPI {
             request.method = .POST
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(string: #"{"signedPayload":"\#(payload)"}"#))
-            // Short: AsyncHTTPClient retries a refused connection until the deadline.
-            if let response = try? await HTTPClient.shared.execute(request, timeout: .seconds(2)) {
+            // AsyncHTTPClient retries a refused connection until the deadline, so a URL where
+            // nothing listens (an outage) is found by one connect first; a listening endpoint gets
+            // a deadline long enough for a loaded test machine.
+            if Self.acceptsConnections(url), let response = try? await HTTPClient.shared.execute(request, timeout: .seconds(15)) {
                 _ = try? await response.body.collect(upTo: 1 << 20)
                 result = response.status.code == 200 ? "SUCCESS" : "UNSUCCESSFUL_HTTP_RESPONSE_CODE"
             }
         }
         state.withLock { $0.notifications[index].attempts.append(.init(date: Date(), result: result)) }
+    }
+
+    /// Whether something accepts a TCP connection at `url`'s host and port (IPv4 literal hosts,
+    /// as the tests use); a refused loopback connection answers at once.
+    static func acceptsConnections(_ url: String) -> Bool {
+        guard let components = URLComponents(string: url), let host = components.host, let port = components.port else { return false }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else { return true }
+        #if canImport(Glibc)
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        let descriptor = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard descriptor >= 0 else { return true }
+        defer { close(descriptor) }
+        let connected = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        return connected == 0
     }
 
     static func notificationType(_ signedPayload: String) -> String? {
