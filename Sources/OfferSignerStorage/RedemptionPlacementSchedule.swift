@@ -19,7 +19,7 @@ import OfferSignerCore
 /// - An attempt (counted or not) changes only rows still due at its time
 ///   (`COALESCE(next_placement_at, recorded_at) <= time`): two instances whose sweeps ask about
 ///   one subscription at once count it once.
-/// - After ``maximumAttempts`` (10; about four days with the default interval) the sweep stops
+/// - After ``maximumAttempts`` (10; about 80 hours with the default interval) the sweep stops
 ///   asking: the redemption stays `unplaced` (reported as such, never guessed unmatched), is
 ///   counted (`offer_signer_redemption_placements_given_up_total`), and is still placed if a later
 ///   notification or history lookup states its subscription's history.

@@ -15,11 +15,12 @@ struct SignatureRequest: Decodable, Equatable, Sendable {
     var evidence: PurchaseEvidence?
     /// With `formats: ["intro-eligibility"]` only: the decision the signature carries.
     var allowIntroductoryOffer: Bool?
-    /// The App Store environment the client declares its customer is in (Apple's spelling:
-    /// `Production`, `Sandbox`, `Xcode`, `LocalTesting`, as in
-    /// https://developer.apple.com/documentation/appstoreserverapi/environment and Apple's Python
-    /// library `appstoreserverlibrary/models/Environment.py`; the app reads StoreKit's
-    /// `AppTransaction.environment`).
+    /// The App Store environment the client declares its customer is in, spelt as Apple's Python
+    /// library `appstoreserverlibrary/models/Environment.py` spells its four values: `Production`,
+    /// `Sandbox`, `Xcode`, `LocalTesting` (the last "used for unit testing" there; the App Store
+    /// Server API's `environment` names only sandbox and production). The app reads StoreKit's
+    /// `AppStore.Environment` (`.production`, `.sandbox`, `.xcode`) from
+    /// `AppTransaction.environment` and maps it.
     /// Not verified: stored on the issuance marked declared (Apple's spelling), where it only
     /// orders the issuances a redemption may match (the same environment first) and never keeps
     /// one from matching (see `IssuanceEnvironmentSchema`); an environment proved by Apple-signed
