@@ -121,9 +121,10 @@ public struct OfferSignerClient: Sendable {
     ///   - transactionID: Any of the customer's transaction IDs (e.g. `Transaction.originalID`): a JWS
     ///     signature is bound to it, and an offer decided on Apple's word (`historySource` `apple`)
     ///     finds the customer's history with it.
-    ///   - environment: The App Store environment the customer buys in, as Apple spells it
-    ///     (`Production`, `Sandbox`, `Xcode`, `LocalTesting`): StoreKit's
-    ///     `AppTransaction.shared`'s `environment.rawValue`. Your declaration, not verified: the
+    ///   - environment: The App Store environment the customer buys in, as Apple's App Store
+    ///     Server Library spells it (`Production`, `Sandbox`, `Xcode`, `LocalTesting`): map
+    ///     StoreKit's `AppTransaction.shared` `environment` (`.production`, `.sandbox`, `.xcode`)
+    ///     explicitly; Apple documents no raw values. Your declaration, not verified: the
     ///     service keeps it on the issuance marked declared, where it only orders the issuances a
     ///     redemption may match (its own environment first). Any other value is refused
     ///     (`400 unknown_environment`).
