@@ -76,7 +76,7 @@ extension RedemptionPlacementScheduleTests {
     }
 
     @Test(
-        "4,000 rows that cannot be asked (an environment the served app does not accept) take none of the sweep's places: a genuine row asked before is retried in the next sweep; they move a day on",
+        "1,000 rows that cannot be asked (an environment the served app does not accept) take none of the sweep's places: a genuine row asked before is retried in the next sweep; they move a day on",
         arguments: StoreBackend.testedCases)
     func unaskableRowsDoNotFillTheSweep(backend: StoreBackend) async throws {
         let key = try InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY001")
@@ -86,26 +86,27 @@ extension RedemptionPlacementScheduleTests {
             try await fake.run { port in
                 let metrics = ServerMetrics()
                 let clock = ManualClock(start)
+                // Twice one sweep's limit (kept small so the test is quick; the default is 2,000).
                 let (placer, client) = try Self.placer(
-                    fixture.store, port: port, key: key, root: try chain.root.serializeAsPEM().pemString, clock: clock, metrics: metrics)
+                    fixture.store, port: port, key: key, root: try chain.root.serializeAsPEM().pemString, clock: clock, metrics: metrics, sweepLimit: 500)
                 let genuine = Self.unplaceable(0)
                 try await record([genuine], in: fixture.store, at: start)
                 #expect(await placer.sweep() == 1)
                 // A writer's rows: never asked about (attempts 0, so first in the sweep's order), due since yesterday, in Sandbox,
-                // which the catalog's app does not accept; more than one sweep's 2,000 subscriptions.
-                let unaskable = (1...4000).map { Self.unplaceable($0, environment: "Sandbox") }
+                // which the catalog's app does not accept; more than one sweep's 500 subscriptions.
+                let unaskable = (1...1000).map { Self.unplaceable($0, environment: "Sandbox") }
                 try await record(unaskable, in: fixture.store, at: start.addingTimeInterval(-86_400))
                 clock.now = start.addingTimeInterval(900)
                 #expect(await placer.sweep() == 1, "only the genuine row is asked about")
-                let due = try await fixture.store.dueUnplacedOfferRedemptions(at: far, after: .start, limit: 5000)
+                let due = try await fixture.store.dueUnplacedOfferRedemptions(at: far, after: .start, limit: 2000)
                 let row = try #require(due.first { $0.redemption.candidate.transactionID == genuine.transactionID })
                 #expect(row.placementAttempts == 2, "retried: its second attempt")
                 let moved = due.filter { $0.redemption.candidate.environment == "Sandbox" }
-                #expect(moved.count == 4000 && moved.allSatisfy { $0.placementAttempts == 0 && $0.dueAt == clock.now.addingTimeInterval(86_400) }, "moved a day on")
+                #expect(moved.count == 1000 && moved.allSatisfy { $0.placementAttempts == 0 && $0.dueAt == clock.now.addingTimeInterval(86_400) }, "moved a day on")
                 #expect(fake.requests.allSatisfy { $0.transactionID == genuine.originalTransactionID && $0.environment == "Production" })
                 // The next sweep does not read them again: only the genuine row is due before tomorrow.
                 clock.now = row.dueAt
-                #expect(try await fixture.store.dueUnplacedOfferRedemptions(at: clock.now, after: .start, limit: 5000).map(\.redemption.candidate.transactionID) == [genuine.transactionID])
+                #expect(try await fixture.store.dueUnplacedOfferRedemptions(at: clock.now, after: .start, limit: 2000).map(\.redemption.candidate.transactionID) == [genuine.transactionID])
                 #expect(await placer.sweep() == 1)
                 #expect(Self.lines(metrics, "redemption_placement_lookups_total").contains { $0.contains(#"outcome="environment_not_accepted""#) })
                 try await client.shutdown()
