@@ -469,7 +469,7 @@ public final class AppStoreServerAPIClient: Sendable {
                     metrics.call(endpoint: endpoint.rawValue, outcome: "rejected", duration: elapsed)
                     let code = error?.errorCode.map { " error \($0)" } ?? ""
                     let message = error?.errorMessage.map { ": \($0.prefix(200))" } ?? ""
-                    return .failure(.unavailable(.init(.rejected, "\(endpoint.rawValue) answered \(status)\(code)\(message)")))
+                    return .failure(.unavailable(.init(.rejected, "\(endpoint.rawValue) answered \(status)\(code)\(message)", appleErrorCode: error?.errorCode)))
                 }
             }
             guard attempt < configuration.maximumAttempts else { break }

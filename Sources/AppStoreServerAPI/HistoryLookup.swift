@@ -52,10 +52,14 @@ public struct HistoryUnavailable: Error, Sendable, Hashable, CustomStringConvert
     public var reason: Reason
     /// Human-readable explanation; never contains a token or key.
     public var detail: String
+    /// Apple's `errorCode` from the error body, when Apple sent one with a ``Reason/rejected``
+    /// answer (e.g. 4000006 InvalidTransactionIdError, 4040003 AppNotFoundError); nil otherwise.
+    public var appleErrorCode: Int?
 
-    public init(_ reason: Reason, _ detail: String) {
+    public init(_ reason: Reason, _ detail: String, appleErrorCode: Int? = nil) {
         self.reason = reason
         self.detail = detail
+        self.appleErrorCode = appleErrorCode
     }
 
     /// Whether falling back to the app's own evidence is allowed (`apple-then-client`).

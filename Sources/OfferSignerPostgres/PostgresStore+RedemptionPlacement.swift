@@ -26,7 +26,7 @@ extension PostgresStore {
     }
 
     public func recordRedemptionPlacementAttempt(
-        _ subscription: AppleSubscriptionKey, at time: Date, appleAnswered: Bool, schedule: RedemptionPlacementSchedule
+        _ subscription: AppleSubscriptionKey, at time: Date, outcome: RedemptionPlacementOutcome, schedule: RedemptionPlacementSchedule
     ) async throws -> [OfferRedemption] {
         let now = time.unixMilliseconds
         return try await transaction("recording a redemption placement attempt") { connection, logger in
@@ -42,14 +42,12 @@ extension PostgresStore {
             ).collect().map(Self.unplacedRedemption)
             var givenUp: [OfferRedemption] = []
             for row in rows {
-                let counted = row.placementAttempts
-                let attempts = appleAnswered ? counted + 1 : counted
-                let next = appleAnswered ? schedule.nextAttempt(afterAttempts: attempts, at: time) : schedule.nextAttempt(uncountedAfter: counted, at: time)
-                if next == nil { givenUp.append(row.redemption) }
+                let after = schedule.afterAsk(outcome, attempts: row.placementAttempts, recordedAt: row.redemption.recordedAt, at: time)
+                if after.givenUp { givenUp.append(row.redemption) }
                 let candidate = row.redemption.candidate
                 _ = try await connection.query(
                     """
-                    UPDATE offer_redemptions SET placement_attempts = \(Int64(attempts)), next_placement_at = \((next ?? time).unixMilliseconds)
+                    UPDATE offer_redemptions SET placement_attempts = \(Int64(after.attempts)), next_placement_at = \(after.nextAt.unixMilliseconds)
                     WHERE bundle_id = \(candidate.bundleID) AND environment = \(candidate.environment) AND transaction_id = \(candidate.transactionID)
                     """, logger: logger
                 ).collect()
@@ -106,6 +104,6 @@ extension PostgresStore {
                 purchaseDate: date(c.7)),
             issuanceSequence: c.8, signatureIssuedAt: optionalDate(c.9), source: c.10, recordedAt: date(c.11), isUnplaced: c.12 != 0,
             placedAt: optionalDate(c.13))
-        return UnplacedRedemption(redemption: redemption, placementAttempts: Int(c.14), dueAt: date(c.15))
+        return UnplacedRedemption(redemption: redemption, placementAttempts: RedemptionPlacementSchedule.clampedAttempts(c.14), dueAt: date(c.15))
     }
 }

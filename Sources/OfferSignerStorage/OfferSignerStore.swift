@@ -163,11 +163,11 @@ public protocol OfferSignerStore: StoreCoordination {
 
     /// Records one placement attempt, made at `time`, for each redemption of `subscription` still
     /// unplaced, still asked about and still due at `time` (another instance's attempt did not move
-    /// it on): when `appleAnswered`, its attempts go up by one and its next attempt is due as
-    /// `schedule` says; otherwise only its next attempt moves the same step later. Returns the
-    /// redemptions that reached the cap with it (given up).
+    /// it on), as `schedule` says for `outcome` (``RedemptionPlacementSchedule/afterAsk(_:attempts:recordedAt:at:)``:
+    /// counted when Apple answered, else only moved on; given up at the cap or past the maximum
+    /// age). Returns the redemptions given up with it.
     func recordRedemptionPlacementAttempt(
-        _ subscription: AppleSubscriptionKey, at time: Date, appleAnswered: Bool, schedule: RedemptionPlacementSchedule
+        _ subscription: AppleSubscriptionKey, at time: Date, outcome: RedemptionPlacementOutcome, schedule: RedemptionPlacementSchedule
     ) async throws -> [OfferRedemption]
 
     /// Re-arms given-up unplaced redemptions (of `bundleID`, or of every app): their attempts back

@@ -5,24 +5,37 @@ import OfferSignerCore
 /// (see `RedemptionPlacer` in OfferSignerServer, and ``OfferRedemption``).
 ///
 /// Rules (both stores):
-/// - Only an ask Apple answered counts: Apple returned the subscription's history, or stated that
-///   no accepted environment knows the transaction (error 4040010), or refused the request as made
-///   (another 4xx). Each such ask is one attempt for each of the subscription's redemptions still
+/// - Only an ask Apple answered about the customer's transaction counts: Apple returned the
+///   subscription's history, or stated that it does not know the transaction (4040010
+///   TransactionIdNotFoundError in every accepted environment, 4040001 AccountNotFoundError), or
+///   that the ID is invalid (4000006 InvalidTransactionIdError; also an ID that cannot be put in a
+///   request path). Each such ask is one attempt for each of the subscription's redemptions still
 ///   unplaced after it; after attempt `n` the next is due `firstRetry × 2^(n-1)` later, at most
 ///   ``longestRetry`` (1 day) later: with the default 15-minute retry interval, 15 min, 30 min,
 ///   1 h, … 16 h, then daily.
-/// - An ask Apple did not answer (this service's own failure or a transient one: no credentials,
-///   open breaker, rate limited, overloaded, an environment the app does not accept, a network or
-///   5xx failure, a history that could not be stored) counts nothing: the next ask is only moved
-///   the same step later (the wait after the attempts counted so far, the first wait when none), so
-///   a key without an issuer ID or a flapping breaker never gives up a genuine redemption.
+/// - An ask Apple did not answer about the transaction (a transient failure or one about this
+///   service's configuration: open breaker, rate limited, overloaded, a network or 5xx failure,
+///   401, any other 4xx such as 4040003 AppNotFoundError, a history that could not be stored)
+///   counts nothing: the next ask is only moved the same step later (the wait after the attempts
+///   counted so far, the first wait when none).
+/// - A redemption that cannot be asked about at all (its app does not accept its environment, or
+///   has no usable credentials) is not asked about and counts nothing: it is moved
+///   ``unaskableRetry`` (1 day) on, so a sweep does not read it again before then.
 /// - An attempt (counted or not) changes only rows still due at its time
-///   (`COALESCE(next_placement_at, recorded_at) <= time`): two instances whose sweeps ask about
-///   one subscription at once count it once.
+///   (`COALESCE(next_placement_at, recorded_at) <= time`) and asked about (`placement_attempts`
+///   from 0 to below the cap): two instances whose sweeps ask about one subscription at once count
+///   it once.
 /// - After ``maximumAttempts`` (10; about 80 hours with the default interval) the sweep stops
 ///   asking: the redemption stays `unplaced` (reported as such, never guessed unmatched), is
 ///   counted (`offer_signer_redemption_placements_given_up_total`), and is still placed if a later
-///   notification or history lookup states its subscription's history.
+///   notification or history lookup states its subscription's history. A redemption that was not
+///   answered (or could not be asked) at a time ``maximumAge`` (30 days) or more after it was
+///   recorded is given up the same way, however few attempts were counted: a wrong configuration
+///   or a flapping breaker does not give up a genuine redemption for a month, and rows that can
+///   never be asked are not kept forever. (A redemption re-armed more than 30 days after it was
+///   recorded is given up again by its first ask Apple does not answer.)
+/// - Attempts are read clamped to `0...maximumAttempts` (a database writer can store any 64-bit
+///   value; arithmetic on it never traps).
 /// - A row that was never asked about is due from when it was recorded; the sweep reads the due
 ///   rows fewest attempts first, then oldest due (``UnplacedRedemptionCursor``), a page at a time,
 ///   so rows that were asked about before (made-up ones among them) never hold back a new one.
@@ -35,6 +48,17 @@ public struct RedemptionPlacementSchedule: Sendable, Equatable {
     public static let maximumAttempts = 10
     /// The longest wait between two attempts.
     public static let longestRetry: TimeInterval = 86_400
+    /// How far a redemption that cannot be asked about (environment not accepted, no credentials)
+    /// is moved on.
+    public static let unaskableRetry: TimeInterval = 86_400
+    /// How long after it was recorded a redemption whose ask Apple did not answer (or that could not
+    /// be asked) is given up: 30 days.
+    public static let maximumAge: TimeInterval = 30 * 86_400
+
+    /// Attempts as stored, clamped to `0...maximumAttempts`.
+    public static func clampedAttempts(_ stored: Int64) -> Int {
+        Int(min(max(stored, 0), Int64(maximumAttempts)))
+    }
 
     /// The wait after the first attempt (the placer's retry interval).
     public var firstRetry: TimeInterval
@@ -57,10 +81,41 @@ public struct RedemptionPlacementSchedule: Sendable, Equatable {
         time.addingTimeInterval(wait(afterAttempts: attempts))
     }
 
+    /// What one ask does to a redemption with `attempts` counted so far (clamped), recorded at
+    /// `recordedAt`, made at `time`: the attempts to store, when the next ask is due, and whether
+    /// it is given up now (then due at `time`, no longer asked about).
+    public func afterAsk(
+        _ outcome: RedemptionPlacementOutcome, attempts stored: Int, recordedAt: Date, at time: Date
+    ) -> (attempts: Int, nextAt: Date, givenUp: Bool) {
+        let counted = min(max(stored, 0), Self.maximumAttempts)
+        switch outcome {
+        case .answered:
+            let attempts = min(counted + 1, Self.maximumAttempts)
+            guard let next = nextAttempt(afterAttempts: attempts, at: time) else { return (attempts, time, true) }
+            return (attempts, next, false)
+        case .notAnswered, .notAskable:
+            if time.timeIntervalSince(recordedAt) >= Self.maximumAge { return (Self.maximumAttempts, time, true) }
+            let next = outcome == .notAskable ? time.addingTimeInterval(Self.unaskableRetry) : nextAttempt(uncountedAfter: counted, at: time)
+            return (counted, next, false)
+        }
+    }
+
     private func wait(afterAttempts attempts: Int) -> TimeInterval {
-        let doublings = min(max(attempts - 1, 0), 40)
+        let doublings = min(max(attempts, 1) - 1, 40)
         return min(firstRetry * pow(2, Double(doublings)), Self.longestRetry)
     }
+}
+
+/// What came of asking about a subscription's unplaced redemptions (see
+/// ``RedemptionPlacementSchedule``).
+public enum RedemptionPlacementOutcome: Sendable, Equatable {
+    /// Apple answered about the transaction (its history, not found, invalid): one attempt.
+    case answered
+    /// Asked, but Apple did not answer about the transaction (transient, or about this service's
+    /// configuration): nothing counted, moved the same step on.
+    case notAnswered
+    /// Not asked: the app does not accept the environment or has no credentials; moved a day on.
+    case notAskable
 }
 
 /// An unplaced redemption the sweep may ask about, with its attempts so far and when it is due.
@@ -113,15 +168,18 @@ public struct UnplacedRedemptionCursor: Sendable, Equatable {
 public enum RedemptionPlacementSchema {
     /// When a row is due (never asked: since it was recorded).
     public static let dueAt = "COALESCE(next_placement_at, recorded_at)"
-    /// The rows the sweep may still ask about (the index's predicate, repeated word for word in
-    /// the sweep's query so both engines use the index).
-    public static let askable = "unplaced = 1 AND placement_attempts < \(RedemptionPlacementSchedule.maximumAttempts)"
+    /// The index's predicate (its migration's text: never changed), repeated word for word in
+    /// ``askable`` so both engines use the index.
+    public static let indexPredicate = "unplaced = 1 AND placement_attempts < \(RedemptionPlacementSchedule.maximumAttempts)"
+    /// The rows the sweep may still ask about: unplaced, attempts from 0 to below the cap (a
+    /// negative count stored by a database writer is never asked about).
+    public static let askable = "\(indexPredicate) AND placement_attempts >= 0"
     /// The sweep's order (and its cursor's columns).
     public static let sweepOrder = "placement_attempts, \(dueAt), bundle_id, environment, transaction_id"
 
     public static let statements: [String] = [
         "ALTER TABLE offer_redemptions ADD COLUMN placement_attempts BIGINT NOT NULL DEFAULT 0",
         "ALTER TABLE offer_redemptions ADD COLUMN next_placement_at BIGINT",
-        "CREATE INDEX offer_redemptions_placement_due ON offer_redemptions ((\(dueAt)), bundle_id, environment, transaction_id) WHERE \(askable)",
+        "CREATE INDEX offer_redemptions_placement_due ON offer_redemptions ((\(dueAt)), bundle_id, environment, transaction_id) WHERE \(indexPredicate)",
     ]
 }

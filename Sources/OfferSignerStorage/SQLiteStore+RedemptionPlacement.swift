@@ -23,7 +23,7 @@ extension SQLiteStore {
     }
 
     public func recordRedemptionPlacementAttempt(
-        _ subscription: AppleSubscriptionKey, at time: Date, appleAnswered: Bool, schedule: RedemptionPlacementSchedule
+        _ subscription: AppleSubscriptionKey, at time: Date, outcome: RedemptionPlacementOutcome, schedule: RedemptionPlacementSchedule
     ) async throws -> [OfferRedemption] {
         let due = RedemptionPlacementSchema.dueAt
         return try await write { db in
@@ -38,17 +38,17 @@ extension SQLiteStore {
                 arguments: [subscription.bundleID, subscription.environment, subscription.originalTransactionID, time.unixMilliseconds])
             var givenUp: [OfferRedemption] = []
             for row in rows {
-                let counted = Int(row["placement_attempts"] as Int64)
-                let attempts = appleAnswered ? counted + 1 : counted
-                let next = appleAnswered ? schedule.nextAttempt(afterAttempts: attempts, at: time) : schedule.nextAttempt(uncountedAfter: counted, at: time)
-                if next == nil { givenUp.append(Self.redemption(row)) }
+                let redemption = Self.redemption(row)
+                let after = schedule.afterAsk(
+                    outcome, attempts: RedemptionPlacementSchedule.clampedAttempts(row["placement_attempts"] as Int64), recordedAt: redemption.recordedAt, at: time)
+                if after.givenUp { givenUp.append(redemption) }
                 try db.cachedStatement(
                     sql: """
                         UPDATE offer_redemptions SET placement_attempts = ?, next_placement_at = ?
                         WHERE bundle_id = ? AND environment = ? AND transaction_id = ? AND \(RedemptionPlacementSchema.askable) AND \(due) <= ?
                         """
                 ).execute(arguments: [
-                    attempts, (next ?? time).unixMilliseconds, row["bundle_id"] as String, row["environment"] as String, row["transaction_id"] as String,
+                    after.attempts, after.nextAt.unixMilliseconds, row["bundle_id"] as String, row["environment"] as String, row["transaction_id"] as String,
                     time.unixMilliseconds,
                 ])
             }
@@ -88,6 +88,7 @@ extension SQLiteStore {
     }
 
     private static func unplacedRedemption(_ row: Row) -> UnplacedRedemption {
-        UnplacedRedemption(redemption: redemption(row), placementAttempts: Int(row["placement_attempts"] as Int64), dueAt: date(row["due_at"] as Int64))
+        UnplacedRedemption(
+            redemption: redemption(row), placementAttempts: RedemptionPlacementSchedule.clampedAttempts(row["placement_attempts"] as Int64), dueAt: date(row["due_at"] as Int64))
     }
 }

@@ -27,14 +27,21 @@ import Synchronization
 ///   waits); one subscription (bundle, environment, original transaction) is asked about at a
 ///   time, each at most once while it waits; at most `capacity` wait (more are left to the sweep:
 ///   they are in the store).
-/// - An ask Apple answered (the history, Apple's not-found, or Apple's refusal of the request as
-///   made) is an attempt for each of the subscription's redemptions still unplaced and due after
-///   it, which backs off exponentially and stops at a cap (``RedemptionPlacementSchedule``: from
-///   `retryInterval`, doubling, at most a day apart; 10 attempts). An ask Apple did not answer
-///   (no credentials, open breaker, rate limited, overloaded, environment not accepted, network,
-///   5xx, the history not stored) counts nothing and only moves the next ask the same step later.
-///   Each attempt is recorded at the time it ended (`clock`), and only on rows still due then, so
-///   two instances sweeping at once count one attempt.
+/// - A subscription is asked about only when it can be: its app (the catalog's entry, else the
+///   default settings) accepts its environment and has usable credentials (a key with an issuer
+///   ID). One that cannot is not asked, counts nothing, holds no place in `sweepLimit`, and is
+///   moved a day on (``RedemptionPlacementSchedule/unaskableRetry``), so rows a database writer
+///   made up for a served app in an environment it does not accept cannot fill the sweep.
+/// - An ask Apple answered about the customer's transaction (the history; 4040010, 4040001 or
+///   4000006; an ID that cannot be put in a request path; see ``answer(_:)``) is an attempt for
+///   each of the subscription's redemptions still unplaced and due after it, which backs off
+///   exponentially and stops at a cap (``RedemptionPlacementSchedule``: from `retryInterval`,
+///   doubling, at most a day apart; 10 attempts). Any other outcome (open breaker, rate limited,
+///   overloaded, network, 5xx, 401, another 4xx such as a wrong bundle or base URL, the history
+///   not stored) counts nothing and only moves the next ask the same step later. A redemption not
+///   answered 30 days after it was recorded (``RedemptionPlacementSchedule/maximumAge``) is given
+///   up all the same. Each attempt is recorded at the time it ended (`clock`), and only on rows
+///   still due then, so two instances sweeping at once count one attempt.
 /// - Every `retryInterval`, and once at start, a sweep pages through the store's unplaced
 ///   redemptions that are due (fewest attempts first, then oldest due; `sweepPageSize` rows a
 ///   page) and asks about each one's subscription once, at most `sweepLimit` subscriptions a sweep
@@ -45,8 +52,9 @@ import Synchronization
 ///   server does not serve (its keys' bundles and the catalog's apps) or whose environment is not
 ///   one of Apple's (``AppleEnvironment``) is skipped: not asked about, not counted, not held
 ///   against `sweepLimit`; one warning a sweep tells how many. Labels are the served bundle and
-///   Apple's environment name.
-/// - A redemption past the cap is no longer asked about: it stays unplaced, reported as such,
+///   Apple's environment name; a row's own values are logged cut short and with control
+///   characters escaped (``loggable(_:limit:)``).
+/// - A redemption past the cap (or the maximum age) is no longer asked about: it stays unplaced, reported as such,
 ///   logged and counted once (`offer_signer_redemption_placements_given_up_total`); a later
 ///   notification or lookup that states its history still places it. None is ever dropped or
 ///   guessed to be unmatched.
@@ -144,21 +152,35 @@ final class RedemptionPlacer: Service, Sendable {
 
     /// Pages through the unplaced redemptions due now (`clock`), fewest attempts first, then oldest
     /// due, and asks about each one's subscription once (at most `sweepLimit` subscriptions);
-    /// returns how many were asked about (skipped rows are not).
+    /// returns how many were asked about (skipped rows and subscriptions that cannot be asked are
+    /// not: those are moved a day on without a place in `sweepLimit`).
     @discardableResult
     func sweep() async -> Int {
         let now = clock()
         var cursor = UnplacedRedemptionCursor.start
         var asked = Set<AppleSubscriptionKey>()
+        var notAskable = Set<AppleSubscriptionKey>()
         var skipped = 0
         var firstSkipped: RedemptionCandidate?
+        var firstNotAskable: (key: AppleSubscriptionKey, reason: String)?
         defer {
             if let firstSkipped {
                 logger.warning(
                     "unplaced redemptions skipped: their app is not served (no longer configured?) or their environment is not Apple's (rows written behind the service's back?)",
                     metadata: [
-                        "rows": "\(skipped)", "first_bundle_id": "\(firstSkipped.bundleID.prefix(100))",
-                        "first_environment": "\(firstSkipped.environment.prefix(20))", "first_transaction_id": "\(firstSkipped.transactionID.prefix(40))",
+                        "rows": "\(skipped)", "first_bundle_id": "\(Self.loggable(firstSkipped.bundleID, limit: 100))",
+                        "first_environment": "\(Self.loggable(firstSkipped.environment, limit: 20))",
+                        "first_transaction_id": "\(Self.loggable(firstSkipped.transactionID, limit: 40))",
+                    ])
+            }
+            if let firstNotAskable {
+                logger.warning(
+                    "unplaced redemptions not asked about: their app does not accept their environment or has no usable credentials; looked at again in a day, given up 30 days after they were recorded",
+                    metadata: [
+                        "subscriptions": "\(notAskable.count)", "first_bundle_id": "\(firstNotAskable.key.bundleID)",
+                        "first_environment": "\(firstNotAskable.key.environment)",
+                        "first_original_transaction_id": "\(Self.loggable(firstNotAskable.key.originalTransactionID, limit: 40))",
+                        "first_reason": "\(firstNotAskable.reason)",
                     ])
             }
         }
@@ -173,8 +195,14 @@ final class RedemptionPlacer: Service, Sendable {
                         if firstSkipped == nil { firstSkipped = candidate }
                         continue
                     }
-                    guard !asked.contains(key) else { continue }
-                    guard asked.count < sweepLimit, !Task.isCancelled else { return asked.count }
+                    guard !asked.contains(key), !notAskable.contains(key), !Task.isCancelled else { continue }
+                    if let reason = notAskableReason(key) {
+                        notAskable.insert(key)
+                        if firstNotAskable == nil { firstNotAskable = (key, reason) }
+                        await attempt(key)
+                        continue
+                    }
+                    guard asked.count < sweepLimit else { return asked.count }
                     asked.insert(key)
                     await attempt(key)
                 }
@@ -188,6 +216,34 @@ final class RedemptionPlacer: Service, Sendable {
         return asked.count
     }
 
+    /// Why a subscription (of a served bundle, in Apple's environment) cannot be asked about
+    /// (`environment_not_accepted`: its app's catalog entry, or the default settings, does not
+    /// accept the environment; `no_credentials`: no key with an issuer ID for the bundle, as the
+    /// client requires), or nil when it can.
+    private func notAskableReason(_ key: AppleSubscriptionKey) -> String? {
+        guard let environment = AppleEnvironment(rawValue: key.environment),
+            (catalog?.appSettings(bundleID: key.bundleID) ?? AppStoreAppSettings(bundleID: key.bundleID)).environments.contains(environment)
+        else { return "environment_not_accepted" }
+        guard let credentials = credentials(key.bundleID), credentials.bundleID == key.bundleID, !credentials.issuerID.isEmpty else { return "no_credentials" }
+        return nil
+    }
+
+    /// `value` cut to `limit` Unicode scalars, with backslashes, control characters (newline, ESC,
+    /// …), format characters (bidirectional overrides) and line/paragraph separators escaped as
+    /// `\u{…}`, so a value from a row a database writer made cannot forge or hide log lines.
+    static func loggable(_ value: String, limit: Int) -> String {
+        var escaped = ""
+        for scalar in value.unicodeScalars.prefix(limit) {
+            switch scalar.properties.generalCategory {
+            case .control, .format, .lineSeparator, .paragraphSeparator:
+                escaped += "\\u{" + String(scalar.value, radix: 16) + "}"
+            default:
+                if scalar == "\\" { escaped += "\\\\" } else { escaped.unicodeScalars.append(scalar) }
+            }
+        }
+        return escaped
+    }
+
     /// The subscription's key when its bundle is served (equal to one of the configured bundles, so
     /// a bounded label value) and its environment is Apple's (by Apple's name); else nil.
     private func servedKey(bundleID: String, environment: String, originalTransactionID: String) -> AppleSubscriptionKey? {
@@ -197,23 +253,32 @@ final class RedemptionPlacer: Service, Sendable {
         return AppleSubscriptionKey(bundleID: bundleID, environment: environment.rawValue, originalTransactionID: originalTransactionID)
     }
 
-    /// Asks about one subscription (``place(_:)``), then records the attempt, at the time it ended,
-    /// for its redemptions still unplaced and due: counted when Apple answered, else only moved
-    /// later; those that reach the cap are logged and counted. A subscription of a bundle not
-    /// served or an environment not Apple's is not asked about.
+    /// Asks about one subscription (``place(_:)``) when it can be asked (else only moves it a day
+    /// on), then records the attempt, at the time it ended, for its redemptions still unplaced and
+    /// due: counted when Apple answered, else only moved later; those given up (the cap, or the
+    /// maximum age) are logged and counted. A subscription of a bundle not served or an
+    /// environment not Apple's is not asked about nor recorded.
     func attempt(_ key: AppleSubscriptionKey) async {
         guard let key = servedKey(bundleID: key.bundleID, environment: key.environment, originalTransactionID: key.originalTransactionID) else { return }
-        let answered = await place(key) == .answered
+        let outcome: RedemptionPlacementOutcome
+        if let reason = notAskableReason(key) {
+            metrics.redemptionPlacementLookup(outcome: reason)
+            outcome = .notAskable
+        } else {
+            outcome = await place(key) == .answered ? .answered : .notAnswered
+        }
         do {
-            let givenUp = try await store.recordRedemptionPlacementAttempt(key, at: clock(), appleAnswered: answered, schedule: schedule)
+            let givenUp = try await store.recordRedemptionPlacementAttempt(key, at: clock(), outcome: outcome, schedule: schedule)
             for redemption in givenUp {
                 metrics.redemptionPlacementGivenUp(bundleID: key.bundleID, environment: key.environment)
                 logger.warning(
-                    "an unplaced redemption is no longer asked about (attempt cap reached); it stays unplaced",
+                    outcome == .answered
+                        ? "an unplaced redemption is no longer asked about (attempt cap reached); it stays unplaced"
+                        : "an unplaced redemption is no longer asked about (30 days since it was recorded without an answer from Apple); it stays unplaced",
                     metadata: [
                         "bundle_id": "\(key.bundleID)", "environment": "\(key.environment)",
-                        "offer_id": "\(redemption.candidate.offerID.prefix(100))", "transaction_id": "\(redemption.candidate.transactionID.prefix(40))",
-                        "attempts": "\(RedemptionPlacementSchedule.maximumAttempts)",
+                        "offer_id": "\(Self.loggable(redemption.candidate.offerID, limit: 100))",
+                        "transaction_id": "\(Self.loggable(redemption.candidate.transactionID, limit: 40))",
                     ])
             }
         } catch {
@@ -223,22 +288,42 @@ final class RedemptionPlacer: Service, Sendable {
 
     /// Whether Apple answered an ask (which counts as an attempt) or not (which does not).
     enum PlacementAnswer: Sendable, Equatable {
-        /// Apple returned the history (stored), stated no accepted environment knows the
-        /// transaction (4040010), or refused the request as made (another 4xx; also a transaction
-        /// ID that cannot be put in a request path): asking again the same way changes nothing.
+        /// Apple returned the history (stored), or made a statement about the customer's
+        /// transaction (see ``RedemptionPlacer/answer(_:)``): asking again the same way is
+        /// unlikely to change it.
         case answered
-        /// This service's own or a transient failure (see ``RedemptionPlacementSchedule``).
+        /// A transient failure, or one that says more about this service's configuration than
+        /// about the customer (see ``RedemptionPlacementSchedule``).
         case notAnswered
     }
 
-    /// Whether a lookup's failure is Apple's answer about the subscription (see ``PlacementAnswer``).
-    /// Apple's error table (https://developer.apple.com/documentation/appstoreserverapi/error-codes)
-    /// makes 4040010 (TransactionIdNotFoundError) and the 400 errors final; `retry_later` (4040002,
-    /// 4040004, 4040006) and 5xx are retryable; `unauthorized`, `wrong_app` and `unverifiable` say
-    /// more about this service's configuration than about the subscription.
-    static func answer(_ reason: HistoryUnavailable.Reason) -> PlacementAnswer {
-        switch reason {
-        case .transactionNotFound, .rejected: .answered
+    /// Apple's errors that are statements about the customer or the transaction, not about this
+    /// service's request: 4040001 AccountNotFoundError and 4000006 InvalidTransactionIdError
+    /// (https://developer.apple.com/documentation/appstoreserverapi/error-codes; Apple's Python
+    /// library `api_client.py` `APIError.ACCOUNT_NOT_FOUND`, `INVALID_TRANSACTION_ID`). 4040010
+    /// TransactionIdNotFoundError is the client's own reason (``HistoryUnavailable/Reason/transactionNotFound``).
+    static let customerErrorCodes: Set<Int> = [4_040_001, 4_000_006]
+
+    /// Whether a lookup's failure is Apple's answer about the customer's transaction (see
+    /// ``PlacementAnswer``).
+    ///
+    /// Apple's error-codes page (https://developer.apple.com/documentation/appstoreserverapi/error-codes)
+    /// is only a list: it states no rule on which errors are final. Retry advice is only in names
+    /// and descriptions (4040002, 4040004, 4040006 "…NotFoundRetryable", 5000001
+    /// GeneralInternalRetryableError "…but you can try again"). So only Apple's statements about
+    /// the customer count: 4040010 in every accepted environment (``HistoryUnavailable/Reason/transactionNotFound``),
+    /// 4040001 and 4000006 (``customerErrorCodes``, sent as ``HistoryUnavailable/Reason/rejected``
+    /// with Apple's code). Every other outcome is not an answer: another 4xx (4040003
+    /// AppNotFoundError, 4000002 InvalidAppIdentifierError, a 403, a 404 without Apple's error
+    /// body: a wrong bundle or base URL), 401, `wrong_app`, `unverifiable` say more about this
+    /// service's configuration than about the customer, and the rest are transient. (Within one ask
+    /// the client itself tries again, inside the budget, on 429, network errors, 5xx other than 500
+    /// with 5000000 GeneralInternalError, and the retryable 404s; 401, 5000000 and every other 4xx
+    /// end the ask at once. Whatever is left at the end is not an answer here.)
+    static func answer(_ unavailable: HistoryUnavailable) -> PlacementAnswer {
+        switch unavailable.reason {
+        case .transactionNotFound: .answered
+        case .rejected where unavailable.appleErrorCode.map(customerErrorCodes.contains) == true: .answered
         default: .notAnswered
         }
     }
@@ -253,6 +338,11 @@ final class RedemptionPlacer: Service, Sendable {
             return .notAnswered
         }
         app.environments = [environment]
+        // An ID that cannot be put in a request path: Apple would call it invalid (4000006).
+        guard AppStoreServerAPIClient.isPathSafe(key.originalTransactionID) else {
+            metrics.redemptionPlacementLookup(outcome: HistoryUnavailable.Reason.rejected.rawValue)
+            return .answered
+        }
         let lookup = await client.history(
             transactionID: key.originalTransactionID, app: app, credentials: credentials(key.bundleID), now: Date(), budget: budget, reportsFetch: false)
         let history: VerifiedHistory
@@ -266,8 +356,11 @@ final class RedemptionPlacer: Service, Sendable {
             metrics.redemptionPlacementLookup(outcome: unavailable.reason.rawValue)
             logger.info(
                 "an unplaced redemption stays unplaced: Apple's history is unavailable; asked again later",
-                metadata: ["bundle_id": "\(key.bundleID)", "environment": "\(key.environment)", "reason": "\(unavailable.reason.rawValue)"])
-            return Self.answer(unavailable.reason)
+                metadata: [
+                    "bundle_id": "\(key.bundleID)", "environment": "\(key.environment)", "reason": "\(unavailable.reason.rawValue)",
+                    "apple_error_code": "\(unavailable.appleErrorCode.map(String.init) ?? "none")",
+                ])
+            return Self.answer(unavailable)
         }
         do {
             let result = try await store.recordAppleHistory(AppleHistoryConversion.update(history), at: Date())
