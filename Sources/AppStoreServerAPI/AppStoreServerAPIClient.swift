@@ -147,7 +147,9 @@ public final class AppStoreServerAPIClient: Sendable {
             return .unavailable(.init(.noCredentials, "\(app.bundleID) has no active In-App Purchase key with an issuer ID"))
         }
         guard Self.isPathSafe(transactionID) else {
-            return .unavailable(.init(.rejected, "the transaction ID is not a string of letters, digits, '-', '_' or '.'"))
+            // Never sent: Apple would answer 4000006 InvalidTransactionIdError for it.
+            return .unavailable(.init(
+                .rejected, "the transaction ID is not a string of letters, digits, '-', '_' or '.'", appleErrorCode: AppleErrorCode.invalidTransactionID))
         }
         // A lookup starting with less than a quarter of its budget left would only time out
         // against Apple (and be held against its host): it gives up as overloaded instead.

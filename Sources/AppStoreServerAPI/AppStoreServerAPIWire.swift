@@ -47,4 +47,6 @@ enum AppleErrorCode {
     /// AccountNotFoundRetryableError, AppNotFoundRetryableError and
     /// OriginalTransactionIdNotFoundRetryableError: answered 404, to be tried again.
     static let retryableNotFound: Set<Int> = [4_040_002, 4_040_004, 4_040_006]
+    /// InvalidTransactionIdError.
+    static let invalidTransactionID = 4_000_006
 }

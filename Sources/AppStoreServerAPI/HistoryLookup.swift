@@ -62,12 +62,37 @@ public struct HistoryUnavailable: Error, Sendable, Hashable, CustomStringConvert
         self.appleErrorCode = appleErrorCode
     }
 
+    /// Apple's errors that are statements about the customer or the transaction, not about this
+    /// service's request: 4040001 AccountNotFoundError and 4000006 InvalidTransactionIdError
+    /// (https://developer.apple.com/documentation/appstoreserverapi/error-codes; Apple's Python
+    /// library `api_client.py` `APIError.ACCOUNT_NOT_FOUND`, `INVALID_TRANSACTION_ID`), beside
+    /// 4040010 TransactionIdNotFoundError (``Reason/transactionNotFound``).
+    public static let transactionErrorCodes: Set<Int> = [4_040_001, 4_000_006]
+
+    /// Whether Apple answered about the transaction ID itself: unknown in every environment asked
+    /// (4040010), its account unknown (4040001), or invalid (4000006, also for an ID this client
+    /// never sends because it cannot go in a request path). Every other failure (another 4xx such as
+    /// 4040003 AppNotFoundError, 4000002 InvalidAppIdentifierError, a 403 or a 404 without Apple's
+    /// error body; 401; 5xx; the network; the budget) says nothing about the customer: it is this
+    /// service's configuration or Apple's availability. Apple's error-codes page is a list and
+    /// states no rule; this is the service's reading of the errors' descriptions.
+    public var isAppleAnswerAboutTransaction: Bool {
+        switch reason {
+        case .transactionNotFound: true
+        case .rejected: appleErrorCode.map(Self.transactionErrorCodes.contains) ?? false
+        default: false
+        }
+    }
+
     /// Whether falling back to the app's own evidence is allowed (`apple-then-client`).
     ///
-    /// Rule: only when Apple could not answer. When Apple answered that the transaction ID is
-    /// unknown or invalid, the app chose that ID, so its evidence must not decide instead (else a
-    /// made-up ID would switch a tampered app back to its own word).
-    public var allowsFallback: Bool { reason != .transactionNotFound && reason != .rejected }
+    /// Rule: only when Apple did not answer about the transaction ID
+    /// (``isAppleAnswerAboutTransaction``). When Apple answered that the ID is unknown or invalid,
+    /// the app chose that ID, so its evidence must not decide instead (else a made-up ID would
+    /// switch a tampered app back to its own word). A failure that is this service's
+    /// configuration (a 403, 4040003) or Apple's availability lets the evidence decide, as Apple
+    /// being unreachable does: a genuine customer is not refused for it.
+    public var allowsFallback: Bool { !isAppleAnswerAboutTransaction }
 
     public var description: String { "\(reason.rawValue): \(detail)" }
 }

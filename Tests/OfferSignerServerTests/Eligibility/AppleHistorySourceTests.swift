@@ -179,6 +179,39 @@ struct AppleHistorySourceTests {
         }
     }
 
+    @Test("apple-then-client: Apple's errors about this service's request (403, 4040003 AppNotFoundError) let the app's evidence decide; its answers about the ID (4000006, 4040001) do not")
+    func fallbackOnlyWhenAppleSaidNothingAboutTheID() async throws {
+        let customer = subscriber()
+        let lapsed = SubscriptionFixture(
+            bundleID: Self.bundleID, productID: "pro.monthly", subscriptionGroupID: "G1", originalTransactionID: "300000001",
+            appAccountToken: Self.token,
+            periodStarts: SubscriptionFixture.monthlyStarts(count: 3, activeAt: Date(timeIntervalSinceNow: -75 * 86_400)))
+        let evidence = #"{"signedTransactions":[\#(try lapsed.signedTransactions(chain).map { "\"\($0)\"" }.joined(separator: ","))],"signedRenewalInfos":[]}"#
+        try await withServerAndApple(customer: customer) { server, fake, secret, client in
+            let cases: [(FakeAppStoreServerAPI.Fault, Bool, String)] = [
+                (.status(403), true, "403"),
+                (.status(404, errorCode: 4_040_003), true, "4040003 AppNotFoundError"),
+                (.status(400, errorCode: 4_000_006), false, "4000006 InvalidTransactionIdError"),
+                (.status(404, errorCode: 4_040_001), false, "4040001 AccountNotFoundError"),
+            ]
+            for (fault, fallsBack, name) in cases {
+                fake.always(.history, fault)
+                let answer = try await client.postJSON(
+                    "/v1/offers/signatures",
+                    #"{"productID":"pro.monthly","offerID":"wb_fallback","appAccountToken":"\#(Self.token)","transactionID":"\#(customer.originalTransactionID)","evidence":\#(evidence)}"#,
+                    bearer: secret)
+                if fallsBack {
+                    #expect(answer.status == .created, "\(name): \(answer.text)")
+                } else {
+                    expectProblem(answer, .forbidden, "not_eligible")
+                    #expect(answer.json["reasons"] as? [String] == ["history_unavailable"], "\(name): \(answer.text)")
+                }
+            }
+            let audited = try await auditedDecisions(server)
+            #expect(audited.map { $0["historySource"] as? String } == ["client", "client", "none", "none"])
+        }
+    }
+
     @Test("Apple's history of another appAccountToken: app_account_token_mismatch; a made-up transaction ID never falls back to the app's word")
     func anotherAccountsHistory() async throws {
         let customer = subscriber(token: Self.otherToken)

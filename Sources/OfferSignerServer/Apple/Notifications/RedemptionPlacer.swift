@@ -297,12 +297,6 @@ final class RedemptionPlacer: Service, Sendable {
         case notAnswered
     }
 
-    /// Apple's errors that are statements about the customer or the transaction, not about this
-    /// service's request: 4040001 AccountNotFoundError and 4000006 InvalidTransactionIdError
-    /// (https://developer.apple.com/documentation/appstoreserverapi/error-codes; Apple's Python
-    /// library `api_client.py` `APIError.ACCOUNT_NOT_FOUND`, `INVALID_TRANSACTION_ID`). 4040010
-    /// TransactionIdNotFoundError is the client's own reason (``HistoryUnavailable/Reason/transactionNotFound``).
-    static let customerErrorCodes: Set<Int> = [4_040_001, 4_000_006]
 
     /// Whether a lookup's failure is Apple's answer about the customer's transaction (see
     /// ``PlacementAnswer``).
@@ -312,7 +306,7 @@ final class RedemptionPlacer: Service, Sendable {
     /// and descriptions (4040002, 4040004, 4040006 "…NotFoundRetryable", 5000001
     /// GeneralInternalRetryableError "…but you can try again"). So only Apple's statements about
     /// the customer count: 4040010 in every accepted environment (``HistoryUnavailable/Reason/transactionNotFound``),
-    /// 4040001 and 4000006 (``customerErrorCodes``, sent as ``HistoryUnavailable/Reason/rejected``
+    /// 4040001 and 4000006 (``HistoryUnavailable/transactionErrorCodes``, sent as ``HistoryUnavailable/Reason/rejected``
     /// with Apple's code). Every other outcome is not an answer: another 4xx (4040003
     /// AppNotFoundError, 4000002 InvalidAppIdentifierError, a 403, a 404 without Apple's error
     /// body: a wrong bundle or base URL), 401, `wrong_app`, `unverifiable` say more about this
@@ -321,11 +315,7 @@ final class RedemptionPlacer: Service, Sendable {
     /// with 5000000 GeneralInternalError, and the retryable 404s; 401, 5000000 and every other 4xx
     /// end the ask at once. Whatever is left at the end is not an answer here.)
     static func answer(_ unavailable: HistoryUnavailable) -> PlacementAnswer {
-        switch unavailable.reason {
-        case .transactionNotFound: .answered
-        case .rejected where unavailable.appleErrorCode.map(customerErrorCodes.contains) == true: .answered
-        default: .notAnswered
-        }
+        unavailable.isAppleAnswerAboutTransaction ? .answered : .notAnswered
     }
 
     /// Asks Apple for one subscription's history and stores it; returns whether Apple answered.
