@@ -25,7 +25,9 @@ import OfferSignerStorage
 /// before the 201 is sent. If the audit cannot be written, or the store does not answer within
 /// `storeTimeout`, the answer is 503 and no signature leaves. Each issuance keeps the customer's
 /// subscription and environment as Apple's history or the app's verified evidence proved them
-/// (see `EligibilityOutcome.subscription`), else the `environment` the request declares (Apple's
+/// (see `EligibilityOutcome.subscription`; for an end user's JWS, the subscription of the
+/// transaction the request proves is theirs, with or without rules, see
+/// `UserSigningPolicy.checkTransactionOwned`), else the `environment` the request declares (Apple's
 /// spelling, 400 `unknown_environment` otherwise), marked declared: not verified, it never keeps a
 /// redemption from matching (see `IssuanceEnvironmentSchema`).
 struct SigningController: Sendable {
@@ -102,11 +104,16 @@ struct SigningController: Sendable {
                 prefetched = try await eligibility.askApple([offer], bundleID: bundleID, transactionID: signatureRequest.transactionID, ring: ring, now: Date())
             }
         }
+        // The subscription the user's proof shows: kept on the issuance whatever other tokens the
+        // subscription carries (see `UserSigningPolicy.checkTransactionOwned`).
+        var proven: (originalTransactionID: String, environment: String)?
         if case .user(_, let bound) = principal, formats.contains(.jws) {
-            try await UserSigningPolicy.checkTransactionOwned(
+            proven = try await UserSigningPolicy.checkTransactionOwned(
                 transactionID: signatureRequest.transactionID, evidence: signatureRequest.evidence, appAccountToken: bound, bundleID: bundleID,
-                eligibility: eligibility, prefetched: prefetched, ring: ring, now: Date())
+                eligibility: eligibility, prefetched: prefetched, ring: ring, now: Date(),
+                subscriptionGroupID: eligibility?.configuration.catalog.offer(id: signatureRequest.offerID, bundleID: bundleID)?.subscriptionGroupID)
         }
+        let provenSubscription = proven
 
         // Eligibility, for offers whose catalog entry has rules: decided and committed one request
         // at a time per customer, since the rules count the signatures already in the customer's
@@ -121,7 +128,7 @@ struct SigningController: Sendable {
                     eligibility: eligibility, prefetched: prefetched, ring: ring, context: context)
                 return try await issue(
                     signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context,
-                    decision: decision, subscription: subscription)
+                    decision: decision, subscription: provenSubscription ?? subscription)
             }
             guard let token else { return try await decideAndIssue(prefetched) }
             let customer = token.lowercasedString
@@ -152,7 +159,8 @@ struct SigningController: Sendable {
             }
         }
         return try await issue(
-            signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context)
+            signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context,
+            subscription: provenSubscription)
     }
 
     /// Signs each format with the bundle's active key and commits every signature's audit record

@@ -129,6 +129,24 @@ extension AppleHistoryStoreTests {
         }
     }
 
+    @Test("Attack: one Apple ID, two app accounts: an issuance to A keeping the subscription the request proved is matched by its redemption under B's token, not reported without a signature", arguments: StoreBackend.testedCases)
+    func secondAppAccountMatchesByProvedSubscription(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let purchase = Self.base
+            // As `UserSigningPolicy` keeps it: A's token, S proved by A's transaction of S.
+            _ = try await store.appendAudit(
+                [Self.issuance("proved", token: Self.token, original: "4700", environment: "Production", at: purchase.addingTimeInterval(-600))],
+                at: purchase.addingTimeInterval(-500))
+            let redemptions = try await Self.record(
+                [
+                    Self.candidate("5501", token: Self.otherToken, original: "4700", environment: "Production", at: purchase),
+                    Self.candidate("5502", token: Self.otherToken, original: "4700", environment: "Production", at: purchase.addingTimeInterval(60)),
+                ], in: store, at: purchase)
+            #expect(redemptions.map(\.state) == [.matched, .unmatched], "matched once; a second redemption of it is one without a signature")
+        }
+    }
+
     @Test("Two requests in one millisecond for different customers (no token: by original transaction; or one per environment) never use each other up", arguments: StoreBackend.testedCases)
     func sameMillisecondIssuancesAreApart(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in
