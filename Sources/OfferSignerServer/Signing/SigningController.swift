@@ -273,7 +273,7 @@ struct SigningController: Sendable {
 
         // Audit, durably, before anything leaves.
         do {
-            let appends = (decision.map { [$0] } ?? []) + issued.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }
+            let appends = (decision.map { [$0] } ?? []) + Self.signatureAppends(issued)
             _ = try await committer.commit(appends, within: storeTimeout)
         } catch {
             context.logger.error("signature withheld: audit record not written", metadata: ["error": "\(error)"])
@@ -291,6 +291,15 @@ struct SigningController: Sendable {
         headers[.contentType] = "application/json"
         headers[.cacheControl] = "no-store"
         return Response(status: .created, headers: headers, body: .init(byteBuffer: ByteBuffer(string: writer.finish())))
+    }
+
+    /// The audit appends of one request's signatures: each signature its own `signature.issued`
+    /// record and its ledger row under that record's sequence (a row's `audit_seq` names the
+    /// record that accounts for it), all consecutive in one commit. Redemption matching reads a
+    /// request from that: its formats are adjacent sequences in different formats (see
+    /// `OfferRedemption`).
+    static func signatureAppends(_ issued: [IssuedSignature]) -> [AuditAppend] {
+        issued.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }
     }
 
     /// Decides eligibility. A customer who does not qualify is refused (403 `not_eligible` with the
