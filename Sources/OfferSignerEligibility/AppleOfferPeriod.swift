@@ -89,6 +89,66 @@ public struct AppleOfferPeriod: Sendable, Hashable {
         return max(1, Int((end.timeIntervalSince(firstStart) / firstLength).rounded()))
     }
 
+    /// How many billing periods this offer lasts, read from the periods of its run seen so far
+    /// (`periods`: each one's `purchaseDate` and `expiresDate`, the run's first period first); nil
+    /// when none has a length or the calendar cannot add this duration.
+    ///
+    /// One period is a fragile measure of the product's billing period: a first period shortened
+    /// (a renewal recovered late in Billing Grace Period, if Apple keeps the renewal date) would
+    /// divide `P3M` into 18 five-day periods, and one lengthened (Apple's Extend Subscription
+    /// Renewal Date, up to 90 days) into too few. So the billing period is the most common of the
+    /// run's periods whose length is one Apple sells (``StandardLength``: a week, 1, 2, 3 or 6
+    /// months, a year, read within a few days), the latest of them on a tie; only when none is
+    /// standard, the first period as before. The count is then ``billingPeriods(firstFrom:to:)``
+    /// of that period, at most ``maximumBillingPeriods``. Apple is silent on how shortened or
+    /// extended periods relate to `offerPeriod`, and on any largest period count; the rule and
+    /// the bound are this service's.
+    public func billingPeriods(run periods: [(start: Date, end: Date)]) -> Int? {
+        let measured = periods.filter { $0.end > $0.start }
+        guard let first = measured.first else { return nil }
+        var tally: [StandardLength: (count: Int, latest: Int)] = [:]
+        for (index, period) in measured.enumerated() {
+            guard let length = StandardLength(from: period.start, to: period.end) else { continue }
+            tally[length] = ((tally[length]?.count ?? 0) + 1, index)
+        }
+        let chosen = tally.values.max { ($0.count, $0.latest) < ($1.count, $1.latest) }.map { measured[$0.latest] } ?? first
+        guard let count = billingPeriods(firstFrom: chosen.start, to: chosen.end) else { return nil }
+        return min(count, maximumBillingPeriods)
+    }
+
+    /// The most billing periods this offer is counted as: its length in weeks (rounded, at least
+    /// 1), since no billing period Apple sells is shorter than a week (auto-renewable
+    /// subscription durations: 1 week, 1, 2, 3 or 6 months, 1 year). `P3M` is at most 13
+    /// periods, `P1Y` 52. Apple does not state a largest pay-as-you-go period count; this bound
+    /// only limits the harm of a mismeasured billing period.
+    public var maximumBillingPeriods: Int {
+        let start = Date(timeIntervalSince1970: 0)
+        guard let end = end(from: start) else { return 1 }
+        return max(1, Int((end.timeIntervalSince(start) / (7 * 86_400)).rounded()))
+    }
+
+    /// A billing period length Apple sells for auto-renewable subscriptions, read from a period's
+    /// length in days: a week (6–8 days), 1 month (27–32), 2 months (58–63), 3 months (88–94),
+    /// 6 months (179–186), a year (355–370). Other lengths (a period shortened or extended, a
+    /// Sandbox period of minutes) are none.
+    public enum StandardLength: Hashable, Sendable {
+        case week
+        case months(Int)
+
+        public init?(from start: Date, to end: Date) {
+            let days = end.timeIntervalSince(start) / 86_400
+            switch days {
+            case 6...8: self = .week
+            case 27...32: self = .months(1)
+            case 58...63: self = .months(2)
+            case 88...94: self = .months(3)
+            case 179...186: self = .months(6)
+            case 355...370: self = .months(12)
+            default: return nil
+            }
+        }
+    }
+
     /// How far a first billing period's end may be from a whole number of calendar months after
     /// its start and still be read as that many months (3 days: a month that began on the 31st
     /// and was renewed on the 28th, or 3rd of the month after, is one month; a week is never).

@@ -146,13 +146,17 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
     /// `appstoreserverlibrary/models/JWSTransactionDecodedPayload.py`). Apple does not say in so
     /// many words that the periods of one pay-as-you-go offer are one redemption, nor whether an
     /// offer's run goes on across a billing retry: both are this rule's reading of its fields.
-    public func continuesPayAsYouGoOffer(of previous: VerifiedTransaction, begunBy first: VerifiedTransaction, periodsBefore: Int) -> Bool {
+    /// `runBefore`: the run's periods before this one, `first` first (see
+    /// ``isWithinOffer(begunBy:periodsBefore:runBefore:)``); empty reads `first` alone.
+    public func continuesPayAsYouGoOffer(
+        of previous: VerifiedTransaction, begunBy first: VerifiedTransaction, periodsBefore: Int, runBefore: [VerifiedTransaction] = []
+    ) -> Bool {
         guard transactionReason != .purchase, previous.productID == productID, previous.offerType == offerType,
             previous.offerIdentifier == offerIdentifier,
             previous.offerDiscountType == .payAsYouGo, offerDiscountType == .payAsYouGo
         else { return false }
         guard follows(previous) || (transactionReason == .renewal && followsAfterBillingRetry(previous)) else { return false }
-        return isWithinOffer(begunBy: first, periodsBefore: periodsBefore)
+        return isWithinOffer(begunBy: first, periodsBefore: periodsBefore, runBefore: runBefore)
     }
 
     /// Whether this period, the one after `periodsBefore` periods of the offer's run begun by
@@ -163,15 +167,19 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
     /// Periods are counted, not calendar time: a renewal recovered after a billing retry (up to
     /// ``billingRetryLimit`` late) is still the offer's next period, and renewal dates that drift
     /// from the calendar sum (Jan 31, Feb 28, Mar 28) change nothing.
-    public func isWithinOffer(begunBy first: VerifiedTransaction, periodsBefore: Int) -> Bool {
-        guard let count = payAsYouGoBillingPeriods(begunBy: first) else { return true }
+    public func isWithinOffer(begunBy first: VerifiedTransaction, periodsBefore: Int, runBefore: [VerifiedTransaction] = []) -> Bool {
+        guard let count = payAsYouGoBillingPeriods(begunBy: first, runBefore: runBefore) else { return true }
         return periodsBefore < count
     }
 
     /// How many billing periods the pay-as-you-go offer whose run `first` began lasts, as this
     /// period reads it: `offerPeriod` (``AppleOfferPeriod``, `first`'s, else this period's)
-    /// divided by `first`'s own length (`expiresDate` − `purchaseDate`), rounded, at least 1
-    /// (``AppleOfferPeriod/billingPeriods(firstFrom:to:)``, after Apple's table: `offerPeriod` is
+    /// divided by the product's billing period, rounded, at least 1, at most the offer's length
+    /// in weeks. The billing period is read from the run's periods as a whole (`runBefore`, else
+    /// `first`, and this period; each one's `expiresDate` − `purchaseDate`): the most common
+    /// length Apple sells among them, so one period shortened or extended does not change the
+    /// count (``AppleOfferPeriod/billingPeriods(run:)``). The division follows
+    /// ``AppleOfferPeriod/billingPeriods(firstFrom:to:)`` (after Apple's table: `offerPeriod` is
     /// the single period length times the period count,
     /// https://developer.apple.com/documentation/appstoreserverapi/offerperiod). So a `P2M` offer
     /// on a monthly product is 2 periods, `P1Y` on a monthly product 12, `P3M` on a quarterly
@@ -187,11 +195,12 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
     /// means nothing there. Apple is also silent on transactions from before it added
     /// `offerDiscountType` and `offerPeriod` (they carry neither, so no pay-as-you-go period is
     /// recognised in them at all).
-    public func payAsYouGoBillingPeriods(begunBy first: VerifiedTransaction) -> Int? {
-        guard environment == .production, first.environment == .production, let firstEnd = first.expiresDate,
+    public func payAsYouGoBillingPeriods(begunBy first: VerifiedTransaction, runBefore: [VerifiedTransaction] = []) -> Int? {
+        guard environment == .production, first.environment == .production, first.expiresDate != nil,
             let period = (first.offerPeriod ?? offerPeriod).flatMap(AppleOfferPeriod.init(iso8601:))
         else { return nil }
-        return period.billingPeriods(firstFrom: first.purchaseDate, to: firstEnd)
+        let periods = (runBefore.isEmpty ? [first] : runBefore) + [self]
+        return period.billingPeriods(run: periods.compactMap { transaction in transaction.expiresDate.map { (transaction.purchaseDate, $0) } })
     }
 
     /// Walks one subscription's periods (`chain`: transactions of one `originalTransactionId`, in
@@ -207,13 +216,18 @@ public struct VerifiedTransaction: Sendable, Codable, Hashable {
         var previous: VerifiedTransaction?
         var first: VerifiedTransaction?
         var periodsInRun = 0
+        var run: [VerifiedTransaction] = []
         for transaction in chain.sorted(by: { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }) {
-            if let previous, let begun = first, transaction.continuesPayAsYouGoOffer(of: previous, begunBy: begun, periodsBefore: periodsInRun) {
+            if let previous, let begun = first,
+                transaction.continuesPayAsYouGoOffer(of: previous, begunBy: begun, periodsBefore: periodsInRun, runBefore: run)
+            {
                 continuing[transaction.transactionID] = begun
                 periodsInRun += 1
+                run.append(transaction)
             } else {
                 first = transaction
                 periodsInRun = 1
+                run = [transaction]
             }
             previous = transaction
         }

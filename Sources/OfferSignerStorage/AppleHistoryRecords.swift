@@ -131,9 +131,16 @@ public struct RedemptionCandidate: Sendable, Equatable {
 /// before the purchase) and at most ``RedemptionMatching/clockSkew`` after the purchase, that no
 /// other redemption was matched to. Among several, one carrying the candidate's customer key comes
 /// first, then one of the candidate's environment (then of none, then declared another), then the
-/// latest. An issuance is used up when a redemption was matched to one of the same request: the
-/// same client, product, offer, millisecond, customer key, `originalTransactionId` and environment
-/// (so two requests of different customers in one millisecond never use each other up).
+/// latest. An issuance is used up when a redemption was matched to it or to another signature of
+/// the same request. A request's signatures are consecutive `signature.issued` records, one per
+/// format (the audit committer writes a request's entries together, and a request names each
+/// format once), so "the same request" is: the next or previous audit sequence, in another format,
+/// with the same client, product, offer, millisecond, customer key, `originalTransactionId` and
+/// environment. Two requests in one millisecond, of two customers or of one, never use each other
+/// up: the latest sequence is matched first, so each redemption takes the newer request's last
+/// format and uses up that request's other one. The store cannot tell apart two one-format
+/// requests of one customer in different formats whose records are adjacent in one millisecond:
+/// they count as one.
 /// A transaction is recorded once, however often Apple states it; one that only continues a
 /// redemption (``RedemptionCandidate/continuesRedemption``) is not recorded unless it matches.
 ///

@@ -254,9 +254,11 @@ extension SQLiteStore {
                     SELECT 1 FROM offer_redemptions r JOIN issued_signatures m
                       ON m.bundle_id = r.bundle_id AND m.offer_id = r.offer_id AND m.issued_at = r.signature_issued_at AND m.audit_seq = r.issuance_seq
                     WHERE r.bundle_id = s.bundle_id AND r.offer_id = s.offer_id AND r.signature_issued_at = s.issued_at
-                      AND m.client = s.client AND m.product_id = s.product_id AND COALESCE(m.app_account_token, '') = COALESCE(s.app_account_token, '')
-                      AND COALESCE(m.original_transaction_id, '') = COALESCE(s.original_transaction_id, '')
-                      AND COALESCE(m.environment, '') = COALESCE(s.environment, ''))
+                      AND (m.audit_seq = s.audit_seq
+                        OR (ABS(m.audit_seq - s.audit_seq) = 1 AND m.format <> s.format AND m.client = s.client AND m.product_id = s.product_id
+                          AND COALESCE(m.app_account_token, '') = COALESCE(s.app_account_token, '')
+                          AND COALESCE(m.original_transaction_id, '') = COALESCE(s.original_transaction_id, '')
+                          AND COALESCE(m.environment, '') = COALESCE(s.environment, ''))))
                 ORDER BY CASE WHEN s.app_account_token = ? THEN 0 ELSE 1 END,
                   CASE WHEN s.environment = ? THEN 0 WHEN s.environment IS NULL THEN 1 ELSE 2 END,
                   s.issued_at DESC, s.audit_seq DESC

@@ -201,6 +201,64 @@ struct PayAsYouGoRedemptionTests {
         #expect(AppleOfferPeriod(months: 1).billingPeriods(firstFrom: Self.date(2025, 1, 31), to: Self.date(2025, 2, 28)) == 1)
     }
 
+    /// Eight periods of a monthly subscription, 1–6 under a `P3M` pay-as-you-go offer accepted
+    /// twice (1–3, then 4–6), the offer's first period from `firstStart` to `firstEnd` (the
+    /// others calendar months from `firstEnd`).
+    static func acceptedTwice(firstStart: Date, firstEnd: Date) async throws -> [VerifiedTransaction] {
+        func period(_ index: Int) -> (Date, Date) {
+            switch index {
+            case 0: (Self.date(2025, 2, 1), Self.date(2025, 3, 1))
+            case 1: (firstStart, firstEnd)
+            default: (F.months(index - 2, from: firstEnd), F.months(index - 1, from: firstEnd))
+            }
+        }
+        let payloads = (0..<8).map { index in
+            Self.payload(index, purchase: period(index).0, expires: period(index).1, underOffer: (1...6).contains(index), offerPeriod: "P3M")
+        }
+        return try await Self.verified(payloads)
+    }
+
+    @Test("A first period shortened (a renewal recovered late in Billing Grace Period, the renewal date kept: 5 days) does not stretch a P3M offer to 18 periods: accepted again after three, another redemption")
+    func shortFirstPeriod() async throws {
+        let history = try await Self.acceptedTwice(firstStart: Self.date(2025, 3, 27), firstEnd: Self.date(2025, 4, 1))
+        #expect(history.count == 8)
+        #expect(history[1].expiresDate!.timeIntervalSince(history[1].purchaseDate) == 5 * F.day)
+        let continuing = VerifiedTransaction.payAsYouGoContinuations(history)
+        #expect(continuing["1000002"]?.transactionID == "1000001" && continuing["1000003"]?.transactionID == "1000001")
+        #expect(continuing["1000004"] == nil, "the fourth period under the offer begins another redemption")
+        #expect(continuing["1000005"]?.transactionID == "1000004" && continuing["1000006"]?.transactionID == "1000004")
+        #expect(Self.redemptions(history) == 2)
+        #expect(history[2].payAsYouGoBillingPeriods(begunBy: history[1], runBefore: [history[1]]) == 3)
+        #expect(history[2].payAsYouGoBillingPeriods(begunBy: history[1]) == 3, "without the run: the first period and this one")
+    }
+
+    @Test("A first period lengthened (Extend Subscription Renewal Date, 20 days) does not shrink a P3M offer to 2 periods: its third period is no new redemption")
+    func longFirstPeriod() async throws {
+        let history = try await Self.acceptedTwice(firstStart: Self.date(2025, 3, 1), firstEnd: Self.date(2025, 4, 21))
+        #expect(history.count == 8)
+        let continuing = VerifiedTransaction.payAsYouGoContinuations(history)
+        #expect(continuing["1000002"]?.transactionID == "1000001" && continuing["1000003"]?.transactionID == "1000001", "periods 1–3: one run")
+        #expect(continuing["1000004"] == nil)
+        #expect(continuing["1000005"]?.transactionID == "1000004" && continuing["1000006"]?.transactionID == "1000004")
+        #expect(Self.redemptions(history) == 2)
+        #expect(history[2].payAsYouGoBillingPeriods(begunBy: history[1]) == 3)
+    }
+
+    @Test("When no period of the run has a length Apple sells, the first period's count is bounded by the offer's length in weeks (P3M: 13)")
+    func countBounded() {
+        let start = Self.date(2025, 3, 27)
+        #expect(AppleOfferPeriod(months: 3).billingPeriods(run: [(start, start.addingTimeInterval(5 * F.day)), (start, start.addingTimeInterval(40 * F.day))]) == 13)
+        #expect(AppleOfferPeriod(months: 3).maximumBillingPeriods == 13 && AppleOfferPeriod(years: 1).maximumBillingPeriods == 52)
+        #expect(AppleOfferPeriod(days: 3).maximumBillingPeriods == 1)
+        // A standard length wins over any number of odd ones only by count; on a tie the latest.
+        let monthly = (start, F.months(1, from: start))
+        let quarterly = (start, F.months(3, from: start))
+        #expect(AppleOfferPeriod(years: 1).billingPeriods(run: [quarterly, monthly]) == 12)
+        #expect(AppleOfferPeriod(years: 1).billingPeriods(run: [monthly, quarterly]) == 4)
+        #expect(AppleOfferPeriod(years: 1).billingPeriods(run: [quarterly, quarterly, monthly]) == 4)
+        #expect(AppleOfferPeriod(weeks: 4).billingPeriods(run: [(start, start.addingTimeInterval(3 * F.day)), (start, start.addingTimeInterval(7 * F.day))]) == 4)
+    }
+
     @Test("offerPeriod counted in billing periods after Apple's table (single period length × period count): weeks, months, quarters, years")
     func periodCounts() {
         let start = Self.date(2025, 2, 1)

@@ -25,7 +25,9 @@ import OfferSignerStorage
 /// before the 201 is sent. If the audit cannot be written, or the store does not answer within
 /// `storeTimeout`, the answer is 503 and no signature leaves. Each issuance keeps the customer's
 /// subscription and environment as Apple's history or the app's verified evidence proved them
-/// (see `EligibilityOutcome.subscription`), else the `environment` the request declares (Apple's
+/// (see `EligibilityOutcome.subscription`; for an end user's JWS, the subscription of the
+/// transaction the request proves is theirs, with or without rules, see
+/// `UserSigningPolicy.checkTransactionOwned`), else the `environment` the request declares (Apple's
 /// spelling, 400 `unknown_environment` otherwise), marked declared: not verified, it never keeps a
 /// redemption from matching (see `IssuanceEnvironmentSchema`).
 struct SigningController: Sendable {
@@ -102,11 +104,16 @@ struct SigningController: Sendable {
                 prefetched = try await eligibility.askApple([offer], bundleID: bundleID, transactionID: signatureRequest.transactionID, ring: ring, now: Date())
             }
         }
+        // The subscription the user's proof shows: kept on the issuance whatever other tokens the
+        // subscription carries (see `UserSigningPolicy.checkTransactionOwned`).
+        var proven: (originalTransactionID: String, environment: String)?
         if case .user(_, let bound) = principal, formats.contains(.jws) {
-            try await UserSigningPolicy.checkTransactionOwned(
+            proven = try await UserSigningPolicy.checkTransactionOwned(
                 transactionID: signatureRequest.transactionID, evidence: signatureRequest.evidence, appAccountToken: bound, bundleID: bundleID,
-                eligibility: eligibility, prefetched: prefetched, ring: ring, now: Date())
+                eligibility: eligibility, prefetched: prefetched, ring: ring, now: Date(),
+                subscriptionGroupID: eligibility?.configuration.catalog.offer(id: signatureRequest.offerID, bundleID: bundleID)?.subscriptionGroupID)
         }
+        let provenSubscription = proven
 
         // Eligibility, for offers whose catalog entry has rules: decided and committed one request
         // at a time per customer, since the rules count the signatures already in the customer's
@@ -121,7 +128,7 @@ struct SigningController: Sendable {
                     eligibility: eligibility, prefetched: prefetched, ring: ring, context: context)
                 return try await issue(
                     signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context,
-                    decision: decision, subscription: subscription)
+                    decision: decision, subscription: provenSubscription ?? subscription)
             }
             guard let token else { return try await decideAndIssue(prefetched) }
             let customer = token.lowercasedString
@@ -152,7 +159,8 @@ struct SigningController: Sendable {
             }
         }
         return try await issue(
-            signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context)
+            signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context,
+            subscription: provenSubscription)
     }
 
     /// Signs each format with the bundle's active key and commits every signature's audit record
@@ -265,7 +273,7 @@ struct SigningController: Sendable {
 
         // Audit, durably, before anything leaves.
         do {
-            let appends = (decision.map { [$0] } ?? []) + issued.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }
+            let appends = (decision.map { [$0] } ?? []) + Self.signatureAppends(issued)
             _ = try await committer.commit(appends, within: storeTimeout)
         } catch {
             context.logger.error("signature withheld: audit record not written", metadata: ["error": "\(error)"])
@@ -283,6 +291,15 @@ struct SigningController: Sendable {
         headers[.contentType] = "application/json"
         headers[.cacheControl] = "no-store"
         return Response(status: .created, headers: headers, body: .init(byteBuffer: ByteBuffer(string: writer.finish())))
+    }
+
+    /// The audit appends of one request's signatures: each signature its own `signature.issued`
+    /// record and its ledger row under that record's sequence (a row's `audit_seq` names the
+    /// record that accounts for it), all consecutive in one commit. Redemption matching reads a
+    /// request from that: its formats are adjacent sequences in different formats (see
+    /// `OfferRedemption`).
+    static func signatureAppends(_ issued: [IssuedSignature]) -> [AuditAppend] {
+        issued.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }
     }
 
     /// Decides eligibility. A customer who does not qualify is refused (403 `not_eligible` with the

@@ -36,10 +36,22 @@ enum UserSigningPolicy {
     }
 
     /// Refuses a JWS unless `transactionID` is proven to be the user's (see the type's rules).
+    ///
+    /// Returns the subscription the proof shows (the proven transaction's `originalTransactionId`
+    /// and Apple-signed `environment`) when it is of `subscriptionGroupID` (the offer's group: a
+    /// redemption's `originalTransactionId` is its group's), for the issuance to keep, whatever
+    /// other appAccountTokens the subscription's other transactions carry: the JWS names
+    /// `transactionID`, which ties it to that Apple account (Apple's `transactionId` claim,
+    /// `PromotionalOfferV2SignatureCreator`), and one Apple account may hold several of the app's
+    /// accounts, so the user may redeem it signed in as another. Matching takes an issuance
+    /// carrying the redemption's own token first, so another customer's issuance is never taken
+    /// by this subscription (see `OfferRedemption`). Nil when the proof shows no subscription of
+    /// the group.
+    @discardableResult
     static func checkTransactionOwned(
         transactionID: String?, evidence: PurchaseEvidence?, appAccountToken: UUID, bundleID: String, eligibility: EligibilityService?,
-        prefetched: PrefetchedAppleAnswer?, ring: KeyRing, now: Date
-    ) async throws {
+        prefetched: PrefetchedAppleAnswer?, ring: KeyRing, now: Date, subscriptionGroupID: String? = nil
+    ) async throws -> (originalTransactionID: String, environment: String)? {
         guard let transactionID else {
             throw APIProblem.badRequest(
                 "transaction_id_required",
@@ -49,17 +61,22 @@ enum UserSigningPolicy {
         if let eligibility {
             if let evidence {
                 let verified = try await eligibility.verifiedEvidence(evidence, bundleID: bundleID, appAccountToken: appAccountToken, now: now)
-                if verified.transactions.contains(where: {
+                let proving = verified.transactions.filter {
                     ($0.transactionID == transactionID || $0.originalTransactionID == transactionID) && $0.appAccountToken?.lowercased() == customer
-                }) {
-                    return
+                }
+                if !proving.isEmpty {
+                    let inGroup = proving.first { subscriptionGroupID != nil && $0.subscriptionGroupID == subscriptionGroupID }
+                    return inGroup.map { ($0.originalTransactionID, $0.environment.rawValue) }
                 }
             }
             if let history = await appleHistory(
                 transactionID: transactionID, bundleID: bundleID, eligibility: eligibility, prefetched: prefetched, ring: ring, now: now),
                 !history.appAccountTokens.isEmpty, history.appAccountTokens.allSatisfy({ $0 == customer })
             {
-                return
+                guard let subscriptionGroupID, let original = history.originalTransactionID(of: transactionID),
+                    history.transactions.contains(where: { $0.originalTransactionID == original && $0.subscriptionGroupID == subscriptionGroupID })
+                else { return nil }
+                return (original, history.environment.rawValue)
             }
         }
         throw APIProblem(

@@ -125,6 +125,63 @@ extension RedemptionPlacementTests {
         }
     }
 
+    @Test("Attack: one Apple ID, two app accounts: a JWS asked as A, proving A's transaction of a subscription that also carries B's token, is redeemed as B: matched, no leaked-key warning")
+    func secondAppAccountRedemptionIsMatched() async throws {
+        let otherAccount = "7c3a1d52-0b8e-4f7a-9d2e-5a1f3c4b6d70"
+        let keys = JWTKeyCollection()
+        await keys.add(hmac: HMACKey(from: AuthenticationTests.hsSecret), digestAlgorithm: .sha256)
+        let jwt = try await keys.sign(AppUserClaims.valid(token: Self.token))
+        let server = try await TestServer(bundles: [Self.bundleID]) { configuration in
+            configuration.userJWT = UserJWTConfiguration(
+                jwksJSON: nil, hs256Secret: AuthenticationTests.hsSecret, issuer: "https://auth.example.com", audience: "offer-signer",
+                binding: .claim("https://example.com/app_account_token"))
+        }
+        defer { server.cleanUp() }
+        let root = try chain.root.serializeAsPEM().pemString
+        let catalog = #"""
+            {"apps": {"com.example.app": {"appAppleID": 1234567890, "environments": ["Production"], "notificationHistory": true}},
+             "offers": [{"offerID": "goodwill", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1", "kind": "any"}]}
+            """#
+        var running = server
+        running.configuration.eligibility = try EligibilityConfiguration(catalogJSON: Data(catalog.utf8), trustedRootPEMs: [root])
+        let configured = running
+        // Subscription S of one Apple ID: bought signed in as A (the user's token), renewed last
+        // while signed in as B (the same person's second account in the app).
+        let subscription = SubscriptionFixture(
+            bundleID: Self.bundleID, productID: "pro.monthly", subscriptionGroupID: "G1", originalTransactionID: "470000001",
+            appAccountToken: Self.token, periodStarts: SubscriptionFixture.monthlyStarts(count: 3, activeAt: now))
+        var payloads = subscription.periodStarts.indices.map(subscription.transactionPayload)
+        payloads[2]["appAccountToken"] = otherAccount
+        let signedTransactions = try payloads.map { "\"\(try chain.signJWS($0))\"" }.joined(separator: ",")
+        // Redeemed in the app signed in as B: Apple's transaction carries B's token on S.
+        var transaction = payloads[2]
+        transaction["transactionId"] = "470000001950"
+        transaction["purchaseDate"] = TestAppleChain.milliseconds(Date().addingTimeInterval(5))
+        transaction["offerType"] = 2
+        transaction["offerIdentifier"] = "goodwill"
+        let redemption = try notifications.body("OFFER_REDEEMED", subtype: "UPGRADE", transaction: transaction)
+        try await configured.live { client in
+            // Signed in as A: a JWS proving S's first transaction (carrying A's token).
+            let signed = try await client.postJSON(
+                "/v1/offers/signatures",
+                #"{"productID":"pro.monthly","offerID":"goodwill","formats":["jws"],"transactionID":"\#(subscription.transactionID(0))","evidence":{"signedTransactions":[\#(signedTransactions)],"signedRenewalInfos":[]}}"#,
+                bearer: jwt)
+            #expect(signed.status == .created, "\(signed.text)")
+            let issued = try await configured.store.issuedSignatures(appAccountToken: Self.token, bundleID: Self.bundleID)
+            #expect(issued.count == 1)
+            #expect(issued.allSatisfy { $0.signature.originalTransactionID == "470000001" && $0.signature.environment == "Production" && !$0.signature.environmentIsDeclared })
+
+            let answer = try await client.postJSON("/v1/apple/notifications", redemption)
+            #expect(answer.status == .ok, "\(answer.text)")
+
+            let redeemed = try await configured.store.auditRecords(after: 0, limit: 100).filter { $0.kind == "offer.redeemed" }
+            #expect(redeemed.count == 1 && redeemed.allSatisfy { $0.body.contains(#""matched":true"#) }, "\(redeemed.map(\.body))")
+            let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
+            #expect(metrics.contains(#"offer_redemptions_total{bundle_id="com.example.app",offer_id="goodwill",matched="true"} 1"#), "\(metrics)")
+            #expect(!metrics.contains(#"offer_signer_redemptions_without_signature_total{bundle_id="com.example.app",offer_id="goodwill""#), "\(metrics)")
+        }
+    }
+
     @Test("An offer decided on the app's evidence keeps the evidence's subscription and environment: a redemption without a token matches it by original transaction")
     func appEvidenceIssuanceMatchedByOriginalTransaction() async throws {
         try await withServer { server, _, secret, client in

@@ -129,6 +129,60 @@ extension AppleHistoryStoreTests {
         }
     }
 
+    @Test("Attack: one Apple ID, two app accounts: an issuance to A keeping the subscription the request proved is matched by its redemption under B's token, not reported without a signature", arguments: StoreBackend.testedCases)
+    func secondAppAccountMatchesByProvedSubscription(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let purchase = Self.base
+            // As `UserSigningPolicy` keeps it: A's token, S proved by A's transaction of S.
+            _ = try await store.appendAudit(
+                [Self.issuance("proved", token: Self.token, original: "4700", environment: "Production", at: purchase.addingTimeInterval(-600))],
+                at: purchase.addingTimeInterval(-500))
+            let redemptions = try await Self.record(
+                [
+                    Self.candidate("5501", token: Self.otherToken, original: "4700", environment: "Production", at: purchase),
+                    Self.candidate("5502", token: Self.otherToken, original: "4700", environment: "Production", at: purchase.addingTimeInterval(60)),
+                ], in: store, at: purchase)
+            #expect(redemptions.map(\.state) == [.matched, .unmatched], "matched once; a second redemption of it is one without a signature")
+        }
+    }
+
+    @Test("Two requests of one customer in the same millisecond are two issuances (a request is its consecutive audit records, one per format): two redemptions match both, a third neither request's other format", arguments: StoreBackend.testedCases)
+    func sameCustomerSameMillisecondRequestsAreTwo(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let purchase = Self.base
+            let issued = purchase.addingTimeInterval(-600)
+            func request(_ name: String, offer: String, formats: [String]) -> [AuditAppend] {
+                SigningController.signatureAppends(formats.map { format in
+                    IssuedSignature(
+                        nonce: "\(name)-\(format)", issuedAt: issued, client: "backend", bundleID: Self.bundle, productID: "pro.monthly", offerID: offer,
+                        appAccountToken: Self.token, keyID: "KEY1234567", format: format, originalTransactionID: "1000", environment: "Production")
+                })
+            }
+            // As the signing endpoint commits them: two two-format requests, two one-format ones, all in one millisecond and one commit.
+            _ = try await store.appendAudit(
+                request("first", offer: "retain_50", formats: ["legacy", "jws"]) + request("second", offer: "retain_50", formats: ["legacy", "jws"])
+                    + request("third", offer: "winback_1", formats: ["jws"]) + request("fourth", offer: "winback_1", formats: ["jws"]),
+                at: purchase.addingTimeInterval(-500))
+            let ledger = try await store.ledger(after: nil, limit: 10)
+            #expect(ledger.count == 6)
+            #expect(Set(ledger.map(\.auditSequence)).count == 6, "each row under its own audit record")
+            let audited = try await store.auditRecords(after: 0, limit: 20).filter { $0.kind == "signature.issued" }
+            #expect(audited.count == 6, "every signature keeps its own audit record")
+
+            var candidates = (0..<3).map { Self.candidate("560\($0)", token: Self.token, environment: "Production", at: purchase.addingTimeInterval(Double($0) * 60)) }
+            for index in 0..<3 {
+                var winBack = Self.candidate("570\(index)", token: Self.token, environment: "Production", at: purchase.addingTimeInterval(Double(index) * 60))
+                winBack.offerID = "winback_1"
+                candidates.append(winBack)
+            }
+            let redemptions = try await Self.record(candidates, in: store, at: purchase)
+            #expect(redemptions.map(\.state) == [.matched, .matched, .unmatched, .matched, .matched, .unmatched])
+            #expect(Set(redemptions.compactMap(\.issuanceSequence)).count == 4, "each request matched once")
+        }
+    }
+
     @Test("Two requests in one millisecond for different customers (no token: by original transaction; or one per environment) never use each other up", arguments: StoreBackend.testedCases)
     func sameMillisecondIssuancesAreApart(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in
