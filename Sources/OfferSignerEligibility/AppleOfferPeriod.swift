@@ -98,8 +98,10 @@ public struct AppleOfferPeriod: Sendable, Hashable {
     /// divide `P3M` into 18 five-day periods, and one lengthened (Apple's Extend Subscription
     /// Renewal Date, up to 90 days) into too few. So the billing period is the most common of the
     /// run's periods whose length is one Apple sells (``StandardLength``: a week, 1, 2, 3 or 6
-    /// months, a year, read within a few days), the latest of them on a tie; only when none is
-    /// standard, the first period as before. The count is then ``billingPeriods(firstFrom:to:)``
+    /// months, a year, read within a few days), the shortest of them on a tie (Apple's Extend
+    /// Subscription Renewal Date only lengthens a period, up to 90 days, and can lengthen one
+    /// month into a length read as two or three: a two-period run [1 month, 2 months] is one
+    /// month); only when none is standard, the first period as before. The count is then ``billingPeriods(firstFrom:to:)``
     /// of that period, at most ``maximumBillingPeriods``. Apple is silent on how shortened or
     /// extended periods relate to `offerPeriod`, and on any largest period count; the rule and
     /// the bound are this service's.
@@ -111,7 +113,10 @@ public struct AppleOfferPeriod: Sendable, Hashable {
             guard let length = StandardLength(from: period.start, to: period.end) else { continue }
             tally[length] = ((tally[length]?.count ?? 0) + 1, index)
         }
-        let chosen = tally.values.max { ($0.count, $0.latest) < ($1.count, $1.latest) }.map { measured[$0.latest] } ?? first
+        // Most common first, then the shorter length (fewer days) on a tie.
+        let chosen = tally.max { left, right in
+            left.value.count != right.value.count ? left.value.count < right.value.count : left.key.nominalDays > right.key.nominalDays
+        }.map { measured[$0.value.latest] } ?? first
         guard let count = billingPeriods(firstFrom: chosen.start, to: chosen.end) else { return nil }
         return min(count, maximumBillingPeriods)
     }
@@ -134,6 +139,14 @@ public struct AppleOfferPeriod: Sendable, Hashable {
     public enum StandardLength: Hashable, Sendable {
         case week
         case months(Int)
+
+        /// The length in days, to order lengths (a week 7, a month 30).
+        var nominalDays: Int {
+            switch self {
+            case .week: 7
+            case .months(let months): months * 30
+            }
+        }
 
         public init?(from start: Date, to end: Date) {
             let days = end.timeIntervalSince(start) / 86_400

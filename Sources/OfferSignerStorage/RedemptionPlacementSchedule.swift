@@ -16,8 +16,10 @@ import OfferSignerCore
 /// - An ask Apple did not answer about the transaction (a transient failure or one about this
 ///   service's configuration: open breaker, rate limited, overloaded, a network or 5xx failure,
 ///   401, any other 4xx such as 4040003 AppNotFoundError, a history that could not be stored)
-///   counts nothing: the next ask is only moved the same step later (the wait after the attempts
-///   counted so far, the first wait when none).
+///   counts nothing: the next ask is moved the same step later (the wait after the attempts
+///   counted so far, the first wait when none), or an eighth of the redemption's age when that is
+///   longer (at most a day), so one that never draws an answer is asked a few dozen times in its
+///   ``maximumAge``, not every 15 minutes.
 /// - A redemption that cannot be asked about at all (its app does not accept its environment, or
 ///   has no usable credentials) is not asked about and counts nothing: it is moved
 ///   ``unaskableRetry`` (1 day) on, so a sweep does not read it again before then.
@@ -95,7 +97,12 @@ public struct RedemptionPlacementSchedule: Sendable, Equatable {
             return (attempts, next, false)
         case .notAnswered, .notAskable:
             if time.timeIntervalSince(recordedAt) >= Self.maximumAge { return (Self.maximumAttempts, time, true) }
-            let next = outcome == .notAskable ? time.addingTimeInterval(Self.unaskableRetry) : nextAttempt(uncountedAfter: counted, at: time)
+            // An ask Apple did not answer backs off with the row's age too (an eighth of it, between
+            // the counted step's wait and a day): a row that never draws an answer is not asked
+            // every 15 minutes for its 30 days, nor ahead of answered rows that often.
+            let byAge = min(max(time.timeIntervalSince(recordedAt) / 8, 0), Self.longestRetry)
+            let next = outcome == .notAskable
+                ? time.addingTimeInterval(Self.unaskableRetry) : max(nextAttempt(uncountedAfter: counted, at: time), time.addingTimeInterval(byAge))
             return (counted, next, false)
         }
     }

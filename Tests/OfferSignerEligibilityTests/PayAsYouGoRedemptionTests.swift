@@ -244,17 +244,28 @@ struct PayAsYouGoRedemptionTests {
         #expect(history[2].payAsYouGoBillingPeriods(begunBy: history[1]) == 3)
     }
 
+    @Test("A second period extended into a length read as 2 or 3 months (Extend Subscription Renewal Date, 28 or 60 days) leaves a P2M or P3M run counted in months")
+    func extendedSecondPeriod() {
+        let start = Self.date(2025, 1, 1)
+        let first = (start, F.months(1, from: start))
+        let extendedTo59Days = (first.1, first.1.addingTimeInterval(59 * F.day))
+        let extendedTo90Days = (first.1, first.1.addingTimeInterval(90 * F.day))
+        #expect(AppleOfferPeriod(months: 2).billingPeriods(run: [first, extendedTo59Days]) == 2)
+        #expect(AppleOfferPeriod(months: 3).billingPeriods(run: [first, extendedTo90Days]) == 3)
+    }
+
     @Test("When no period of the run has a length Apple sells, the first period's count is bounded by the offer's length in weeks (P3M: 13)")
     func countBounded() {
         let start = Self.date(2025, 3, 27)
         #expect(AppleOfferPeriod(months: 3).billingPeriods(run: [(start, start.addingTimeInterval(5 * F.day)), (start, start.addingTimeInterval(40 * F.day))]) == 13)
         #expect(AppleOfferPeriod(months: 3).maximumBillingPeriods == 13 && AppleOfferPeriod(years: 1).maximumBillingPeriods == 52)
         #expect(AppleOfferPeriod(days: 3).maximumBillingPeriods == 1)
-        // A standard length wins over any number of odd ones only by count; on a tie the latest.
+        // A standard length wins over any number of odd ones only by count; on a tie the shortest
+        // (Extend Subscription Renewal Date only lengthens a period).
         let monthly = (start, F.months(1, from: start))
         let quarterly = (start, F.months(3, from: start))
         #expect(AppleOfferPeriod(years: 1).billingPeriods(run: [quarterly, monthly]) == 12)
-        #expect(AppleOfferPeriod(years: 1).billingPeriods(run: [monthly, quarterly]) == 4)
+        #expect(AppleOfferPeriod(years: 1).billingPeriods(run: [monthly, quarterly]) == 12)
         #expect(AppleOfferPeriod(years: 1).billingPeriods(run: [quarterly, quarterly, monthly]) == 4)
         #expect(AppleOfferPeriod(weeks: 4).billingPeriods(run: [(start, start.addingTimeInterval(3 * F.day)), (start, start.addingTimeInterval(7 * F.day))]) == 4)
     }

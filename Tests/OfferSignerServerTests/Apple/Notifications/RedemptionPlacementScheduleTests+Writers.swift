@@ -203,6 +203,21 @@ extension RedemptionPlacementScheduleTests {
         #expect(old.attempts == RedemptionPlacementSchedule.maximumAttempts && old.givenUp, "not answered 30 days after recorded: given up")
         let young = schedule.afterAsk(.notAskable, attempts: 0, recordedAt: time.addingTimeInterval(-86_400), at: time)
         #expect(young.attempts == 0 && young.nextAt == time.addingTimeInterval(86_400) && !young.givenUp)
+        // Not answered: the counted step, or an eighth of the row's age when longer (at most a day).
+        let fresh = schedule.afterAsk(.notAnswered, attempts: 0, recordedAt: time, at: time)
+        #expect(fresh.attempts == 0 && fresh.nextAt == time.addingTimeInterval(900) && !fresh.givenUp)
+        let dayOld = schedule.afterAsk(.notAnswered, attempts: 0, recordedAt: time.addingTimeInterval(-86_400), at: time)
+        #expect(dayOld.attempts == 0 && dayOld.nextAt == time.addingTimeInterval(86_400 / 8))
+        let weekOld = schedule.afterAsk(.notAnswered, attempts: 0, recordedAt: time.addingTimeInterval(-8 * 86_400), at: time)
+        #expect(weekOld.nextAt == time.addingTimeInterval(86_400), "at most a day")
+        // Over the 30 days, a row that never draws an answer is asked a few dozen times, not 2,880.
+        var asks = 0
+        var at = time
+        while !schedule.afterAsk(.notAnswered, attempts: 0, recordedAt: time, at: at).givenUp {
+            at = schedule.afterAsk(.notAnswered, attempts: 0, recordedAt: time, at: at).nextAt
+            asks += 1
+        }
+        #expect(asks < 80, "\(asks) asks")
     }
 
     @Test("Row values in warnings are cut and their control characters escaped (no forged log lines)")
