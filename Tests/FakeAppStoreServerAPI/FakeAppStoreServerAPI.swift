@@ -197,18 +197,31 @@ public final class FakeAppStoreServerAPI: Sendable {
     /// Whether a signed transaction passes Get Transaction History's filters (its payload's
     /// `type`, as Apple's `ProductType` names it, and `subscriptionGroupIdentifier`).
     static func passes(_ jws: String, productTypes: Set<String>, groups: Set<String>) -> Bool {
-        let parts = jws.split(separator: ".")
-        guard parts.count == 3, let data = base64URLDecode(parts[1]),
-            let payload = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
-        else { return false }
-        let typeNames = [
-            "Auto-Renewable Subscription": "AUTO_RENEWABLE", "Non-Renewing Subscription": "NON_RENEWABLE", "Consumable": "CONSUMABLE",
-            "Non-Consumable": "NON_CONSUMABLE",
-        ]
-        if !productTypes.isEmpty, !productTypes.contains(typeNames[payload["type"] as? String ?? ""] ?? "") { return false }
-        if !groups.isEmpty, !groups.contains(payload["subscriptionGroupIdentifier"] as? String ?? "") { return false }
+        // Read once per JWS: measurements of the client (VerifiedItemCacheTests) count this
+        // process's CPU, the fake's included.
+        let known = filterFields.withLock { $0[jws] }
+        let fields: (type: String, group: String)
+        if let known {
+            fields = known
+        } else {
+            let parts = jws.split(separator: ".")
+            guard parts.count == 3, let data = base64URLDecode(parts[1]),
+                let payload = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+            else { return false }
+            let typeNames = [
+                "Auto-Renewable Subscription": "AUTO_RENEWABLE", "Non-Renewing Subscription": "NON_RENEWABLE", "Consumable": "CONSUMABLE",
+                "Non-Consumable": "NON_CONSUMABLE",
+            ]
+            fields = (typeNames[payload["type"] as? String ?? ""] ?? "", payload["subscriptionGroupIdentifier"] as? String ?? "")
+            filterFields.withLock { $0[jws] = fields }
+        }
+        if !productTypes.isEmpty, !productTypes.contains(fields.type) { return false }
+        if !groups.isEmpty, !groups.contains(fields.group) { return false }
         return true
     }
+
+    /// Each signed transaction's product type and subscription group, as `passes` read them.
+    private static let filterFields = Mutex<[String: (type: String, group: String)]>([:])
 
     /// Authenticates, applies the scripted faults, answers with `content` and records the request.
     func answer(
