@@ -19,7 +19,7 @@ struct EligibilityOutcome: Sendable {
     /// when Apple's history decided and covers the request's `transactionID`; as the app's
     /// verified evidence shows it, when the evidence decided (see
     /// ``HistorySourceResolver/subscription(in:offer:transactionID:appAccountToken:)``).
-    var subscription: (originalTransactionID: String, environment: String)?
+    var subscription: ProvenSubscription?
 }
 
 /// Apple's answer about a customer and where it came from: `api` (the App Store Server API) or
@@ -150,7 +150,7 @@ struct HistorySourceResolver: Sendable {
                 outcomes.append(EligibilityOutcome(
                     decision: decideOnApple(
                         offer, history: history, appAccountToken: appAccountToken, strictAccountToken: strictAccountToken, ledger: ledger, now: now),
-                    source: .apple, appleVia: appleVia, subscription: original.map { ($0, history.environment.rawValue) }))
+                    source: .apple, appleVia: appleVia, subscription: original.map { ProvenSubscription(originalTransactionID: $0, environment: history.environment.rawValue) }))
             case (.appleThenClient, .unavailable(let unavailable)?) where unavailable.allowsFallback && evidence != nil:
                 let verified = try await appEvidence()
                 let decision = service.evaluator.evaluate(offer, evidence: verified, ledger: ledger, now: now)
@@ -186,24 +186,20 @@ struct HistorySourceResolver: Sendable {
     /// customer; this service then records none rather than guess.
     static func subscription(
         in evidence: EligibilityEvidence, offer: OfferDefinition, transactionID: String?, appAccountToken: UUID?
-    ) -> (originalTransactionID: String, environment: String)? {
-        struct Subscription: Hashable {
-            var originalTransactionID: String
-            var environment: AppleEnvironment
-        }
+    ) -> ProvenSubscription? {
         let inGroup = evidence.transactions.filter { $0.subscriptionGroupID == offer.subscriptionGroupID }
         // Per subscription: whether a transaction carries the request's token, and whether one carries another.
-        var tokens: [Subscription: (customers: Bool, others: Bool)] = [:]
+        var tokens: [ProvenSubscription: (customers: Bool, others: Bool)] = [:]
         let customer = appAccountToken?.lowercasedString
         for transaction in inGroup {
-            let key = Subscription(originalTransactionID: transaction.originalTransactionID, environment: transaction.environment)
+            let key = ProvenSubscription(originalTransactionID: transaction.originalTransactionID, environment: transaction.environment.rawValue)
             var seen = tokens[key] ?? (false, false)
             if let customer, let token = transaction.appAccountToken, !token.isEmpty {
                 if token.lowercased() == customer { seen.customers = true } else { seen.others = true }
             }
             tokens[key] = seen
         }
-        let counts = { (subscription: Subscription) -> Bool in
+        let counts = { (subscription: ProvenSubscription) -> Bool in
             guard customer != nil else { return true }
             guard let seen = tokens[subscription] else { return false }
             return seen.customers && !seen.others
@@ -211,12 +207,12 @@ struct HistorySourceResolver: Sendable {
         if let transactionID,
             let named = inGroup.first(where: { $0.transactionID == transactionID || $0.originalTransactionID == transactionID })
         {
-            let subscription = Subscription(originalTransactionID: named.originalTransactionID, environment: named.environment)
-            return counts(subscription) ? (subscription.originalTransactionID, subscription.environment.rawValue) : nil
+            let subscription = ProvenSubscription(originalTransactionID: named.originalTransactionID, environment: named.environment.rawValue)
+            return counts(subscription) ? subscription : nil
         }
         let counted = tokens.keys.filter(counts)
         guard counted.count == 1, let only = counted.first else { return nil }
-        return (only.originalTransactionID, only.environment.rawValue)
+        return only
     }
 
     private func decideOnApple(

@@ -106,14 +106,15 @@ struct SigningController: Sendable {
         }
         // The subscription the user's proof shows: kept on the issuance whatever other tokens the
         // subscription carries (see `UserSigningPolicy.checkTransactionOwned`).
-        var proven: (originalTransactionID: String, environment: String)?
-        if case .user(_, let bound) = principal, formats.contains(.jws) {
-            proven = try await UserSigningPolicy.checkTransactionOwned(
-                transactionID: signatureRequest.transactionID, evidence: signatureRequest.evidence, appAccountToken: bound, bundleID: bundleID,
-                eligibility: eligibility, prefetched: prefetched, ring: ring, now: Date(),
-                subscriptionGroupID: eligibility?.configuration.catalog.offer(id: signatureRequest.offerID, bundleID: bundleID)?.subscriptionGroupID)
-        }
-        let provenSubscription = proven
+        let provenSubscription: ProvenSubscription? =
+            if case .user(_, let bound) = principal, formats.contains(.jws) {
+                try await UserSigningPolicy.checkTransactionOwned(
+                    transactionID: signatureRequest.transactionID, evidence: signatureRequest.evidence, appAccountToken: bound, bundleID: bundleID,
+                    eligibility: eligibility, prefetched: prefetched, ring: ring, now: Date(),
+                    subscriptionGroupID: eligibility?.configuration.catalog.offer(id: signatureRequest.offerID, bundleID: bundleID)?.subscriptionGroupID)
+            } else {
+                nil
+            }
 
         // Eligibility, for offers whose catalog entry has rules: decided and committed one request
         // at a time per customer, since the rules count the signatures already in the customer's
@@ -169,7 +170,7 @@ struct SigningController: Sendable {
     private func issue(
         _ signatureRequest: SignatureRequest, formats: [SignatureFormat], bundleID: String, token: UUID?, principal: Principal,
         ring: KeyRing, context: some RequestContext, decision: AuditAppend? = nil,
-        subscription: (originalTransactionID: String, environment: String)? = nil
+        subscription: ProvenSubscription? = nil
     ) async throws -> Response {
         do {
             return try await signAndCommit(
@@ -202,7 +203,7 @@ struct SigningController: Sendable {
     private func signAndCommit(
         _ signatureRequest: SignatureRequest, formats: [SignatureFormat], bundleID: String, token: UUID?, principal: Principal,
         ring: KeyRing, context: some RequestContext, decision: AuditAppend?,
-        subscription: (originalTransactionID: String, environment: String)?
+        subscription: ProvenSubscription?
     ) async throws -> Response {
         guard let active = ring.activeKeys[bundleID] else {
             throw APIProblem(.serviceUnavailable, code: "no_active_key", detail: "'\(bundleID)' has no active signing key; activate one with `offer-signer keys activate`")
@@ -308,7 +309,7 @@ struct SigningController: Sendable {
     private func checkEligibility(
         _ offer: OfferDefinition, request: SignatureRequest, bundleID: String, token: UUID?, principal: Principal,
         eligibility: EligibilityService, prefetched: PrefetchedAppleAnswer?, ring: KeyRing, context: some RequestContext
-    ) async throws -> (AuditAppend, subscription: (originalTransactionID: String, environment: String)?) {
+    ) async throws -> (AuditAppend, subscription: ProvenSubscription?) {
         guard offer.productIDs.isEmpty || offer.productIDs.contains(request.productID) else {
             throw APIProblem.badRequest("product_not_in_offer", "offer '\(offer.offerID)' does not apply to product '\(request.productID)'")
         }

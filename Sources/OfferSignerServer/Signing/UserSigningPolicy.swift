@@ -51,7 +51,7 @@ enum UserSigningPolicy {
     static func checkTransactionOwned(
         transactionID: String?, evidence: PurchaseEvidence?, appAccountToken: UUID, bundleID: String, eligibility: EligibilityService?,
         prefetched: PrefetchedAppleAnswer?, ring: KeyRing, now: Date, subscriptionGroupID: String? = nil
-    ) async throws -> (originalTransactionID: String, environment: String)? {
+    ) async throws -> ProvenSubscription? {
         guard let transactionID else {
             throw APIProblem.badRequest(
                 "transaction_id_required",
@@ -66,7 +66,7 @@ enum UserSigningPolicy {
                 }
                 if !proving.isEmpty {
                     let inGroup = proving.first { subscriptionGroupID != nil && $0.subscriptionGroupID == subscriptionGroupID }
-                    return inGroup.map { ($0.originalTransactionID, $0.environment.rawValue) }
+                    return inGroup.map { ProvenSubscription(originalTransactionID: $0.originalTransactionID, environment: $0.environment.rawValue) }
                 }
             }
             if let history = await appleHistory(
@@ -76,7 +76,7 @@ enum UserSigningPolicy {
                 guard let subscriptionGroupID, let original = history.originalTransactionID(of: transactionID),
                     history.transactions.contains(where: { $0.originalTransactionID == original && $0.subscriptionGroupID == subscriptionGroupID })
                 else { return nil }
-                return (original, history.environment.rawValue)
+                return ProvenSubscription(originalTransactionID: original, environment: history.environment.rawValue)
             }
         }
         throw APIProblem(
