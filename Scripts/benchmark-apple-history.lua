@@ -10,6 +10,9 @@
 --              no other: with -c1000 -t2 and N=500, a burst of exactly 1,000 requests at once).
 --              OFFER_SIGNER_BENCH_RATE=N (N > 0, without ONCE): a fixed offered load of N
 --              requests/s in all (Scripts/benchmark-pacing.lua; OFFER_SIGNER_BENCH_THREADS is -t).
+--              OFFER_SIGNER_BENCH_REPEAT=K (K > 0): the transaction IDs of K customers, asked over
+--              and over (500000000 + i, i < K), instead of a new one every request.
+--              OFFER_SIGNER_BENCH_OFFER (default BENCH_APPLE): the offer asked for.
 
 local secret = os.getenv("OFFER_SIGNER_BENCH_SECRET")
 local run = tonumber(os.getenv("OFFER_SIGNER_BENCH_RUN") or "0") or 0
@@ -30,16 +33,19 @@ setup = function(thread)
     thread:set("thread_id", threadCount)
 end
 
+local repeat_customers = tonumber(os.getenv("OFFER_SIGNER_BENCH_REPEAT") or "0") or 0
+local offer = os.getenv("OFFER_SIGNER_BENCH_OFFER") or "BENCH_APPLE"
 local counter = 0
 request = function()
     counter = counter + 1
-    -- Distinct per run, thread and request: 7RTTNNNNNNN.
+    -- Distinct per run, thread and request: 7RTTNNNNNNN; or one of the first K customers.
     local id = string.format("7%d%02d%07d", run % 10, thread_id or 0, counter)
+    if repeat_customers > 0 then id = tostring(500000000 + (counter * 7 + (thread_id or 0)) % repeat_customers) end
     if secret == nil or secret == "" then
         return wrk.format("GET", "/production/inApps/v2/history/" .. id,
             { ["Authorization"] = "Bearer eyJhbGciOiJFUzI1NiIsInR5cCI6IkpXVCJ9.e30.c2ln" })
     end
-    local body = '{"productID":"com.example.bench.monthly","offerID":"BENCH_APPLE","transactionID":"' .. id .. '"}'
+    local body = '{"productID":"com.example.bench.monthly","offerID":"' .. offer .. '","transactionID":"' .. id .. '"}'
     return wrk.format("POST", nil, { ["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. secret }, body)
 end
 

@@ -14,12 +14,22 @@
 # the service adds at p99 (service p99 − floor p99), and the most connections the service held
 # open to the fake API at once (bounded by its connection pool).
 #
+# LOOKUP_CPU=1 measures instead what a lookup asked again costs the service: the service asks
+# Apple on every request (--apple-api-cache-seconds 0), the fake's customers have TRANSACTIONS
+# paid months (20 in this mode), and three paced runs at RATE: "first" (a new customer each
+# request: every item verified in full), "repeated" (REPEAT_CUSTOMERS customers over and over,
+# each asked once before the run: their items were verified before, and Apple's answer is the
+# same bytes) and "plain" (an offer without rules: no lookup). It prints the service's CPU a
+# request for each, and the lookup's share (repeated - plain) against the goal of at most 1 ms.
+# The fake API runs in its own process, so none of its work is in the service's figure.
+#
 # Usage:   Scripts/benchmark-apple-history.sh
 # Env:     DURATION=15 (seconds per run)  RATE=100  PACED_CONNECTIONS=32  WARMUP=3 (seconds at
 #          RATE before the runs, not reported)  CONNECTIONS=16
 #          BURST_CONNECTIONS=1000  THREADS=2
 #          ONCE_SECONDS=8  DELAY_MS=50  PORT=18191  FAKE_PORT=18192  CUSTOMERS=1000
 #          SKIP_BUILD=1 (use the existing .build/release/offer-signer)
+#          LOOKUP_CPU=1 (see above; then RATE=200, DURATION=10, TRANSACTIONS=20, REPEAT_CUSTOMERS=50)
 # Needs:   wrk, curl, openssl, python3 with the `cryptography` package.
 # Exit:    0 when every response was 2xx; non-zero otherwise.
 set -euo pipefail
@@ -27,9 +37,21 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH=/opt/swift/usr/bin:$PATH
 
-DURATION=${DURATION:-15}
+LOOKUP_CPU=${LOOKUP_CPU:-0}
+if [ "$LOOKUP_CPU" = 1 ]; then
+    DURATION=${DURATION:-10}
+    RATE=${RATE:-200}
+    TRANSACTIONS=${TRANSACTIONS:-20}
+    REPEAT_CUSTOMERS=${REPEAT_CUSTOMERS:-50}
+    CACHE_OPTIONS=(--apple-api-cache-seconds 0)
+else
+    DURATION=${DURATION:-15}
+    RATE=${RATE:-100}
+    TRANSACTIONS=${TRANSACTIONS:-6}
+    REPEAT_CUSTOMERS=0
+    CACHE_OPTIONS=()
+fi
 CONNECTIONS=${CONNECTIONS:-16}
-RATE=${RATE:-100}
 WARMUP=${WARMUP:-3}
 PACED_CONNECTIONS=${PACED_CONNECTIONS:-32}
 BURST_CONNECTIONS=${BURST_CONNECTIONS:-1000}
@@ -76,7 +98,7 @@ for port in "$PORT" "$FAKE_PORT"; do
 done
 
 # --- The fake App Store Server API -----------------------------------------------------
-python3 Scripts/fake-app-store-server-api.py "$FAKE_PORT" "$WORK/root.pem" "$CUSTOMERS" "$DELAY_MS" com.example.bench \
+python3 Scripts/fake-app-store-server-api.py "$FAKE_PORT" "$WORK/root.pem" "$CUSTOMERS" "$DELAY_MS" com.example.bench "$TRANSACTIONS" \
     > "$WORK/fake.log" 2>&1 &
 FAKE_PID=$!
 for _ in $(seq 1 300); do
@@ -101,14 +123,15 @@ cat > "$WORK/offers.json" <<JSON
           "appStoreServerAPI": {"productionURL": "http://127.0.0.1:$FAKE_PORT/production"}}},
  "offers": [{"offerID": "BENCH_APPLE", "bundleID": "com.example.bench", "productIDs": ["com.example.bench.monthly"],
              "subscriptionGroupID": "BENCHGROUP", "kind": "win-back", "historySource": "apple",
-             "rules": {"minPaidMonths": 3, "lapsedMonths": {"min": 1, "max": 24}}}]}
+             "rules": {"minPaidMonths": 3, "lapsedMonths": {"min": 1, "max": 24}}},
+            {"offerID": "BENCH_PLAIN", "bundleID": "com.example.bench", "productIDs": ["com.example.bench.monthly"], "subscriptionGroupID": "BENCHGROUP", "kind": "any"}]}
 JSON
 
 OPERATOR_TOKEN_FILE="$WORK/operator-token"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$OPERATOR_TOKEN_FILE"
 chmod 600 "$OPERATOR_TOKEN_FILE"
 "$BIN" serve --store "$STORE" --master-key-file "$MASTER" --operator-token-file "$OPERATOR_TOKEN_FILE" --port "$PORT" --offers "$WORK/offers.json" --apple-root "$WORK/root.pem" \
-    --log-level warning --client-rate 0 --token-rate 0 > "$WORK/server.log" 2>&1 &
+    --log-level warning --client-rate 0 --token-rate 0 ${CACHE_OPTIONS[@]+"${CACHE_OPTIONS[@]}"} > "$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 URL="http://127.0.0.1:$PORT"
 for _ in $(seq 1 100); do
@@ -129,14 +152,14 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 RUN=0
 service() {
-    local label=$1 connections=$2 once=${3:-0} rate=${4:-0} seconds=${5:-$DURATION} server0 fake0
+    local label=$1 connections=$2 once=${3:-0} rate=${4:-0} seconds=${5:-$DURATION} repeat=${6:-0} offer=${7:-BENCH_APPLE} server0 fake0
     RUN=$((RUN + 1))
     [ "$once" != 0 ] && seconds=$ONCE_SECONDS
-    echo "==> $label: OFFER_SIGNER_BENCH_RUN=$RUN OFFER_SIGNER_BENCH_ONCE=$once OFFER_SIGNER_BENCH_RATE=$rate wrk -t$THREADS -c$connections -d${seconds}s --latency -s $LUA $URL/v1/offers/signatures"
+    echo "==> $label: OFFER_SIGNER_BENCH_RUN=$RUN OFFER_SIGNER_BENCH_ONCE=$once OFFER_SIGNER_BENCH_RATE=$rate OFFER_SIGNER_BENCH_REPEAT=$repeat OFFER_SIGNER_BENCH_OFFER=$offer wrk -t$THREADS -c$connections -d${seconds}s --latency -s $LUA $URL/v1/offers/signatures"
     server0=$(ticks "$SERVER_PID")
     fake0=$(ticks "$FAKE_PID")
     OFFER_SIGNER_BENCH_SECRET="$SECRET" OFFER_SIGNER_BENCH_RUN=$RUN OFFER_SIGNER_BENCH_ONCE=$once \
-        OFFER_SIGNER_BENCH_RATE=$rate OFFER_SIGNER_BENCH_THREADS=$THREADS \
+        OFFER_SIGNER_BENCH_RATE=$rate OFFER_SIGNER_BENCH_THREADS=$THREADS OFFER_SIGNER_BENCH_REPEAT=$repeat OFFER_SIGNER_BENCH_OFFER=$offer \
         wrk -t"$THREADS" -c"$connections" -d"${seconds}s" --timeout "$((seconds + 10))s" --latency -s "$LUA" "$URL/v1/offers/signatures" > "$WORK/$label.txt"
     echo "$(( $(ticks "$SERVER_PID") - server0 )) $(( $(ticks "$FAKE_PID") - fake0 ))" > "$WORK/$label-cpu.txt"
     if [ "$(field "$WORK/$label.txt" non2xx)" != 0 ] || [ "$(field "$WORK/$label.txt" socket_errors)" != 0 ]; then FAILED=1; fi
@@ -159,6 +182,35 @@ report() {
     awk -v s="$server_ticks" -v f="$fake_ticks" -v hz="$HZ" -v d="$DURATION" -v r="$(field "$WORK/$label.txt" rps)" \
         'BEGIN { printf "         CPU: service %.0f%% of a core (%.0f us per request), fake API %.0f%% of a core\n", 100 * s / hz / d, (r > 0 ? 1e6 * s / hz / (r * d) : 0), 100 * f / hz / d }'
 }
+# CPU seconds of the service a request in a run, in microseconds.
+cpu_per_request() {
+    local label=$1 server_ticks fake_ticks
+    read -r server_ticks fake_ticks < "$WORK/$label-cpu.txt"
+    awk -v s="$server_ticks" -v hz="$HZ" -v n="$(grep -o 'requests=[0-9]*' "$WORK/$label.txt" | head -n 1 | cut -d= -f2)" \
+        'BEGIN { printf "%.0f", (n > 0 ? 1e6 * s / hz / n : 0) }'
+}
+if [ "$LOOKUP_CPU" = 1 ]; then
+    # Every customer of the repeated set asked once (its items verified in full), not reported.
+    service warmup "$PACED_CONNECTIONS" 0 "$RATE" "$WARMUP" "$REPEAT_CUSTOMERS"
+    service first "$PACED_CONNECTIONS" 0 "$RATE"
+    service repeated "$PACED_CONNECTIONS" 0 "$RATE" "$DURATION" "$REPEAT_CUSTOMERS"
+    service plain "$PACED_CONNECTIONS" 0 "$RATE" "$DURATION" 0 BENCH_PLAIN
+    curl -fsS -H "Authorization: Bearer $(cat "$OPERATOR_TOKEN_FILE")" "$URL/metrics" > "$WORK/metrics.txt"
+    echo
+    echo "== the service's CPU a request, $RATE requests/s offered over $PACED_CONNECTIONS connections, $TRANSACTIONS-transaction customers, fake API answering in $DELAY_MS ms ($(nproc) cores)"
+    for label in first repeated plain; do
+        printf '%-9s %s requests/s, p50 %s ms, p99 %s ms, non-2xx %s: %s us of service CPU a request\n' "$label" "$(field "$WORK/$label.txt" rps)" \
+            "$(field "$WORK/$label.txt" p50_ms)" "$(field "$WORK/$label.txt" p99_ms)" "$(field "$WORK/$label.txt" non2xx)" "$(cpu_per_request "$label")"
+    done
+    echo "          (first: a new customer a request; repeated: $REPEAT_CUSTOMERS customers asked again; plain: an offer without rules)"
+    echo "lookups by outcome (service /metrics):"
+    grep '^app_store_server_api_lookups_total' "$WORK/metrics.txt" | sed 's/^/  /'
+    SHARE=$(( $(cpu_per_request repeated) - $(cpu_per_request plain) ))
+    awk -v c="$SHARE" 'BEGIN { exit !(c <= 1000) }' && echo "goal a lookup asked again <= 1 ms of service CPU: PASS ($SHARE us: repeated - plain)" \
+        || echo "goal a lookup asked again <= 1 ms of service CPU: MISS ($SHARE us: repeated - plain)"
+    [ "$FAILED" = 0 ] || { echo "FAILED: some requests were not answered 2xx (see above)" >&2; exit 1; }
+    exit 0
+fi
 # Warm-up at the paced load, not reported: the first lookups fill the pool of connections to
 # the fake API and the caches of validated chains.
 service warmup "$PACED_CONNECTIONS" 0 "$RATE" "$WARMUP"

@@ -4,13 +4,14 @@
 Serves GET /production/inApps/v2/history/{id} and GET /production/inApps/v1/subscriptions/{id}
 for CUSTOMERS customers (any all-digit transaction ID N names customer 500000000 + N % CUSTOMERS, so a
 benchmark can use a new ID, and so miss the service's cache, on every request), each a lapsed
-subscriber (six paid months that ended two months ago), answering after DELAY_MS milliseconds.
+subscriber (TRANSACTIONS paid months, six by default, that ended two months ago), answering after
+DELAY_MS milliseconds. Every answer for a customer is the same bytes (items signed once, at start).
 Items are signed like the App Store signs them, by a throw-away chain shaped like Apple's
 (root -> intermediate with OID 1.2.840.113635.100.6.2.1 -> leaf with 1.2.840.113635.100.6.11.1);
 the root is written to ROOT_PEM for `offer-signer serve --apple-root`. Requests without an ES256
 bearer token (three base64url parts, header alg ES256 and typ JWT) are answered 401.
 
-Usage: fake-app-store-server-api.py PORT ROOT_PEM CUSTOMERS DELAY_MS BUNDLE_ID
+Usage: fake-app-store-server-api.py PORT ROOT_PEM CUSTOMERS DELAY_MS BUNDLE_ID [TRANSACTIONS]
 Prints "ready" on stdout once it listens. Needs the `cryptography` package.
 """
 import asyncio
@@ -24,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchmark_apple_chain import AppleLikeChain  # noqa: E402
 
 PORT, ROOT_PEM, CUSTOMERS, DELAY_MS, BUNDLE_ID = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+TRANSACTIONS = int(sys.argv[6]) if len(sys.argv) > 6 else 6
 FIRST_ID = 500_000_000
 
 CHAIN = AppleLikeChain.generate()
@@ -37,8 +39,8 @@ HISTORY, STATUSES = {}, {}
 for index in range(CUSTOMERS):
     original = str(FIRST_ID + index)
     transactions = []
-    for month in range(6):
-        start = now_ms - (8 - month) * 30 * DAY_MS
+    for month in range(TRANSACTIONS):
+        start = now_ms - (TRANSACTIONS + 2 - month) * 30 * DAY_MS
         transactions.append(sign({
             "transactionId": original if month == 0 else f"{original}{month:03d}", "originalTransactionId": original,
             "bundleId": BUNDLE_ID, "productId": "com.example.bench.monthly", "subscriptionGroupIdentifier": "BENCHGROUP",
