@@ -21,6 +21,8 @@ final class AppleHistoryRecorder: Service, Sendable {
     private let capacity: Int
     private let gathering: Duration
     private let pending = Mutex<[VerifiedHistory]>([])
+    /// A customer's history fetched again mostly holds transactions written before.
+    let converted = ConvertedTransactionCache()
     private let wakeUps: AsyncStream<Void>
     private let wakeUp: AsyncStream<Void>.Continuation
 
@@ -75,7 +77,7 @@ final class AppleHistoryRecorder: Service, Sendable {
 
     func record(_ histories: [VerifiedHistory]) async {
         do {
-            let results = try await store.recordAppleHistories(histories.map(AppleHistoryConversion.update), at: Date())
+            let results = try await store.recordAppleHistories(histories.map { AppleHistoryConversion.update($0, converted: converted) }, at: Date())
             for result in results {
                 metrics.appleHistoryStored("recorded")
                 if case .recorded(let redemptions) = result {
@@ -85,6 +87,40 @@ final class AppleHistoryRecorder: Service, Sendable {
         } catch {
             for _ in histories { metrics.appleHistoryStored("failed") }
             logger.warning("could not store histories fetched from Apple", metadata: ["count": "\(histories.count)", "error": "\(error)"])
+        }
+    }
+}
+
+/// The decoded form (`AppleSignedItem.decoded`) of transactions already converted for the store,
+/// so a history fetched again is not encoded again.
+///
+/// Rule: the decoded form is a function of the verified transaction alone
+/// (``AppleHistoryConversion/encoded(_:)``), so an entry is served only for an equal transaction
+/// (every field), and what it returns is what encoding again would; at most `capacity` entries,
+/// all forgotten when it is full.
+final class ConvertedTransactionCache: Sendable {
+    private let entries = Mutex<[VerifiedTransaction: String]>([:])
+    private let served = Atomic<Int>(0)
+    let capacity: Int
+
+    init(capacity: Int = 4096) {
+        self.capacity = max(1, capacity)
+    }
+
+    /// How many conversions were served from the cache.
+    var hits: Int { served.load(ordering: .relaxed) }
+
+    func decoded(_ transaction: VerifiedTransaction) -> String? {
+        guard let decoded = entries.withLock({ $0[transaction] }) else { return nil }
+        served.add(1, ordering: .relaxed)
+        return decoded
+    }
+
+    func remember(_ transaction: VerifiedTransaction, decoded: String) {
+        entries.withLock { entries in
+            guard entries[transaction] == nil else { return }
+            if entries.count >= capacity { entries.removeAll(keepingCapacity: true) }
+            entries[transaction] = decoded
         }
     }
 }

@@ -25,12 +25,26 @@ enum AppleHistoryConversion {
         return decoder
     }()
 
-    static func item(_ transaction: VerifiedTransaction, jws: String?) -> AppleSignedItem? {
-        guard let decoded = try? encoder.encode(transaction) else { return nil }
+    /// `converted`: transactions encoded before (see ``ConvertedTransactionCache``).
+    static func item(_ transaction: VerifiedTransaction, jws: String?, converted: ConvertedTransactionCache? = nil) -> AppleSignedItem? {
+        let decoded: String
+        if let cached = converted?.decoded(transaction) {
+            decoded = cached
+        } else {
+            guard let fresh = encoded(transaction) else { return nil }
+            converted?.remember(transaction, decoded: fresh)
+            decoded = fresh
+        }
         return AppleSignedItem(
             bundleID: transaction.bundleID, environment: transaction.environment.rawValue, key: transaction.transactionID,
-            originalTransactionID: transaction.originalTransactionID, signedDate: transaction.signedDate, decoded: String(decoding: decoded, as: UTF8.self),
+            originalTransactionID: transaction.originalTransactionID, signedDate: transaction.signedDate, decoded: decoded,
             jws: jws ?? "")
+    }
+
+    /// The decoded form the store keeps of a transaction: a function of the transaction alone.
+    static func encoded(_ transaction: VerifiedTransaction) -> String? {
+        guard let decoded = try? encoder.encode(transaction) else { return nil }
+        return String(decoding: decoded, as: UTF8.self)
     }
 
     static func item(_ renewalInfo: VerifiedRenewalInfo, bundleID: String, jws: String?) -> AppleSignedItem? {
@@ -188,12 +202,15 @@ enum AppleHistoryConversion {
     /// `subscriptionGroupIdentifier` returns every transaction of that group's subscriptions,
     /// see `HistoryFilter.wholeSubscriptionGroups`), never those of other groups or other
     /// product types. The whole subscriptions' redemptions are placed with `knownWhole`.
-    static func update(_ history: VerifiedHistory) -> AppleHistoryUpdate {
+    /// `converted`: transactions encoded before, for a history fetched again (the same update).
+    static func update(_ history: VerifiedHistory, converted: ConvertedTransactionCache? = nil) -> AppleHistoryUpdate {
         var update = AppleHistoryUpdate(source: "history")
         let transactions = history.transactions
         let whole = history.wholeSubscriptionIDs
         for transaction in transactions {
-            if let item = item(transaction, jws: history.jws(ofTransaction: transaction.transactionID)) { update.transactions.append(item) }
+            if let item = item(transaction, jws: history.jws(ofTransaction: transaction.transactionID), converted: converted) {
+                update.transactions.append(item)
+            }
             if let candidate = redemption(transaction, known: transactions, knownWhole: whole.contains(transaction.originalTransactionID)) {
                 update.redemptions.append(candidate)
             }
