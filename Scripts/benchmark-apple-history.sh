@@ -29,7 +29,7 @@
 #          BURST_CONNECTIONS=1000  THREADS=2
 #          ONCE_SECONDS=8  DELAY_MS=50  PORT=18191  FAKE_PORT=18192  CUSTOMERS=1000
 #          SKIP_BUILD=1 (use the existing .build/release/offer-signer)
-#          LOOKUP_CPU=1 (see above; then RATE=200, DURATION=10, TRANSACTIONS=20, REPEAT_CUSTOMERS=50)
+#          LOOKUP_CPU=1 (see above; then RATE=500, DURATION=10, TRANSACTIONS=20, REPEAT_CUSTOMERS=50)
 # Needs:   wrk, curl, openssl, python3 with the `cryptography` package.
 # Exit:    0 when every response was 2xx; non-zero otherwise.
 set -euo pipefail
@@ -40,7 +40,7 @@ export PATH=/opt/swift/usr/bin:$PATH
 LOOKUP_CPU=${LOOKUP_CPU:-0}
 if [ "$LOOKUP_CPU" = 1 ]; then
     DURATION=${DURATION:-10}
-    RATE=${RATE:-200}
+    RATE=${RATE:-500}
     TRANSACTIONS=${TRANSACTIONS:-20}
     REPEAT_CUSTOMERS=${REPEAT_CUSTOMERS:-50}
     CACHE_OPTIONS=(--apple-api-cache-seconds 0)
