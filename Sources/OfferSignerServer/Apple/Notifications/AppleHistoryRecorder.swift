@@ -94,12 +94,19 @@ final class AppleHistoryRecorder: Service, Sendable {
 /// The decoded form (`AppleSignedItem.decoded`) of transactions already converted for the store,
 /// so a history fetched again is not encoded again.
 ///
-/// Rule: the decoded form is a function of the verified transaction alone
-/// (``AppleHistoryConversion/encoded(_:)``), so an entry is served only for an equal transaction
-/// (every field), and what it returns is what encoding again would; at most `capacity` entries,
-/// all forgotten when it is full.
+/// Rule: an entry is found by the transaction's JWS, and only an ASCII one (every JWS that
+/// verified is base64url), whose equality is byte for byte; it is served only for an equal
+/// transaction decoded from that same JWS, so the stored form it returns is what encoding again
+/// would give. (Keyed by the transaction alone it would not be: `String` equality is Unicode
+/// canonical equivalence, so "caf\u{E9}" and "cafe\u{301}" are equal yet encode differently.)
+/// No JWS, no entry. At most `capacity` entries, all forgotten when it is full.
 final class ConvertedTransactionCache: Sendable {
-    private let entries = Mutex<[VerifiedTransaction: String]>([:])
+    private struct Entry {
+        var transaction: VerifiedTransaction
+        var decoded: String
+    }
+
+    private let entries = Mutex<[String: Entry]>([:])
     private let served = Atomic<Int>(0)
     let capacity: Int
 
@@ -110,17 +117,21 @@ final class ConvertedTransactionCache: Sendable {
     /// How many conversions were served from the cache.
     var hits: Int { served.load(ordering: .relaxed) }
 
-    func decoded(_ transaction: VerifiedTransaction) -> String? {
-        guard let decoded = entries.withLock({ $0[transaction] }) else { return nil }
+    func decoded(_ transaction: VerifiedTransaction, jws: String?) -> String? {
+        guard let jws, Self.isKey(jws), let entry = entries.withLock({ $0[jws] }), entry.transaction == transaction else { return nil }
         served.add(1, ordering: .relaxed)
-        return decoded
+        return entry.decoded
     }
 
-    func remember(_ transaction: VerifiedTransaction, decoded: String) {
+    func remember(_ transaction: VerifiedTransaction, jws: String?, decoded: String) {
+        guard let jws, Self.isKey(jws) else { return }
         entries.withLock { entries in
-            guard entries[transaction] == nil else { return }
-            if entries.count >= capacity { entries.removeAll(keepingCapacity: true) }
-            entries[transaction] = decoded
+            if entries.count >= capacity && entries[jws] == nil { entries.removeAll(keepingCapacity: true) }
+            entries[jws] = Entry(transaction: transaction, decoded: decoded)
         }
+    }
+
+    private static func isKey(_ jws: String) -> Bool {
+        !jws.isEmpty && jws.utf8.allSatisfy { $0 < 0x80 }
     }
 }

@@ -28,11 +28,11 @@ enum AppleHistoryConversion {
     /// `converted`: transactions encoded before (see ``ConvertedTransactionCache``).
     static func item(_ transaction: VerifiedTransaction, jws: String?, converted: ConvertedTransactionCache? = nil) -> AppleSignedItem? {
         let decoded: String
-        if let cached = converted?.decoded(transaction) {
+        if let cached = converted?.decoded(transaction, jws: jws) {
             decoded = cached
         } else {
             guard let fresh = encoded(transaction) else { return nil }
-            converted?.remember(transaction, decoded: fresh)
+            converted?.remember(transaction, jws: jws, decoded: fresh)
             decoded = fresh
         }
         return AppleSignedItem(
@@ -41,7 +41,7 @@ enum AppleHistoryConversion {
             jws: jws ?? "")
     }
 
-    /// The decoded form the store keeps of a transaction: a function of the transaction alone.
+    /// The decoded form the store keeps of a transaction (the bytes of its strings as they are).
     static func encoded(_ transaction: VerifiedTransaction) -> String? {
         guard let decoded = try? encoder.encode(transaction) else { return nil }
         return String(decoding: decoded, as: UTF8.self)

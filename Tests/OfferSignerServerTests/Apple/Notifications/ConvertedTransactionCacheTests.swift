@@ -6,14 +6,17 @@ import Testing
 @testable import OfferSignerServer
 
 /// A history fetched again is written back as the same update, its transactions' stored form
-/// taken from `ConvertedTransactionCache` only for transactions equal in every field.
+/// taken from `ConvertedTransactionCache` only for the same JWS and an equal transaction.
 @Suite("Transactions converted for the store once")
 struct ConvertedTransactionCacheTests {
-    static func history(_ transactions: [VerifiedTransaction]) -> VerifiedHistory {
+    static func history(_ transactions: [VerifiedTransaction], jws: (VerifiedTransaction) -> String = { "jws-of-\($0.transactionID)" }) -> VerifiedHistory {
         var history = VerifiedHistory(bundleID: "com.example.app", environment: .production, asOf: RedemptionCandidateTests.start)
-        for transaction in transactions { _ = history.record(transaction, jws: "jws-of-\(transaction.transactionID)") }
+        for transaction in transactions { _ = history.record(transaction, jws: jws(transaction)) }
         return history
     }
+
+    /// A string's bytes (`String ==` is canonical equivalence, not byte equality).
+    static func bytes(_ text: String?) -> [UInt8]? { text.map { Array($0.utf8) } }
 
     static let fourPeriods = (0..<4).map { RedemptionCandidateTests.period($0, offer: $0 == 2 ? "promo_50" : nil) }
 
@@ -37,8 +40,10 @@ struct ConvertedTransactionCacheTests {
         var refunded = Self.fourPeriods
         refunded[3].revocationDate = RedemptionCandidateTests.start.addingTimeInterval(100 * RedemptionCandidateTests.day)
         refunded[3].signedDate = RedemptionCandidateTests.start.addingTimeInterval(100 * RedemptionCandidateTests.day)
-        let update = AppleHistoryConversion.update(Self.history(refunded), converted: cache)
-        #expect(update == AppleHistoryConversion.update(Self.history(refunded)))
+        // Apple signs a changed transaction anew: a JWS of its own.
+        let jws = { (transaction: VerifiedTransaction) in transaction.revocationDate == nil ? "jws-of-\(transaction.transactionID)" : "jws-refunded" }
+        let update = AppleHistoryConversion.update(Self.history(refunded, jws: jws), converted: cache)
+        #expect(update == AppleHistoryConversion.update(Self.history(refunded, jws: jws)))
         #expect(cache.hits == 3)
         let item = try #require(update.transactions.first { $0.key == refunded[3].transactionID })
         #expect(item.decoded == AppleHistoryConversion.encoded(refunded[3]))
@@ -54,5 +59,36 @@ struct ConvertedTransactionCacheTests {
         #expect(first == again)
         #expect(again == AppleHistoryConversion.update(history))
         #expect(cache.hits <= 2)
+    }
+
+    @Test("Strings equal as Unicode but not as bytes (caf\\u{E9}, cafe\\u{301}) are each stored as they are: the cache goes by the JWS")
+    func canonicallyEqualStringsKeepTheirBytes() throws {
+        var composed = Self.fourPeriods[0]
+        composed.productID = "caf\u{E9}"
+        var decomposed = composed
+        decomposed.productID = "cafe\u{301}"
+        #expect(composed == decomposed, "Swift compares strings by canonical equivalence")
+        #expect(Self.bytes(AppleHistoryConversion.encoded(composed)) != Self.bytes(AppleHistoryConversion.encoded(decomposed)))
+        let cache = ConvertedTransactionCache()
+        let first = try #require(AppleHistoryConversion.item(composed, jws: "jws-composed", converted: cache))
+        let second = try #require(AppleHistoryConversion.item(decomposed, jws: "jws-decomposed", converted: cache))
+        #expect(Self.bytes(first.decoded) == Self.bytes(AppleHistoryConversion.encoded(composed)))
+        #expect(Self.bytes(second.decoded) == Self.bytes(AppleHistoryConversion.encoded(decomposed)))
+        #expect(cache.hits == 0)
+        // Each asked again with its own JWS: served, each with its own bytes.
+        #expect(Self.bytes(try #require(AppleHistoryConversion.item(decomposed, jws: "jws-decomposed", converted: cache)).decoded) == Self.bytes(AppleHistoryConversion.encoded(decomposed)))
+        #expect(Self.bytes(try #require(AppleHistoryConversion.item(composed, jws: "jws-composed", converted: cache)).decoded) == Self.bytes(AppleHistoryConversion.encoded(composed)))
+        #expect(cache.hits == 2)
+    }
+
+    @Test("A transaction without a JWS, or with one that is not ASCII, is never cached")
+    func noJWSNoEntry() throws {
+        let cache = ConvertedTransactionCache()
+        for jws in [nil, "", "jws-\u{E9}"] as [String?] {
+            _ = AppleHistoryConversion.item(Self.fourPeriods[0], jws: jws, converted: cache)
+            let again = try #require(AppleHistoryConversion.item(Self.fourPeriods[0], jws: jws, converted: cache))
+            #expect(again.decoded == AppleHistoryConversion.encoded(Self.fourPeriods[0]))
+        }
+        #expect(cache.hits == 0)
     }
 }
