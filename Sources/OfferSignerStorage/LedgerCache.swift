@@ -24,7 +24,7 @@ final class LedgerCache: Sendable {
         var appAccountToken: String
 
         static func == (a: Customer, b: Customer) -> Bool {
-            a.bundleID.utf8.elementsEqual(b.bundleID.utf8) && a.appAccountToken.utf8.elementsEqual(b.appAccountToken.utf8)
+            UTF8Bytes.equal(a.bundleID, b.bundleID) && UTF8Bytes.equal(a.appAccountToken, b.appAccountToken)
         }
 
         func hash(into hasher: inout Hasher) {
@@ -34,8 +34,7 @@ final class LedgerCache: Sendable {
         }
 
         private static func combine(_ text: String, into hasher: inout Hasher) {
-            let done: Void? = text.utf8.withContiguousStorageIfAvailable { bytes in hasher.combine(bytes: UnsafeRawBufferPointer(bytes)) }
-            if done == nil { for byte in text.utf8 { hasher.combine(byte) } }
+            UTF8Bytes.hash(text, into: &hasher)
         }
     }
 
@@ -104,7 +103,7 @@ final class LedgerCache: Sendable {
                         offerID: signature.offerID,
                         issuedAt: Date(timeIntervalSince1970: Double(signature.issuedAt.unixMilliseconds) / 1000))
                     // DISTINCT (offer_id, issued_at), offer IDs compared by bytes as SQLite does.
-                    guard !issuances.contains(where: { $0.issuedAt == issuance.issuedAt && $0.offerID.utf8.elementsEqual(issuance.offerID.utf8) })
+                    guard !issuances.contains(where: { $0.issuedAt == issuance.issuedAt && UTF8Bytes.equal($0.offerID, issuance.offerID) })
                     else { continue }
                     let index = issuances.lastIndex { $0.issuedAt <= issuance.issuedAt }.map { $0 + 1 } ?? 0
                     issuances.insert(issuance, at: index)

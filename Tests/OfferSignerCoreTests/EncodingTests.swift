@@ -71,4 +71,27 @@ struct EncodingTests {
             #expect(Encoding.decodeBase64URL(text) == Self.referenceDecode(text), "\(text.debugDescription)")
         }
     }
+
+    @Test("UTF8Bytes: equal bytes are equal with equal hashes; canonically equivalent strings of other bytes are not equal")
+    func utf8Bytes() {
+        func hash(_ text: String) -> Int {
+            var hasher = Hasher()
+            UTF8Bytes.hash(text, into: &hasher)
+            return hasher.finalize()
+        }
+        let pairs: [(String, String, Bool)] = [
+            ("", "", true), ("a", "a", true), ("caf\u{E9}", "caf\u{E9}", true), ("caf\u{E9}", "cafe\u{301}", false),
+            ("abc", "abd", false), ("abc", "abcd", false), ("", "a", false), (String(repeating: "x", count: 5000), String(repeating: "x", count: 5000), true),
+        ]
+        for (a, b, same) in pairs {
+            #expect(UTF8Bytes.equal(a, b) == same, "\(a.debugDescription) \(b.debugDescription)")
+            #expect(UTF8Bytes.equal(a, b) == (Array(a.utf8) == Array(b.utf8)))
+            if same { #expect(hash(a) == hash(b)) }
+        }
+        #expect("caf\u{E9}" == "cafe\u{301}", "what Swift's own equality says")
+        // A string that is a slice of another: the same bytes, the same answer.
+        let whole = "prefix-caf\u{E9}"
+        #expect(UTF8Bytes.equal(String(whole.dropFirst(7)), "caf\u{E9}"))
+    }
 }
+

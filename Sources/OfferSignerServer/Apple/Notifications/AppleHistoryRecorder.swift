@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import OfferSignerCore
 import OfferSignerEligibility
 import OfferSignerStorage
 import ServiceLifecycle
@@ -94,19 +95,34 @@ final class AppleHistoryRecorder: Service, Sendable {
 /// The decoded form (`AppleSignedItem.decoded`) of transactions already converted for the store,
 /// so a history fetched again is not encoded again.
 ///
-/// Rule: an entry is found by the transaction's JWS, and only an ASCII one (every JWS that
-/// verified is base64url), whose equality is byte for byte; it is served only for an equal
+/// Rule: an entry is found by the bytes of the transaction's JWS and served only for an equal
 /// transaction decoded from that same JWS, so the stored form it returns is what encoding again
 /// would give. (Keyed by the transaction alone it would not be: `String` equality is Unicode
-/// canonical equivalence, so "caf\u{E9}" and "cafe\u{301}" are equal yet encode differently.)
-/// No JWS, no entry. At most `capacity` entries, all forgotten when it is full.
+/// canonical equivalence, so "caf\u{E9}" and "cafe\u{301}" are equal yet encode differently;
+/// one JWS decodes to one set of bytes.) No JWS, no entry. At most `capacity` entries, all
+/// forgotten when it is full.
 final class ConvertedTransactionCache: Sendable {
     private struct Entry {
         var transaction: VerifiedTransaction
         var decoded: String
     }
 
-    private let entries = Mutex<[String: Entry]>([:])
+    /// A JWS compared and hashed by its UTF-8 bytes (no Unicode normalization on the way).
+    private struct JWSBytes: Hashable {
+        var jws: String
+
+        static func == (a: JWSBytes, b: JWSBytes) -> Bool { UTF8Bytes.equal(a.jws, b.jws) }
+
+        /// Only the end is hashed: a JWS ends with its signature, different at every signing
+        /// (ES256 signs with a fresh random nonce), so that is enough to tell entries apart, and
+        /// equality still compares every byte.
+        func hash(into hasher: inout Hasher) {
+            let done: Void? = jws.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: $0.suffix(64)))) }
+            if done == nil { for byte in jws.utf8.suffix(64) { hasher.combine(byte) } }
+        }
+    }
+
+    private let entries = Mutex<[JWSBytes: Entry]>([:])
     private let served = Atomic<Int>(0)
     let capacity: Int
 
@@ -118,20 +134,17 @@ final class ConvertedTransactionCache: Sendable {
     var hits: Int { served.load(ordering: .relaxed) }
 
     func decoded(_ transaction: VerifiedTransaction, jws: String?) -> String? {
-        guard let jws, Self.isKey(jws), let entry = entries.withLock({ $0[jws] }), entry.transaction == transaction else { return nil }
+        guard let jws, !jws.isEmpty, let entry = entries.withLock({ $0[JWSBytes(jws: jws)] }), entry.transaction == transaction else { return nil }
         served.add(1, ordering: .relaxed)
         return entry.decoded
     }
 
     func remember(_ transaction: VerifiedTransaction, jws: String?, decoded: String) {
-        guard let jws, Self.isKey(jws) else { return }
+        guard let jws, !jws.isEmpty else { return }
+        let key = JWSBytes(jws: jws)
         entries.withLock { entries in
-            if entries.count >= capacity && entries[jws] == nil { entries.removeAll(keepingCapacity: true) }
-            entries[jws] = Entry(transaction: transaction, decoded: decoded)
+            if entries.count >= capacity && entries[key] == nil { entries.removeAll(keepingCapacity: true) }
+            entries[key] = Entry(transaction: transaction, decoded: decoded)
         }
-    }
-
-    private static func isKey(_ jws: String) -> Bool {
-        !jws.isEmpty && jws.utf8.allSatisfy { $0 < 0x80 }
     }
 }

@@ -81,10 +81,21 @@ struct ConvertedTransactionCacheTests {
         #expect(cache.hits == 2)
     }
 
-    @Test("A transaction without a JWS, or with one that is not ASCII, is never cached")
+    @Test("Two JWS strings equal as Unicode but not as bytes are two entries")
+    func jwsComparedByBytes() throws {
+        let cache = ConvertedTransactionCache()
+        let transaction = Self.fourPeriods[0]
+        _ = AppleHistoryConversion.item(transaction, jws: "jws-caf\u{E9}", converted: cache)
+        _ = AppleHistoryConversion.item(transaction, jws: "jws-cafe\u{301}", converted: cache)
+        #expect(cache.hits == 0)
+        _ = AppleHistoryConversion.item(transaction, jws: "jws-cafe\u{301}", converted: cache)
+        #expect(cache.hits == 1)
+    }
+
+    @Test("A transaction without a JWS is never cached")
     func noJWSNoEntry() throws {
         let cache = ConvertedTransactionCache()
-        for jws in [nil, "", "jws-\u{E9}"] as [String?] {
+        for jws in [nil, ""] as [String?] {
             _ = AppleHistoryConversion.item(Self.fourPeriods[0], jws: jws, converted: cache)
             let again = try #require(AppleHistoryConversion.item(Self.fourPeriods[0], jws: jws, converted: cache))
             #expect(again.decoded == AppleHistoryConversion.encoded(Self.fourPeriods[0]))
