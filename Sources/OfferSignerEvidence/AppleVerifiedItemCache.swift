@@ -74,7 +74,9 @@ public final class AppleVerifiedItemCache: Sendable {
         var hasher = SHA256()
         hasher.update(data: scope)
         hasher.update(data: [kind])
-        hasher.update(data: Data(jws.utf8))
+        // The string's own bytes, not a copy of them.
+        let done: Void? = jws.utf8.withContiguousStorageIfAvailable { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
+        if done == nil { hasher.update(data: Data(jws.utf8)) }
         return hasher.finalize()
     }
 
