@@ -71,7 +71,10 @@ extension PostgresStore {
                     ON CONFLICT (bundle_id, environment, transaction_id) DO UPDATE SET
                         original_transaction_id = excluded.original_transaction_id, signed_date = excluded.signed_date,
                         decoded = excluded.decoded, jws = excluded.jws
-                    WHERE apple_transactions.signed_date IS NULL OR excluded.signed_date >= apple_transactions.signed_date
+                    WHERE apple_transactions.signed_date IS NULL OR excluded.signed_date > apple_transactions.signed_date
+                        OR (excluded.signed_date = apple_transactions.signed_date
+                            AND (excluded.jws IS DISTINCT FROM apple_transactions.jws OR excluded.decoded IS DISTINCT FROM apple_transactions.decoded
+                                OR excluded.original_transaction_id IS DISTINCT FROM apple_transactions.original_transaction_id))
                     """, logger: logger)
             }
             for item in update.renewalInfos {
@@ -81,7 +84,9 @@ extension PostgresStore {
                     VALUES (\(item.bundleID), \(item.environment), \(item.key), \(item.signedDate?.unixMilliseconds), \(item.decoded), \(item.jws))
                     ON CONFLICT (bundle_id, environment, original_transaction_id) DO UPDATE SET
                         signed_date = excluded.signed_date, decoded = excluded.decoded, jws = excluded.jws
-                    WHERE apple_renewal_infos.signed_date IS NULL OR excluded.signed_date >= apple_renewal_infos.signed_date
+                    WHERE apple_renewal_infos.signed_date IS NULL OR excluded.signed_date > apple_renewal_infos.signed_date
+                        OR (excluded.signed_date = apple_renewal_infos.signed_date
+                            AND (excluded.jws IS DISTINCT FROM apple_renewal_infos.jws OR excluded.decoded IS DISTINCT FROM apple_renewal_infos.decoded))
                     """, logger: logger)
             }
             return true

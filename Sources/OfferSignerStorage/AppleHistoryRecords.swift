@@ -6,7 +6,9 @@ import OfferSignerCore
 ///
 /// Rule: the store keeps one item per key (a transaction by `transactionId`, a renewal info by
 /// `originalTransactionId`, per app and environment); a later statement (greater or equal
-/// `signedDate`) replaces an earlier one, an older one never replaces a newer one.
+/// `signedDate`) replaces an earlier one, an older one never replaces a newer one. The same
+/// statement again (equal `signedDate`, the same JWS and decoded form) leaves the row as it is,
+/// unwritten (a history fetched again rewrites nothing).
 public struct AppleSignedItem: Sendable, Equatable {
     public var bundleID: String
     /// `Production` or `Sandbox`.

@@ -168,7 +168,10 @@ extension SQLiteStore {
                         ON CONFLICT (bundle_id, environment, transaction_id) DO UPDATE SET
                             original_transaction_id = excluded.original_transaction_id, signed_date = excluded.signed_date,
                             decoded = excluded.decoded, jws = excluded.jws
-                        WHERE apple_transactions.signed_date IS NULL OR excluded.signed_date >= apple_transactions.signed_date
+                        WHERE apple_transactions.signed_date IS NULL OR excluded.signed_date > apple_transactions.signed_date
+                            OR (excluded.signed_date = apple_transactions.signed_date
+                                AND (excluded.jws IS NOT apple_transactions.jws OR excluded.decoded IS NOT apple_transactions.decoded
+                                    OR excluded.original_transaction_id IS NOT apple_transactions.original_transaction_id))
                         """).execute(
                     arguments: [item.bundleID, item.environment, item.key, item.originalTransactionID, item.signedDate?.unixMilliseconds, item.decoded, item.jws])
             }
@@ -179,7 +182,9 @@ extension SQLiteStore {
                         VALUES (?, ?, ?, ?, ?, ?)
                         ON CONFLICT (bundle_id, environment, original_transaction_id) DO UPDATE SET
                             signed_date = excluded.signed_date, decoded = excluded.decoded, jws = excluded.jws
-                        WHERE apple_renewal_infos.signed_date IS NULL OR excluded.signed_date >= apple_renewal_infos.signed_date
+                        WHERE apple_renewal_infos.signed_date IS NULL OR excluded.signed_date > apple_renewal_infos.signed_date
+                            OR (excluded.signed_date = apple_renewal_infos.signed_date
+                                AND (excluded.jws IS NOT apple_renewal_infos.jws OR excluded.decoded IS NOT apple_renewal_infos.decoded))
                         """).execute(
                     arguments: [item.bundleID, item.environment, item.key, item.signedDate?.unixMilliseconds, item.decoded, item.jws])
             }

@@ -87,6 +87,56 @@ struct AppleHistoryStoreTests {
         }
     }
 
+    @Test("The same item again is not rewritten; the same signedDate with other bytes replaces it; an older one never does", arguments: StoreBackend.testedCases)
+    func sameItemAgainIsNotRewritten(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            // Counts every row update of the two item tables behind the store's back.
+            try await fixture.execute("CREATE TABLE item_writes (n INTEGER NOT NULL)")
+            try await fixture.execute("INSERT INTO item_writes (n) VALUES (0)")
+            for table in ["apple_transactions", "apple_renewal_infos"] {
+                switch backend {
+                case .sqlite:
+                    try await fixture.execute("CREATE TRIGGER count_\(table) AFTER UPDATE ON \(table) BEGIN UPDATE item_writes SET n = n + 1; END;")
+                case .postgres:
+                    try await fixture.execute("CREATE OR REPLACE FUNCTION count_item_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN UPDATE item_writes SET n = n + 1; RETURN NEW; END $$")
+                    try await fixture.execute("CREATE TRIGGER count_\(table) AFTER UPDATE ON \(table) FOR EACH ROW EXECUTE FUNCTION count_item_write()")
+                }
+            }
+            func write(_ transaction: AppleSignedItem, renewal: AppleSignedItem) async throws {
+                _ = try await store.recordAppleHistory(
+                    AppleHistoryUpdate(transactions: [transaction], renewalInfos: [renewal], subscriptions: [Self.subscription()], source: "history"), at: Self.base)
+            }
+            func renewal(_ decoded: String, jws: String, at date: Date) -> AppleSignedItem {
+                AppleSignedItem(bundleID: Self.bundle, environment: "Production", key: "1000", originalTransactionID: "1000", signedDate: date, decoded: decoded, jws: jws)
+            }
+            let first = Self.transaction("1001", signedAt: Self.base, decoded: #"{"v":1}"#)
+            try await write(first, renewal: renewal(#"{"r":1}"#, jws: "r1", at: Self.base))
+            try await write(first, renewal: renewal(#"{"r":1}"#, jws: "r1", at: Self.base))
+            #expect(try await fixture.count("item_writes", where: "n = 0") == 1, "the same statement again writes no row")
+            // The same signedDate, other bytes: the later statement replaces, as before.
+            var resigned = first
+            resigned.jws = "jws-1001-again"
+            try await write(resigned, renewal: renewal(#"{"r":2}"#, jws: "r1", at: Self.base))
+            #expect(try await fixture.count("item_writes", where: "n = 2") == 1)
+            var stored = try #require(try await store.appleHistory(bundleID: Self.bundle, environment: "Production", transactionID: "1001"))
+            #expect(stored.transactions.map(\.jws) == ["jws-1001-again"])
+            #expect(stored.renewalInfos.map(\.decoded) == [#"{"r":2}"#])
+            // An older statement never replaces; a newer one does.
+            try await write(
+                Self.transaction("1001", signedAt: Self.base.addingTimeInterval(-60), decoded: #"{"v":0}"#),
+                renewal: renewal(#"{"r":0}"#, jws: "r0", at: Self.base.addingTimeInterval(-60)))
+            #expect(try await fixture.count("item_writes", where: "n = 2") == 1)
+            try await write(
+                Self.transaction("1001", signedAt: Self.base.addingTimeInterval(60), decoded: #"{"v":1}"#),
+                renewal: renewal(#"{"r":2}"#, jws: "r1", at: Self.base.addingTimeInterval(60)))
+            #expect(try await fixture.count("item_writes", where: "n = 4") == 1)
+            stored = try #require(try await store.appleHistory(bundleID: Self.bundle, environment: "Production", transactionID: "1001"))
+            #expect(stored.transactions.map(\.signedDate) == [Self.base.addingTimeInterval(60)])
+            #expect(stored.transactions.map(\.decoded) == [#"{"v":1}"#])
+        }
+    }
+
     @Test("A history's version names its subscription and moves on with every write, even two in one millisecond", arguments: StoreBackend.testedCases)
     func historyVersion(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in
