@@ -131,15 +131,20 @@ struct AppleHistorySourceTests {
         }
     }
 
-    @Test("Apple unreachable: apple refuses with history_unavailable within the budget; apple-then-client lets the app's evidence decide, and the audit says so")
-    func appleUnreachable() async throws {
-        let customer = subscriber()
-        // An honest lapsed customer's evidence: paid months that ended two months ago.
+    /// An honest lapsed customer's evidence from the app: three paid months that ended two months
+    /// ago, signed by the test chain (`{"signedTransactions": [...], "signedRenewalInfos": []}`).
+    func lapsedEvidence() throws -> String {
         let lapsed = SubscriptionFixture(
             bundleID: Self.bundleID, productID: "pro.monthly", subscriptionGroupID: "G1", originalTransactionID: "300000001",
             appAccountToken: Self.token,
             periodStarts: SubscriptionFixture.monthlyStarts(count: 3, activeAt: Date(timeIntervalSinceNow: -75 * 86_400)))
-        let evidence = #"{"signedTransactions":[\#(try lapsed.signedTransactions(chain).map { "\"\($0)\"" }.joined(separator: ","))],"signedRenewalInfos":[]}"#
+        return #"{"signedTransactions":[\#(try lapsed.signedTransactions(chain).map { "\"\($0)\"" }.joined(separator: ","))],"signedRenewalInfos":[]}"#
+    }
+
+    @Test("Apple unreachable: apple refuses with history_unavailable within the budget; apple-then-client lets the app's evidence decide, and the audit says so")
+    func appleUnreachable() async throws {
+        let customer = subscriber()
+        let evidence = try lapsedEvidence()
         try await withServerAndApple(customer: customer, configure: { $0.appStoreServerAPI.timeBudget = .milliseconds(500) }) { server, fake, secret, client in
             fake.setAnswerDelay(.seconds(600))
             let start = ContinuousClock.now
@@ -182,11 +187,7 @@ struct AppleHistorySourceTests {
     @Test("apple-then-client: Apple's errors about this service's request (403, 4040003 AppNotFoundError) let the app's evidence decide; its answers about the ID (4000006, 4040001) do not")
     func fallbackOnlyWhenAppleSaidNothingAboutTheID() async throws {
         let customer = subscriber()
-        let lapsed = SubscriptionFixture(
-            bundleID: Self.bundleID, productID: "pro.monthly", subscriptionGroupID: "G1", originalTransactionID: "300000001",
-            appAccountToken: Self.token,
-            periodStarts: SubscriptionFixture.monthlyStarts(count: 3, activeAt: Date(timeIntervalSinceNow: -75 * 86_400)))
-        let evidence = #"{"signedTransactions":[\#(try lapsed.signedTransactions(chain).map { "\"\($0)\"" }.joined(separator: ","))],"signedRenewalInfos":[]}"#
+        let evidence = try lapsedEvidence()
         try await withServerAndApple(customer: customer) { server, fake, secret, client in
             let cases: [(FakeAppStoreServerAPI.Fault, Bool, String)] = [
                 (.status(403), true, "403"),

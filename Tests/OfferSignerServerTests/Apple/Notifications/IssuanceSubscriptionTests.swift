@@ -82,25 +82,36 @@ extension RedemptionPlacementTests {
         }
     }
 
-    @Test("Attack: an end user declares Xcode with their JWT and redeems in Production: matched, and the leaked-key warning is not raised")
-    func endUserDeclaredEnvironmentRaisesNoLeakedKeyWarning() async throws {
+    /// A server taking end users' JWTs (HS256, bound to their app account token by a claim), with
+    /// the offer `goodwill` (kind any) for an app whose history comes from notifications; and a
+    /// JWT of the user whose token is `Self.token`.
+    func goodwillServerForUserJWTs() async throws -> (jwt: String, server: TestServer) {
         let keys = JWTKeyCollection()
         await keys.add(hmac: HMACKey(from: AuthenticationTests.hsSecret), digestAlgorithm: .sha256)
         let jwt = try await keys.sign(AppUserClaims.valid(token: Self.token))
-        let server = try await TestServer(bundles: [Self.bundleID]) { configuration in
+        var server = try await TestServer(bundles: [Self.bundleID]) { configuration in
             configuration.userJWT = UserJWTConfiguration(
                 jwksJSON: nil, hs256Secret: AuthenticationTests.hsSecret, issuer: "https://auth.example.com", audience: "offer-signer",
                 binding: .claim("https://example.com/app_account_token"))
         }
-        defer { server.cleanUp() }
-        let root = try chain.root.serializeAsPEM().pemString
         let catalog = #"""
             {"apps": {"com.example.app": {"appAppleID": 1234567890, "environments": ["Production"], "notificationHistory": true}},
              "offers": [{"offerID": "goodwill", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1", "kind": "any"}]}
             """#
-        var running = server
-        running.configuration.eligibility = try EligibilityConfiguration(catalogJSON: Data(catalog.utf8), trustedRootPEMs: [root])
-        let configured = running
+        do {
+            server.configuration.eligibility = try EligibilityConfiguration(
+                catalogJSON: Data(catalog.utf8), trustedRootPEMs: [try chain.root.serializeAsPEM().pemString])
+        } catch {
+            server.cleanUp()
+            throw error
+        }
+        return (jwt, server)
+    }
+
+    @Test("Attack: an end user declares Xcode with their JWT and redeems in Production: matched, and the leaked-key warning is not raised")
+    func endUserDeclaredEnvironmentRaisesNoLeakedKeyWarning() async throws {
+        let (jwt, configured) = try await goodwillServerForUserJWTs()
+        defer { configured.cleanUp() }
         try await configured.live { client in
             let signed = try await client.postJSON("/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"goodwill","environment":"Xcode"}"#, bearer: jwt)
             #expect(signed.status == .created, "\(signed.text)")
@@ -128,23 +139,8 @@ extension RedemptionPlacementTests {
     @Test("Attack: one Apple ID, two app accounts: a JWS asked as A, proving A's transaction of a subscription that also carries B's token, is redeemed as B: matched, no leaked-key warning")
     func secondAppAccountRedemptionIsMatched() async throws {
         let otherAccount = "7c3a1d52-0b8e-4f7a-9d2e-5a1f3c4b6d70"
-        let keys = JWTKeyCollection()
-        await keys.add(hmac: HMACKey(from: AuthenticationTests.hsSecret), digestAlgorithm: .sha256)
-        let jwt = try await keys.sign(AppUserClaims.valid(token: Self.token))
-        let server = try await TestServer(bundles: [Self.bundleID]) { configuration in
-            configuration.userJWT = UserJWTConfiguration(
-                jwksJSON: nil, hs256Secret: AuthenticationTests.hsSecret, issuer: "https://auth.example.com", audience: "offer-signer",
-                binding: .claim("https://example.com/app_account_token"))
-        }
-        defer { server.cleanUp() }
-        let root = try chain.root.serializeAsPEM().pemString
-        let catalog = #"""
-            {"apps": {"com.example.app": {"appAppleID": 1234567890, "environments": ["Production"], "notificationHistory": true}},
-             "offers": [{"offerID": "goodwill", "bundleID": "com.example.app", "productIDs": ["pro.monthly"], "subscriptionGroupID": "G1", "kind": "any"}]}
-            """#
-        var running = server
-        running.configuration.eligibility = try EligibilityConfiguration(catalogJSON: Data(catalog.utf8), trustedRootPEMs: [root])
-        let configured = running
+        let (jwt, configured) = try await goodwillServerForUserJWTs()
+        defer { configured.cleanUp() }
         // Subscription S of one Apple ID: bought signed in as A (the user's token), renewed last
         // while signed in as B (the same person's second account in the app).
         let subscription = SubscriptionFixture(
