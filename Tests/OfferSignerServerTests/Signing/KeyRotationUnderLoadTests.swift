@@ -39,12 +39,12 @@ struct KeyRotationUnderLoadTests {
         let store = server.store
         let results = try await server.live { client -> [WorkerResult] in
             let port = try #require(client.port)
-            // Load runs until 2 s after the activation has committed (however long that takes
-            // on a busy machine), with a hard stop at 30 s.
-            let loadEnd = LoadEnd(hardStop: ContinuousClock.now + .seconds(30))
+            // Load runs until enough signatures were issued more than 1 s after the activation
+            // committed (however long that takes on a busy machine), with a hard stop at 60 s.
+            let loadEnd = LoadEnd(hardStop: ContinuousClock.now + .seconds(60))
             // The activation waits for enough signatures with the old key (a fixed second gave
             // too few when the machine was busy).
-            let signedBefore = SignedCount()
+            let signed = SignedCount()
             return try await withThrowingTaskGroup(of: WorkerResult.self) { group in
                 for _ in 0..<32 {
                     group.addTask {
@@ -65,7 +65,7 @@ struct KeyRotationUnderLoadTests {
                                         samples.append(Sample(ok: false, detail: "\(response.status): \(text)", token: token))
                                         continue
                                     }
-                                    signedBefore.count.add(1, ordering: .relaxed)
+                                    signed.count.add(1, ordering: .relaxed)
                                     samples.append(Sample(
                                         ok: true, detail: "", token: token, keyID: legacy["keyID"] as? String, nonce: legacy["nonce"] as? String,
                                         timestamp: (legacy["timestamp"] as? NSNumber)?.int64Value, signature: legacy["signature"] as? String))
@@ -81,10 +81,20 @@ struct KeyRotationUnderLoadTests {
                 }
                 group.addTask {
                     try await Task.sleep(for: .seconds(1))
-                    while signedBefore.count.load(ordering: .relaxed) < 120 && !loadEnd.reached { try await Task.sleep(for: .milliseconds(20)) }
+                    while signed.count.load(ordering: .relaxed) < 120 && !loadEnd.reached { try await Task.sleep(for: .milliseconds(20)) }
                     _ = try await store.transitionKey(keyID: "ROTATED001", to: .active, actor: "test", reason: "rotation under load", force: false, authenticator: server.masterKey.registryRows)
                     let activatedAt = Date().unixMilliseconds
-                    loadEnd.set(ContinuousClock.now + .seconds(2))
+                    // Every request sent from 1.2 s after the activation on is signed more than
+                    // 1 s after it; the 32 in flight then may not be. 120 more answers beyond
+                    // those, and at least 2 s of load after the activation (a fixed 2 s gave
+                    // too few late signatures when the machine was busy).
+                    let minimumEnd = ContinuousClock.now + .seconds(2)
+                    try await Task.sleep(for: .milliseconds(1200))
+                    let lateFrom = signed.count.load(ordering: .relaxed) + 32
+                    while signed.count.load(ordering: .relaxed) < lateFrom + 120 && !loadEnd.reached {
+                        try await Task.sleep(for: .milliseconds(20))
+                    }
+                    loadEnd.set(max(minimumEnd, ContinuousClock.now))
                     return .activated(atMillis: activatedAt)
                 }
                 return try await group.reduce(into: []) { $0.append($1) }

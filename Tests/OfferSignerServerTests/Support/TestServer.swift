@@ -26,10 +26,14 @@ struct TestServer {
     static let operatorSecret = "test-operator-token-0123456789abcdef"
     static var operatorToken: OperatorToken { try! OperatorToken(operatorSecret) }
 
-    init(bundles: [String] = ["com.example.app"], configure: (inout ServerConfiguration) -> Void = { _ in }) async throws {
+    /// `busyTimeout`: how long the store's SQLite connections wait for another connection's lock
+    /// (the store's default unless a test needs a wait it can tell apart from its own bound).
+    init(
+        bundles: [String] = ["com.example.app"], busyTimeout: TimeInterval = 5, configure: (inout ServerConfiguration) -> Void = { _ in }
+    ) async throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("offer-signer-tests-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        store = try SQLiteStore(path: directory.appendingPathComponent("store.sqlite").path)
+        store = try SQLiteStore(path: directory.appendingPathComponent("store.sqlite").path, busyTimeout: busyTimeout)
         (masterKey, masterKeyBase64) = MasterKey.generate()
         var logger = Logger(label: "offer-signer-test")
         logger.logLevel = .warning
