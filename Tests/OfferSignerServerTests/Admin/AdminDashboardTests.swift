@@ -94,11 +94,22 @@ struct AdminDashboardTests {
                 statuses.append(try await client.execute(uri: "/admin/offers", method: .get, headers: [.authorization: "Bearer wrong-\(index)"]).status.code)
             }
             #expect(statuses.contains(429), "\(statuses)")
+            // An allowance comes back every 6 s, which a loaded machine can take between two
+            // requests: the checks below each come straight after a guess answered 429.
+            func spendAllowances() async throws {
+                for index in 0..<12 {
+                    let status = try await client.execute(uri: "/admin/offers", method: .get, headers: [.authorization: "Bearer again-\(index)"]).status
+                    if status == .tooManyRequests { return }
+                }
+                Issue.record("12 more wrong tokens were never answered 429")
+            }
             // The address is throttled: a wrong token (also at //admin/..., with a spoofed address header) is 429 ...
+            try await spendAllowances()
             expectProblem(
                 try await client.execute(
                     uri: "//admin/offers", method: .get, headers: [.authorization: "Bearer wrong-x", HTTPField.Name("x-offer-signer-peer")!: "10.1.2.3"]),
                 .tooManyRequests, "rate_limited")
+            try await spendAllowances()
             let wrongForm = try await client.postJSON("/admin/login", "token=wrong", contentType: "application/x-www-form-urlencoded")
             expectProblem(wrongForm, .tooManyRequests, "rate_limited")
             // ... while the right token is always admitted, by header and by form.

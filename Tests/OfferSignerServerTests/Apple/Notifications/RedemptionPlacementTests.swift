@@ -174,8 +174,15 @@ struct RedemptionPlacementTests {
             fake.always(.history, .status(500))
             try await signAndRenew(client, secret: secret)
 
-            // A few attempts fail: it stays unplaced, never "without a signature".
-            try await Task.sleep(for: .milliseconds(1500))
+            // Attempts fail (waited for, however slow the machine): it stays unplaced, never
+            // "without a signature".
+            let failedAttempt = #"redemption_placement_lookups_total{outcome="server_error"}"#
+            let attemptDeadline = ContinuousClock.now + .seconds(30)
+            while ContinuousClock.now < attemptDeadline {
+                let text = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
+                if text.contains(failedAttempt) { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
             let waiting = try #require(try await server.store.offerRedemptions(since: nil).first { $0.candidate.offerID == "free_week" })
             #expect(waiting.state == .unplaced)
             #expect(try await server.store.unplacedOfferRedemptions(limit: 10).map(\.candidate.transactionID) == ["\(Self.original)002"])
@@ -191,7 +198,7 @@ struct RedemptionPlacementTests {
             #expect(item["redeemedWithoutSignature"] as? Int == 0)
             #expect(item["redemptions"] as? Int == 1)
             let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
-            #expect(metrics.contains(#"redemption_placement_lookups_total{outcome="server_error"}"#), "\(metrics.split(separator: "\n").filter { $0.contains("placement") })")
+            #expect(metrics.contains(failedAttempt), "\(metrics.split(separator: "\n").filter { $0.contains("placement") })")
 
             // Apple answers again: the next sweep places it.
             fake.always(.history, nil)
