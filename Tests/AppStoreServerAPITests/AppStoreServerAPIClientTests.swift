@@ -321,6 +321,31 @@ import X509
         }
     }
 
+    /// AsyncHTTPClient's own deadline ends with the head, and its read timeout (the budget) does
+    /// not fire while bytes keep coming: a body that trickles in is bounded by the budget all the same.
+    @Test func aTricklingBodyEndsAtTheBudget() async throws {
+        let fake = fake()
+        let customer = subscriber(months: 2)
+        fake.add(try customer.customer(chain, now: now))
+        fake.setBodyTrickle(.milliseconds(100))
+        let client = try client { $0.timeBudget = .milliseconds(400) }
+        try await fake.run { port in
+            try await withClient(client) {
+                let start = ContinuousClock.now
+                let lookup = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
+                let elapsed = ContinuousClock.now - start
+                guard case .unavailable(let unavailable) = lookup else {
+                    Issue.record("expected unavailable, got \(lookup)")
+                    return
+                }
+                #expect(unavailable.reason == .timeBudgetExhausted, "\(unavailable)")
+                #expect(elapsed >= .milliseconds(350))
+                // Far above the budget: the whole suite shares two cores, where a task can wait seconds to run.
+                #expect(elapsed < .seconds(60), "ended at the 400 ms budget, not when the trickle ends (took \(elapsed))")
+            }
+        }
+    }
+
     @Test func aTokenFromAnotherKeyIsRefusedWith401() async throws {
         let fake = fake()
         let customer = subscriber(months: 2)

@@ -112,6 +112,7 @@ public final class FakeAppStoreServerAPI: Sendable {
         var faults: [Endpoint: [Fault]] = [:]
         var persistentFault: [Endpoint: Fault] = [:]
         var answerDelay: Duration = .zero
+        var bodyTrickle: Duration = .zero
         var requests: [ReceivedRequest] = []
     }
 
@@ -141,6 +142,10 @@ public final class FakeAppStoreServerAPI: Sendable {
     public func always(_ endpoint: Endpoint, _ fault: Fault?) { state.withLock { $0.persistentFault[endpoint] = fault } }
     /// Every answer waits this long first.
     public func setAnswerDelay(_ delay: Duration) { state.withLock { $0.answerDelay = delay } }
+    /// Every history and status answer sends its head and half its body at once, then one byte
+    /// every `interval` for 100 bytes, then the rest (a body that trickles: each read comes
+    /// before a read timeout would fire).
+    public func setBodyTrickle(_ interval: Duration) { state.withLock { $0.bodyTrickle = interval } }
     public var requests: [ReceivedRequest] { state.withLock { $0.requests } }
     public func clearRequests() { state.withLock { $0.requests.removeAll() } }
 
@@ -272,6 +277,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     private func content(
         _ endpoint: Endpoint, environment: String, transactionID: String, revision: String?, productTypes: Set<String>, groups: Set<String>
     ) -> Response {
+        let trickle = state.withLock { $0.bodyTrickle }
         guard let customer = state.withLock({ $0.customers.first { $0.environment == environment && $0.transactionIDs.contains(transactionID) } }) else {
             return Self.json(#"{"errorCode":4040010,"errorMessage":"Transaction id not found."}"#, status: .notFound)
         }
@@ -287,6 +293,7 @@ public final class FakeAppStoreServerAPI: Sendable {
             let hasMore = next < selected.count
             let items = page.map { "\"\($0)\"" }.joined(separator: ",")
             return Self.json(
+                trickle: trickle,
                 #"{"revision":"rev-\#(next)","hasMore":\#(hasMore),"bundleId":"\#(bundleID)","appAppleId":\#(appAppleID),"environment":"\#(environment)","signedTransactions":[\#(items)]}"#)
         case .subscriptions:
             var groups: [String: [String]] = [:]
@@ -295,15 +302,33 @@ public final class FakeAppStoreServerAPI: Sendable {
                     #"{"originalTransactionId":"\#(status.originalTransactionID)","status":\#(status.status),"signedTransactionInfo":"\#(status.signedTransactionInfo)","signedRenewalInfo":"\#(status.signedRenewalInfo)"}"#)
             }
             let data = groups.keys.sorted().map { #"{"subscriptionGroupIdentifier":"\#($0)","lastTransactions":[\#(groups[$0]!.joined(separator: ","))]}"# }
-            return Self.json(#"{"environment":"\#(environment)","bundleId":"\#(bundleID)","appAppleId":\#(appAppleID),"data":[\#(data.joined(separator: ","))]}"#)
+            return Self.json(trickle: trickle, #"{"environment":"\#(environment)","bundleId":"\#(bundleID)","appAppleId":\#(appAppleID),"data":[\#(data.joined(separator: ","))]}"#)
         case .notificationHistory, .requestTestNotification, .testNotificationStatus, .setAppAccountToken:
             // Answered by the notification routes (FakeAppStoreServerAPI+Notifications.swift).
             return Self.json(#"{"errorCode":4040000,"errorMessage":"not a customer endpoint"}"#, status: .notFound)
         }
     }
 
-    static func json(_ text: String, status: HTTPResponse.Status = .ok) -> Response {
-        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: text)))
+    static func json(trickle: Duration = .zero, _ text: String, status: HTTPResponse.Status = .ok) -> Response {
+        guard trickle > .zero else {
+            return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: text)))
+        }
+        let bytes = ByteBuffer(string: text)
+        let half = bytes.readableBytes / 2
+        return Response(
+            status: status, headers: [.contentType: "application/json"],
+            body: ResponseBody(contentLength: bytes.readableBytes) { writer in
+                try await writer.write(bytes.getSlice(at: bytes.readerIndex, length: half)!)
+                // 100 bytes one at a time, then the rest: a client without a deadline of its own
+                // gets the whole answer after 100 intervals.
+                let trickled = min(100, bytes.readableBytes - half)
+                for offset in half..<(half + trickled) {
+                    try await Task.sleep(for: trickle)
+                    try await writer.write(bytes.getSlice(at: bytes.readerIndex + offset, length: 1)!)
+                }
+                try await writer.write(bytes.getSlice(at: bytes.readerIndex + half + trickled, length: bytes.readableBytes - half - trickled)!)
+                try await writer.finish(nil)
+            })
     }
 
     /// Decodes and checks a bearer token as Apple does (see the type's rules).

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Logging
+import OfferSignerCore
 import OfferSignerStorage
 import ServiceLifecycle
 import Synchronization

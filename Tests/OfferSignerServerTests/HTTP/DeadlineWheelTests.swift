@@ -1,4 +1,5 @@
 import Foundation
+import OfferSignerCore
 import OfferSignerStorage
 import Synchronization
 import Testing
