@@ -544,9 +544,10 @@ public final class AppStoreServerAPIClient: Sendable {
         guard remaining > .zero else { return .timedOut }
         let http = self.http
         let limit = configuration.maximumResponseBytes
+        let headDeadline = NIODeadline.now() + .nanoseconds(remaining.wholeNanoseconds)
         let exchange = Task { () -> Exchange? in
             do {
-                let response = try await http.execute(request, deadline: .now() + .nanoseconds(remaining.wholeNanoseconds))
+                let response = try await http.execute(request, deadline: headDeadline)
                 let body = try await response.body.collect(upTo: limit)
                 return .response(status: Int(response.status.code), headers: response.headers, body: Data(body.readableBytesView))
             } catch is CancellationError {

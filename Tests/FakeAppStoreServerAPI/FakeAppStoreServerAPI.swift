@@ -143,7 +143,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     /// Every answer waits this long first.
     public func setAnswerDelay(_ delay: Duration) { state.withLock { $0.answerDelay = delay } }
     /// Every history and status answer sends its head and half its body at once, then one byte
-    /// every `interval` for 100 bytes, then the rest (a body that trickles: each read comes
+    /// every `interval` for 1,000 bytes, then the rest (a body that trickles: each read comes
     /// before a read timeout would fire).
     public func setBodyTrickle(_ interval: Duration) { state.withLock { $0.bodyTrickle = interval } }
     public var requests: [ReceivedRequest] { state.withLock { $0.requests } }
@@ -319,9 +319,9 @@ public final class FakeAppStoreServerAPI: Sendable {
             status: status, headers: [.contentType: "application/json"],
             body: ResponseBody(contentLength: bytes.readableBytes) { writer in
                 try await writer.write(bytes.getSlice(at: bytes.readerIndex, length: half)!)
-                // 100 bytes one at a time, then the rest: a client without a deadline of its own
-                // gets the whole answer after 100 intervals.
-                let trickled = min(100, bytes.readableBytes - half)
+                // 1,000 bytes one at a time, then the rest: a client without a deadline of its
+                // own gets the whole answer after 1,000 intervals.
+                let trickled = min(1000, bytes.readableBytes - half)
                 for offset in half..<(half + trickled) {
                     try await Task.sleep(for: trickle)
                     try await writer.write(bytes.getSlice(at: bytes.readerIndex + offset, length: 1)!)
