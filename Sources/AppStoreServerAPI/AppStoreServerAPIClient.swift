@@ -88,8 +88,9 @@ public final class AppStoreServerAPIClient: Sendable {
         // No tracing: the service bootstraps no tracer, and a span's set-up parses the URL with
         // Foundation on every call (about 1% of a lookup's CPU).
         httpConfiguration.tracing.tracer = nil
-        httpConfiguration.timeout = HTTPClient.Configuration.Timeout(
-            connect: .nanoseconds(configuration.timeBudget.wholeNanoseconds), read: .nanoseconds(configuration.timeBudget.wholeNanoseconds))
+        // No read timeout: every call is bounded as a whole by its deadline (`send`), which a read
+        // timeout of the budget could only repeat, at the cost of re-arming a timer on every read.
+        httpConfiguration.timeout = HTTPClient.Configuration.Timeout(connect: .nanoseconds(configuration.timeBudget.wholeNanoseconds), read: nil)
         self.http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: httpConfiguration, backgroundActivityLogger: logger)
     }
 
