@@ -18,9 +18,12 @@ public enum UTF8Bytes {
         return left.elementsEqual(right)
     }
 
-    /// Feeds the bytes of `text` to `hasher` (equal bytes, equal hashes).
-    public static func hash(_ text: String, into hasher: inout Hasher) {
-        let done: Void? = text.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
-        if done == nil { for byte in text.utf8 { hasher.combine(byte) } }
+    /// Feeds the bytes of `text` to `hasher` (equal bytes, equal hashes), or only its last
+    /// `lastBytes` bytes when given.
+    public static func hash(_ text: String, lastBytes: Int = .max, into hasher: inout Hasher) {
+        let done: Void? = text.utf8.withContiguousStorageIfAvailable {
+            hasher.combine(bytes: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: $0.suffix(lastBytes))))
+        }
+        if done == nil { for byte in text.utf8.suffix(lastBytes) { hasher.combine(byte) } }
     }
 }

@@ -301,35 +301,27 @@ import X509
     }
 
     @Test func aSlowAnswerEndsAtTheBudget() async throws {
-        let fake = fake()
-        let customer = subscriber(months: 2)
-        fake.add(try customer.customer(chain, now: now))
-        fake.setAnswerDelay(.seconds(600))
-        let client = try client { $0.timeBudget = .milliseconds(400) }
-        try await fake.run { port in
-            try await withClient(client) {
-                let start = ContinuousClock.now
-                let lookup = await client.history(transactionID: customer.originalTransactionID, app: app(port: port), credentials: credentials, now: now)
-                let elapsed = ContinuousClock.now - start
-                guard case .unavailable(let unavailable) = lookup else {
-                    Issue.record("expected unavailable, got \(lookup)")
-                    return
-                }
-                #expect(unavailable.reason == .timeBudgetExhausted)
-                #expect(elapsed >= .milliseconds(350))
-                // Far above the budget: the whole suite shares two cores, where a task can wait seconds to run.
-                #expect(elapsed < .seconds(60), "ended at the 400 ms budget, not the 600 s answer (took \(elapsed))")
-            }
-        }
+        // Far above the budget: the whole suite shares two cores, where a task can wait seconds to run.
+        try await expectLookupEndsAtTheBudget(slowedBy: { $0.setAnswerDelay(.seconds(600)) }, within: .seconds(60), "not the 600 s answer")
     }
 
-    /// AsyncHTTPClient's own deadline ends with the head, and its read timeout (the budget) does
-    /// not fire while bytes keep coming: a body that trickles in is bounded by the budget all the same.
+    /// AsyncHTTPClient's own deadline ends with the head, and no read timeout fires while bytes
+    /// keep coming: a body that trickles in is bounded by the budget all the same.
     @Test func aTricklingBodyEndsAtTheBudget() async throws {
+        // Far above the budget (the whole suite shares two cores, where a task can wait seconds
+        // to run), far below the trickle's 100 s.
+        try await expectLookupEndsAtTheBudget(slowedBy: { $0.setBodyTrickle(.milliseconds(100)) }, within: .seconds(30), "not when the trickle ends")
+    }
+
+    /// A lookup with a 400 ms budget against a fake slowed by `slow` ends unavailable
+    /// (`timeBudgetExhausted`), after at least 350 ms and within `bound`.
+    func expectLookupEndsAtTheBudget(
+        slowedBy slow: (FakeAppStoreServerAPI) -> Void, within bound: Duration, _ insteadOf: String
+    ) async throws {
         let fake = fake()
         let customer = subscriber(months: 2)
         fake.add(try customer.customer(chain, now: now))
-        fake.setBodyTrickle(.milliseconds(100))
+        slow(fake)
         let client = try client { $0.timeBudget = .milliseconds(400) }
         try await fake.run { port in
             try await withClient(client) {
@@ -342,9 +334,7 @@ import X509
                 }
                 #expect(unavailable.reason == .timeBudgetExhausted, "\(unavailable)")
                 #expect(elapsed >= .milliseconds(350))
-                // Far above the budget (the whole suite shares two cores, where a task can wait
-                // seconds to run), far below the trickle's 100 s.
-                #expect(elapsed < .seconds(30), "ended at the 400 ms budget, not when the trickle ends (took \(elapsed))")
+                #expect(elapsed < bound, "ended at the 400 ms budget, \(insteadOf) (took \(elapsed))")
             }
         }
     }

@@ -116,10 +116,7 @@ final class ConvertedTransactionCache: Sendable {
         /// Only the end is hashed: a JWS ends with its signature, different at every signing
         /// (ES256 signs with a fresh random nonce), so that is enough to tell entries apart, and
         /// equality still compares every byte.
-        func hash(into hasher: inout Hasher) {
-            let done: Void? = jws.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: $0.suffix(64)))) }
-            if done == nil { for byte in jws.utf8.suffix(64) { hasher.combine(byte) } }
-        }
+        func hash(into hasher: inout Hasher) { UTF8Bytes.hash(jws, lastBytes: 64, into: &hasher) }
     }
 
     private let entries = Mutex<[JWSBytes: Entry]>([:])
