@@ -30,6 +30,7 @@
 #          BURST_CONNECTIONS=1000  THREADS=2
 #          ONCE_SECONDS=8  DELAY_MS=50  PORT=18191  FAKE_PORT=18192  CUSTOMERS=1000
 #          SKIP_BUILD=1 (use the existing .build/release/offer-signer)
+#          OFFER_SIGNER_BIN=path (benchmark that binary instead; no build)
 #          LOOKUP_CPU=1 (see above; then RATE=500, DURATION=10, TRANSACTIONS=20, REPEAT_CUSTOMERS=50,
 #          ROUNDS=3)
 # Needs:   wrk, curl, openssl, python3 with the `cryptography` package.
@@ -71,11 +72,11 @@ done
 python3 -c 'import cryptography' 2>/dev/null || { echo "error: python3 lacks the 'cryptography' package (pip install cryptography)" >&2; exit 2; }
 
 BUILD=(swift build -c release --product offer-signer --static-swift-stdlib)
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
+if [ "${SKIP_BUILD:-0}" != 1 ] && [ -z "${OFFER_SIGNER_BIN:-}" ]; then
     echo "==> ${BUILD[*]}"
     "${BUILD[@]}"
 fi
-BIN="$(pwd)/.build/release/offer-signer"
+BIN="${OFFER_SIGNER_BIN:-$(pwd)/.build/release/offer-signer}"
 [ -x "$BIN" ] || { echo "error: $BIN not found; run ${BUILD[*]}" >&2; exit 2; }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/offer-signer-apple-bench.XXXXXX")

@@ -16,6 +16,7 @@
 #          from /usr/lib/postgresql/*/bin, run as the postgres user when root), or the empty
 #          database POSTGRES_URL names; PostgreSQL's CPU is then printed beside the service's
 #          SKIP_BUILD=1 (use the existing .build/release/offer-signer)
+#          OFFER_SIGNER_BIN=path (benchmark that binary instead; no build)
 # Needs:   wrk, curl, openssl, python3 with the `cryptography` package; for STORE=postgres
 #          without POSTGRES_URL, the PostgreSQL server (`apt-get install -y postgresql`).
 set -euo pipefail
@@ -47,11 +48,11 @@ if curl -s -o /dev/null "http://127.0.0.1:$PORT/"; then
 fi
 
 BUILD=(swift build -c release --product offer-signer --static-swift-stdlib)
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
+if [ "${SKIP_BUILD:-0}" != 1 ] && [ -z "${OFFER_SIGNER_BIN:-}" ]; then
     echo "==> ${BUILD[*]}"
     "${BUILD[@]}"
 fi
-BIN="$(pwd)/.build/release/offer-signer"
+BIN="${OFFER_SIGNER_BIN:-$(pwd)/.build/release/offer-signer}"
 [ -x "$BIN" ] || { echo "error: $BIN not found; run ${BUILD[*]}" >&2; exit 2; }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/offer-signer-stored-bench.XXXXXX")
