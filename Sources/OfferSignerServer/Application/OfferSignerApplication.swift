@@ -228,7 +228,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     var applicationConfiguration = ApplicationConfiguration(address: .hostname(configuration.host, port: configuration.port), serverName: "offer-signer")
     applicationConfiguration.serverName = "offer-signer"
     let idleTimeout = TimeAmount.nanoseconds(configuration.idleTimeout.nanoseconds)
-    let server = HTTPServerBuilder.eventLoopAffineHTTP1(
+    let server = HTTPServerBuilder.http1(
         configuration: HTTP1Channel.Configuration(
             additionalChannelHandlers: [RequestDeadlineHandler(timeout: idleTimeout, onTimeout: { metrics.connectionTimedOut() })],
             // Hummingbird's own idle handler is only a backstop behind RequestDeadlineHandler (the

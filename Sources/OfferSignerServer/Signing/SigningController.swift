@@ -88,24 +88,7 @@ struct SigningController: Sendable {
             try UserSigningPolicy.checkCatalogued(offerID: signatureRequest.offerID, bundleID: bundleID, eligibility: eligibility)
         }
         let offer = eligibility?.rules(offerID: signatureRequest.offerID, bundleID: bundleID)
-        guard offer != nil else {
-            return try await decideAndSign(
-                signatureRequest, offer: nil, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context)
-        }
-        // An offer under rules: its reads, locks and waits follow one another on the connection's
-        // event loop (see `EventLoopTaskExecutor.onConnectionLoop`).
-        return try await EventLoopTaskExecutor.onConnectionLoop {
-            try await decideAndSign(
-                signatureRequest, offer: offer, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context)
-        }
-    }
 
-    /// The rest of ``sign(_:context:)`` once the request is read and its caller admitted: Apple's
-    /// word and the eligibility decision when `offer` has rules, then the signatures.
-    private func decideAndSign(
-        _ signatureRequest: SignatureRequest, offer: OfferDefinition?, formats: [SignatureFormat], bundleID: String, token: UUID?,
-        principal: Principal, ring: KeyRing, context: some RequestContext
-    ) async throws -> Response {
         // Apple's word, asked before any customer lock: no lock and no store connection is held
         // while Apple answers (up to the API's time budget).
         // Except a stored history decoded before, whose version is read with the customer's lock
