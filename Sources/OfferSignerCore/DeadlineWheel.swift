@@ -5,10 +5,9 @@ import Synchronization
 ///
 /// Rules: an expiry runs at most once, no earlier than its deadline and at most one `tick` later
 /// (plus the scheduling delay of a busy machine, after whatever that machine queued before the
-/// deadline); a deadline cancelled before it falls due never
-/// runs (one cancelled as it falls due may still run, so expiries must be harmless once the
-/// work they bound has ended: every caller's is); expiries run outside the wheel's lock, so one
-/// may schedule or cancel others.
+/// deadline); a deadline cancelled before it falls due never runs (one cancelled as it falls due
+/// may still run, so expiries must be harmless once the work they bound has ended: every
+/// caller's is); expiries run outside the wheel's lock, so one may schedule or cancel others.
 package final class DeadlineWheel: Sendable {
     package static let shared = DeadlineWheel(tick: .milliseconds(5))
 

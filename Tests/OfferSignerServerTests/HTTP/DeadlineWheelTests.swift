@@ -4,8 +4,8 @@ import OfferSignerStorage
 import Synchronization
 import Testing
 
-/// The one timer every bounded store call shares (`StoreDeadline`, the PostgreSQL store's
-/// operation timeout).
+/// The one timer every bounded call shares (`StoreDeadline`, the PostgreSQL store's operation
+/// timeout, the audit committer's wait, the App Store Server API client's calls).
 @Suite struct DeadlineWheelTests {
     /// When each expiry ran, by its index.
     final class Fired: Sendable {
