@@ -73,67 +73,67 @@ struct BadKeyCase: Sendable, CustomTestStringConvertible {
 @Suite("bad input: a clear message and a non-zero exit, never a crash")
 struct BadInputTests {
     @Test("sign refuses", arguments: BadSignCase.all)
-    func signRefuses(_ badCase: BadSignCase) throws {
-        try withTemporaryDirectory { directory in
-            let keyFile = try generateKey(in: directory)
+    func signRefuses(_ badCase: BadSignCase) async throws {
+        try await withTemporaryDirectory { directory in
+            let keyFile = try await generateKey(in: directory)
             let arguments = badCase.arguments.map { $0 == "@KEY" ? keyFile.path : $0 }
-            let result = try run(arguments)
+            let result = try await run(arguments)
             expectCleanFailure(result, mentions: badCase.mentions)
             #expect(result.stdout.isEmpty, "nothing is signed: \(result.stdout)")
         }
     }
 
     @Test("a missing key file is named")
-    func missingKeyFile() throws {
-        try withTemporaryDirectory { directory in
+    func missingKeyFile() async throws {
+        try await withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("AuthKey_MISSING.p8").path
-            let result = try run(["sign", "--key-file", path, "--key-id", "K", "--bundle-id", "b", "--product-id", "p", "--offer-id", "o"])
+            let result = try await run(["sign", "--key-file", path, "--key-id", "K", "--bundle-id", "b", "--product-id", "p", "--offer-id", "o"])
             expectCleanFailure(result, mentions: ["does not exist", path])
             #expect(result.stdout.isEmpty)
         }
     }
 
     @Test("a key file that is a directory, or unreadable, is refused cleanly")
-    func unreadableKeyFile() throws {
-        try withTemporaryDirectory { directory in
-            let result = try run(["sign", "--key-file", directory.path, "--key-id", "K", "--bundle-id", "b", "--product-id", "p", "--offer-id", "o"])
+    func unreadableKeyFile() async throws {
+        try await withTemporaryDirectory { directory in
+            let result = try await run(["sign", "--key-file", directory.path, "--key-id", "K", "--bundle-id", "b", "--product-id", "p", "--offer-id", "o"])
             expectCleanFailure(result, mentions: [directory.path])
         }
     }
 
     @Test("sign, verify and explain refuse key files that are not .p8 keys", arguments: BadKeyCase.all)
-    func badKeyFiles(_ badCase: BadKeyCase) throws {
-        try withTemporaryDirectory { directory in
-            let goodKey = try generateKey(in: directory)
+    func badKeyFiles(_ badCase: BadKeyCase) async throws {
+        try await withTemporaryDirectory { directory in
+            let goodKey = try await generateKey(in: directory)
             let badKey = directory.appendingPathComponent("bad.p8")
             if let arguments = badCase.openssl {
-                _ = try openssl(arguments.map { $0 == "@OUT" ? badKey.path : $0 })
+                _ = try await openssl(arguments.map { $0 == "@OUT" ? badKey.path : $0 })
             } else if badCase.contents == "@BINARY" {
                 try Data([0x30, 0x82, 0xFF, 0xFE, 0xC3, 0x28]).write(to: badKey)
                 try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: badKey.path)
             } else if badCase.contents == "@PUBLIC" {
-                _ = try openssl(["pkey", "-in", goodKey.path, "-pubout", "-out", badKey.path])
+                _ = try await openssl(["pkey", "-in", goodKey.path, "-pubout", "-out", badKey.path])
             } else {
                 try writeFile(badCase.contents, to: badKey)
             }
 
-            let signed = try run(["sign", "--key-file", badKey.path, "--key-id", "K", "--bundle-id", "b", "--product-id", "p", "--offer-id", "o"])
+            let signed = try await run(["sign", "--key-file", badKey.path, "--key-id", "K", "--bundle-id", "b", "--product-id", "p", "--offer-id", "o"])
             expectCleanFailure(signed, mentions: badCase.mentions)
             #expect(signed.stdout.isEmpty)
 
-            let document = try run(legacySignArguments(keyFile: goodKey, keyID: "TESTKEY001"))
+            let document = try await run(legacySignArguments(keyFile: goodKey, keyID: "TESTKEY001"))
             try expectSuccess(document)
-            let verified = try run(["verify", "--key-file", badKey.path], stdin: Data(document.stdout.utf8))
+            let verified = try await run(["verify", "--key-file", badKey.path], stdin: Data(document.stdout.utf8))
             expectCleanFailure(verified, exitCode: 2, mentions: badCase.mentions)
-            let explained = try run(["explain", "--key-file", badKey.path], stdin: Data(document.stdout.utf8))
+            let explained = try await run(["explain", "--key-file", badKey.path], stdin: Data(document.stdout.utf8))
             expectCleanFailure(explained, exitCode: 2, mentions: badCase.mentions)
         }
     }
 
     @Test("an unknown subcommand or no arguments at all exit non-zero without a crash")
-    func usageErrors() throws {
-        expectCleanFailure(try run(["frobnicate"]), mentions: ["frobnicate"])
-        let bare = try run([])
+    func usageErrors() async throws {
+        expectCleanFailure(try await run(["frobnicate"]), mentions: ["frobnicate"])
+        let bare = try await run([])
         #expect(bare.status >= 0)
         expectNoCrashReport(bare)
         #expect((bare.stdout + bare.stderr).contains("USAGE") || (bare.stdout + bare.stderr).contains("Usage"))

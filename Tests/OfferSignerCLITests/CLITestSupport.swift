@@ -88,19 +88,21 @@ let cliTimeout: Duration = .seconds(60)
 /// - `status`: the exit status; when the process died from a signal (a crash), minus the
 ///   signal number, so `status > 0` means "a clean non-zero exit".
 ///
-/// Children start through ``ChildProcess`` (posix_spawn), never Foundation's `Process`.
+/// Children start through ``ChildProcess`` (posix_spawn), never Foundation's `Process`, and are
+/// waited for on a thread of their own: a test blocked in the wait on one of the concurrency pool's
+/// threads (two on a 2-core machine) would stall every server the suite runs beside it.
 @discardableResult
-func run(_ args: [String], stdin: Data? = nil, environment: [String: String] = [:], cwd: URL? = nil) throws
+func run(_ args: [String], stdin: Data? = nil, environment: [String: String] = [:], cwd: URL? = nil) async throws
     -> (status: Int32, stdout: String, stderr: String)
 {
-    try runTool(CLIExecutable.url(), args, stdin: stdin, environment: environment, cwd: cwd)
+    try await runTool(CLIExecutable.url(), args, stdin: stdin, environment: environment, cwd: cwd)
 }
 
 /// Runs any executable the same way as ``run(_:stdin:environment:cwd:)``.
-func runTool(_ executable: URL, _ args: [String], stdin: Data? = nil, environment: [String: String] = [:], cwd: URL? = nil) throws
+func runTool(_ executable: URL, _ args: [String], stdin: Data? = nil, environment: [String: String] = [:], cwd: URL? = nil) async throws
     -> (status: Int32, stdout: String, stderr: String)
 {
-    let result = try ChildProcess.run(
+    let result = try await ChildProcess.run(
         executable.path, args, environment: childEnvironment(environment), stdin: stdin, currentDirectory: cwd?.path, timeout: cliTimeout)
     return (result.status, result.stdoutText, result.stderrText)
 }
@@ -115,21 +117,21 @@ func childEnvironment(_ extra: [String: String]) -> [String: String] {
 
 /// Runs a tool found on PATH (openssl, sqlite3).
 @discardableResult
-func runOnPath(_ tool: String, _ args: [String], stdin: Data? = nil) throws -> (status: Int32, stdout: String, stderr: String) {
-    try runTool(URL(fileURLWithPath: "/usr/bin/env"), [tool] + args, stdin: stdin)
+func runOnPath(_ tool: String, _ args: [String], stdin: Data? = nil) async throws -> (status: Int32, stdout: String, stderr: String) {
+    try await runTool(URL(fileURLWithPath: "/usr/bin/env"), [tool] + args, stdin: stdin)
 }
 
 /// Runs openssl and requires success.
-func openssl(_ args: [String], stdin: Data? = nil, sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
-    let result = try runOnPath("openssl", args, stdin: stdin)
+func openssl(_ args: [String], stdin: Data? = nil, sourceLocation: SourceLocation = #_sourceLocation) async throws -> String {
+    let result = try await runOnPath("openssl", args, stdin: stdin)
     try #require(result.status == 0, "openssl \(args.joined(separator: " ")) failed: \(result.stderr)", sourceLocation: sourceLocation)
     return result.stdout
 }
 
 /// Runs SQL on a SQLite file with the sqlite3 CLI and requires success.
 @discardableResult
-func sqlite(_ database: URL, _ sql: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
-    let result = try runOnPath("sqlite3", [database.path, sql])
+func sqlite(_ database: URL, _ sql: String, sourceLocation: SourceLocation = #_sourceLocation) async throws -> String {
+    let result = try await runOnPath("sqlite3", [database.path, sql])
     try #require(result.status == 0, "sqlite3 failed: \(result.stderr)", sourceLocation: sourceLocation)
     return result.stdout
 }
@@ -137,12 +139,12 @@ func sqlite(_ database: URL, _ sql: String, sourceLocation: SourceLocation = #_s
 // MARK: - Temporary directories
 
 /// Runs `body` with a fresh, empty directory that is removed afterwards, whatever happens.
-func withTemporaryDirectory<T>(_ body: (URL) throws -> T) throws -> T {
+func withTemporaryDirectory<T>(_ body: (URL) async throws -> T) async throws -> T {
     let directory = FileManager.default.temporaryDirectory
         .appendingPathComponent("offer-signer-cli-tests-\(UUID().uuidString)", isDirectory: true)
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: directory) }
-    return try body(directory)
+    return try await body(directory)
 }
 
 // MARK: - Assertions
@@ -260,9 +262,9 @@ func isLowercaseUUID(_ text: String) -> Bool {
 // MARK: - Keys
 
 /// Writes a development key with `keys generate` and returns its path.
-func generateKey(in directory: URL, keyID: String = "TESTKEY001", name: String = "key.p8", sourceLocation: SourceLocation = #_sourceLocation) throws -> URL {
+func generateKey(in directory: URL, keyID: String = "TESTKEY001", name: String = "key.p8", sourceLocation: SourceLocation = #_sourceLocation) async throws -> URL {
     let path = directory.appendingPathComponent(name)
-    let result = try run(["keys", "generate", "--key-id", keyID, "--output", path.path])
+    let result = try await run(["keys", "generate", "--key-id", keyID, "--output", path.path])
     try expectSuccess(result, "keys generate", sourceLocation: sourceLocation)
     return path
 }

@@ -76,18 +76,18 @@ struct MistakeCase: Sendable, CustomTestStringConvertible {
 @Suite("explain")
 struct ExplainTests {
     @Test("names the mistake behind a wrongly made signature and exits 1", arguments: MistakeCase.all)
-    func namesMistake(_ mistake: MistakeCase) throws {
-        try withTemporaryDirectory { directory in
-            let keyFile = try generateKey(in: directory)
+    func namesMistake(_ mistake: MistakeCase) async throws {
+        try await withTemporaryDirectory { directory in
+            let keyFile = try await generateKey(in: directory)
             let document = try mistake.document(signedWith: try loadPrivateKey(keyFile))
 
             // It really is wrong: verify refuses it.
-            let verified = try run(["verify", "--key-file", keyFile.path], stdin: Data(document.utf8))
+            let verified = try await run(["verify", "--key-file", keyFile.path], stdin: Data(document.utf8))
             expectCleanFailure(verified, exitCode: 1)
 
             let input = directory.appendingPathComponent("offer.json")
             try Data(document.utf8).write(to: input)
-            let explained = try run(["explain", "--key-file", keyFile.path, "--input", input.path])
+            let explained = try await run(["explain", "--key-file", keyFile.path, "--input", input.path])
             #expect(explained.status == 1, "stdout: \(explained.stdout) stderr: \(explained.stderr)")
             expectNoCrashReport(explained)
             #expect(explained.stdout.contains("- \(mistake.code):"), "expected \(mistake.code) in: \(explained.stdout)")
@@ -95,58 +95,58 @@ struct ExplainTests {
     }
 
     @Test("a valid object: explain exits 0 and says there is nothing to explain")
-    func validObject() throws {
-        try withTemporaryDirectory { directory in
-            let keyFile = try generateKey(in: directory)
+    func validObject() async throws {
+        try await withTemporaryDirectory { directory in
+            let keyFile = try await generateKey(in: directory)
             let inProcess = try MistakeCase(name: "none", code: "").document(signedWith: try loadPrivateKey(keyFile))
-            let explained = try run(["explain", "--key-file", keyFile.path], stdin: Data(inProcess.utf8))
+            let explained = try await run(["explain", "--key-file", keyFile.path], stdin: Data(inProcess.utf8))
             try expectSuccess(explained)
             #expect(explained.stdout.hasPrefix("valid"))
 
             // And an object printed by `sign`, checked with the public key.
-            let signed = try run(legacySignArguments(keyFile: keyFile))
+            let signed = try await run(legacySignArguments(keyFile: keyFile))
             try expectSuccess(signed)
             let publicKey = directory.appendingPathComponent("public.pem")
-            _ = try openssl(["pkey", "-in", keyFile.path, "-pubout", "-out", publicKey.path])
-            try expectSuccess(try run(["explain", "--public-key", publicKey.path], stdin: Data(signed.stdout.utf8)))
+            _ = try await openssl(["pkey", "-in", keyFile.path, "-pubout", "-out", publicKey.path])
+            try expectSuccess(try await run(["explain", "--public-key", publicKey.path], stdin: Data(signed.stdout.utf8)))
         }
     }
 
     @Test("another key: exit 1, unexplained")
-    func otherKey() throws {
-        try withTemporaryDirectory { directory in
-            let keyFile = try generateKey(in: directory)
-            let otherKey = try generateKey(in: directory, name: "other.p8")
+    func otherKey() async throws {
+        try await withTemporaryDirectory { directory in
+            let keyFile = try await generateKey(in: directory)
+            let otherKey = try await generateKey(in: directory, name: "other.p8")
             let document = try MistakeCase(name: "other key", code: "").document(signedWith: try loadPrivateKey(otherKey))
-            let explained = try run(["explain", "--key-file", keyFile.path], stdin: Data(document.utf8))
+            let explained = try await run(["explain", "--key-file", keyFile.path], stdin: Data(document.utf8))
             expectCleanFailure(explained, exitCode: 1, mentions: ["matches no known mistake"])
         }
     }
 
     @Test("--try-key-id names a key ID the signer used instead")
-    func candidateKeyID() throws {
-        try withTemporaryDirectory { directory in
-            let keyFile = try generateKey(in: directory)
+    func candidateKeyID() async throws {
+        try await withTemporaryDirectory { directory in
+            let keyFile = try await generateKey(in: directory)
             let document = try MistakeCase(name: "old key id", code: "", signedKeyID: "OLDKEY0001").document(signedWith: try loadPrivateKey(keyFile))
-            let without = try run(["explain", "--key-file", keyFile.path], stdin: Data(document.utf8))
+            let without = try await run(["explain", "--key-file", keyFile.path], stdin: Data(document.utf8))
             #expect(without.status == 1 && !without.stdout.contains("other_key_id"))
-            let with = try run(["explain", "--key-file", keyFile.path, "--try-key-id", "OLDKEY0001"], stdin: Data(document.utf8))
+            let with = try await run(["explain", "--key-file", keyFile.path, "--try-key-id", "OLDKEY0001"], stdin: Data(document.utf8))
             #expect(with.status == 1)
             #expect(with.stdout.contains("- other_key_id:") && with.stdout.contains("OLDKEY0001"), "\(with.stdout)")
         }
     }
 
     @Test("unreadable input and JWS objects exit 2 with a message")
-    func unreadable() throws {
-        try withTemporaryDirectory { directory in
-            let keyFile = try generateKey(in: directory)
-            expectCleanFailure(try run(["explain", "--key-file", keyFile.path], stdin: Data("nope".utf8)), exitCode: 2, mentions: ["JSON"])
-            let jws = try run([
+    func unreadable() async throws {
+        try await withTemporaryDirectory { directory in
+            let keyFile = try await generateKey(in: directory)
+            expectCleanFailure(try await run(["explain", "--key-file", keyFile.path], stdin: Data("nope".utf8)), exitCode: 2, mentions: ["JSON"])
+            let jws = try await run([
                 "sign", "--format", "jws", "--key-file", keyFile.path, "--key-id", "TESTKEY001", "--bundle-id", "com.example.app",
                 "--product-id", "p", "--offer-id", "o", "--issuer-id", issuerID,
             ])
             try expectSuccess(jws)
-            expectCleanFailure(try run(["explain", "--key-file", keyFile.path], stdin: Data(jws.stdout.utf8)), exitCode: 2, mentions: ["legacy", "verify"])
+            expectCleanFailure(try await run(["explain", "--key-file", keyFile.path], stdin: Data(jws.stdout.utf8)), exitCode: 2, mentions: ["legacy", "verify"])
         }
     }
 }

@@ -5,10 +5,10 @@ import Testing
 @Suite("keys generate")
 struct KeysGenerateTests {
     @Test("writes a PKCS#8 P-256 PEM with mode 0600 and says it is not issued by Apple")
-    func writesPKCS8() throws {
-        try withTemporaryDirectory { directory in
+    func writesPKCS8() async throws {
+        try await withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("AuthKey_DEVKEY0001.p8")
-            let result = try run(["keys", "generate", "--key-id", "DEVKEY0001", "--output", path.path])
+            let result = try await run(["keys", "generate", "--key-id", "DEVKEY0001", "--output", path.path])
             try expectSuccess(result)
             expectNoCrashReport(result)
             #expect(result.stderr.contains("NOT issued by Apple"))
@@ -21,7 +21,7 @@ struct KeysGenerateTests {
             let key = try P256.Signing.PrivateKey(pemRepresentation: pem)
 
             // openssl agrees it is an unencrypted PKCS#8 P-256 key.
-            let text = try openssl(["pkey", "-in", path.path, "-noout", "-text"])
+            let text = try await openssl(["pkey", "-in", path.path, "-noout", "-text"])
             #expect(text.contains("prime256v1") || text.contains("P-256"), "\(text)")
 
             // The printed fingerprint is SHA-256 of the public key's DER SubjectPublicKeyInfo.
@@ -31,19 +31,19 @@ struct KeysGenerateTests {
     }
 
     @Test("refuses to overwrite without --force; --force replaces the file, again with mode 0600")
-    func overwrite() throws {
-        try withTemporaryDirectory { directory in
+    func overwrite() async throws {
+        try await withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("key.p8")
-            try expectSuccess(try run(["keys", "generate", "--key-id", "K1", "--output", path.path]))
+            try expectSuccess(try await run(["keys", "generate", "--key-id", "K1", "--output", path.path]))
             let original = try Data(contentsOf: path)
 
-            let refused = try run(["keys", "generate", "--key-id", "K1", "--output", path.path])
+            let refused = try await run(["keys", "generate", "--key-id", "K1", "--output", path.path])
             expectCleanFailure(refused, mentions: ["already exists", "--force"])
             #expect(try Data(contentsOf: path) == original, "the existing key must be left untouched")
 
             // A world-readable file is replaced by a 0600 one.
             try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: path.path)
-            let forced = try run(["keys", "generate", "--key-id", "K1", "--output", path.path, "--force"])
+            let forced = try await run(["keys", "generate", "--key-id", "K1", "--output", path.path, "--force"])
             try expectSuccess(forced)
             #expect(try Data(contentsOf: path) != original)
             #expect(try posixMode(path) == 0o600)
@@ -52,21 +52,21 @@ struct KeysGenerateTests {
     }
 
     @Test("refuses a directory that does not exist")
-    func missingDirectory() throws {
-        try withTemporaryDirectory { directory in
+    func missingDirectory() async throws {
+        try await withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("no/such/dir/key.p8")
-            let result = try run(["keys", "generate", "--key-id", "K1", "--output", path.path])
+            let result = try await run(["keys", "generate", "--key-id", "K1", "--output", path.path])
             expectCleanFailure(result, mentions: ["cannot create", path.path])
             #expect(!FileManager.default.fileExists(atPath: path.path))
         }
     }
 
     @Test("refuses an empty or invisible-character key ID")
-    func badKeyID() throws {
-        try withTemporaryDirectory { directory in
+    func badKeyID() async throws {
+        try await withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("key.p8")
-            expectCleanFailure(try run(["keys", "generate", "--key-id", "", "--output", path.path]), mentions: ["keyID", "empty"])
-            expectCleanFailure(try run(["keys", "generate", "--key-id", "K\u{2063}1", "--output", path.path]), mentions: ["U+2063"])
+            expectCleanFailure(try await run(["keys", "generate", "--key-id", "", "--output", path.path]), mentions: ["keyID", "empty"])
+            expectCleanFailure(try await run(["keys", "generate", "--key-id", "K\u{2063}1", "--output", path.path]), mentions: ["U+2063"])
             #expect(!FileManager.default.fileExists(atPath: path.path))
         }
     }

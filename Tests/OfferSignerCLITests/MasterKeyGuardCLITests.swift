@@ -14,22 +14,22 @@ struct MasterKeyGuardCLITests {
         try await withStoreFixture(backend) { fixture in
             let store = fixture.storeArgument
             let masterKey = fixture.masterKey.path
-            try expectSuccess(try run(fixture.importArguments("K1", file: try fixture.key("K1"))))
-            try expectSuccess(try run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", masterKey]))
+            try expectSuccess(try await run(fixture.importArguments("K1", file: try fixture.key("K1"))))
+            try expectSuccess(try await run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", masterKey]))
             #expect(FileManager.default.fileExists(atPath: masterKey + ".checkpoint"), "the checkpoint file beside the master key")
-            let intact = try run(["audit", "verify", "--store", store, "--master-key-file", masterKey])
+            let intact = try await run(["audit", "verify", "--store", store, "--master-key-file", masterKey])
             try expectSuccess(intact)
             #expect(intact.stdout.hasPrefix("intact: 1 records"), "\(intact.stdout)")
 
             try await fixture.execute("DELETE FROM audit_checkpoints")
             try await fixture.execute("DELETE FROM audit_signing_key")
             // The store alone is fooled; the file beside the master key is not.
-            try expectSuccess(try run(["audit", "verify", "--store", store]), "the store alone cannot tell")
-            expectCleanFailure(try run(["audit", "verify", "--store", store, "--master-key-file", masterKey]), exitCode: 1, mentions: ["key row was deleted"])
+            try expectSuccess(try await run(["audit", "verify", "--store", store]), "the store alone cannot tell")
+            expectCleanFailure(try await run(["audit", "verify", "--store", store, "--master-key-file", masterKey]), exitCode: 1, mentions: ["key row was deleted"])
             expectCleanFailure(
-                try run(["audit", "verify", "--store", store, "--checkpoint-file", masterKey + ".checkpoint"]), exitCode: 1, mentions: ["checkpoints were deleted"])
-            expectCleanFailure(try run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", masterKey]), mentions: ["refusing to sign a checkpoint"])
-            #expect(try run(["audit", "checkpoints", "export", "--store", store]).status != 0)
+                try await run(["audit", "verify", "--store", store, "--checkpoint-file", masterKey + ".checkpoint"]), exitCode: 1, mentions: ["checkpoints were deleted"])
+            expectCleanFailure(try await run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", masterKey]), mentions: ["refusing to sign a checkpoint"])
+            #expect(try await run(["audit", "checkpoints", "export", "--store", store]).status != 0)
         }
     }
 
@@ -39,19 +39,19 @@ struct MasterKeyGuardCLITests {
             let store = fixture.storeArgument
             let masterKey = fixture.masterKey.path
             let export = fixture.directory.appendingPathComponent("checkpoints.jsonl")
-            try expectSuccess(try run(fixture.importArguments("K1", file: try fixture.key("K1"))))
-            try expectSuccess(try run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", masterKey]))
-            try expectSuccess(try run(["audit", "checkpoints", "export", "--store", store, "--output", export.path]))
+            try expectSuccess(try await run(fixture.importArguments("K1", file: try fixture.key("K1"))))
+            try expectSuccess(try await run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", masterKey]))
+            try expectSuccess(try await run(["audit", "checkpoints", "export", "--store", store, "--output", export.path]))
             let first = try String(contentsOf: export, encoding: .utf8)
-            try expectSuccess(try run(fixture.importArguments("K2", file: try fixture.key("K2"))))
-            try expectSuccess(try run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", masterKey]))
-            try expectSuccess(try run(["audit", "checkpoints", "export", "--store", store, "--output", export.path]))
+            try expectSuccess(try await run(fixture.importArguments("K2", file: try fixture.key("K2"))))
+            try expectSuccess(try await run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", masterKey]))
+            try expectSuccess(try await run(["audit", "checkpoints", "export", "--store", store, "--output", export.path]))
             let second = try String(contentsOf: export, encoding: .utf8)
             #expect(second.hasPrefix(first), "appended, not rewritten")
             #expect(second.split(separator: "\n").count == 3, "\(second)")
 
             try await fixture.execute("DELETE FROM audit_checkpoints WHERE seq = 1")
-            expectCleanFailure(try run(["audit", "checkpoints", "export", "--store", store, "--output", export.path]), mentions: ["do not extend", "deleted"])
+            expectCleanFailure(try await run(["audit", "checkpoints", "export", "--store", store, "--output", export.path]), mentions: ["do not extend", "deleted"])
             #expect(try String(contentsOf: export, encoding: .utf8) == second, "left as it was")
         }
     }
@@ -61,44 +61,44 @@ struct MasterKeyGuardCLITests {
         try await withStoreFixture(backend) { fixture in
             let store = fixture.storeArgument
             let masterKey = fixture.masterKey.path
-            try expectSuccess(try run(fixture.importArguments("K1", file: try fixture.key("K1"))))
-            expectCleanFailure(try run(["clients", "create", "--store", store, "--name", "backend"]), mentions: ["--master-key-file"])
-            try expectSuccess(try run(["clients", "create", "--store", store, "--master-key-file", masterKey, "--name", "backend"]))
+            try expectSuccess(try await run(fixture.importArguments("K1", file: try fixture.key("K1"))))
+            expectCleanFailure(try await run(["clients", "create", "--store", store, "--name", "backend"]), mentions: ["--master-key-file"])
+            try expectSuccess(try await run(["clients", "create", "--store", store, "--master-key-file", masterKey, "--name", "backend"]))
             // Another master key is refused (its MACs would never verify).
             let other = fixture.directory.appendingPathComponent("other.key")
             try writeFile(Data((0..<32).map { _ in UInt8.random(in: 0...255) }).base64EncodedString() + "\n", to: other, mode: 0o600)
-            expectCleanFailure(try run(["clients", "create", "--store", store, "--master-key-file", other.path, "--name", "intruder"]), mentions: ["master key"])
+            expectCleanFailure(try await run(["clients", "create", "--store", store, "--master-key-file", other.path, "--name", "intruder"]), mentions: ["master key"])
 
             // As a store made by an earlier offer-signer: no MACs, no marker.
             try await fixture.execute("UPDATE signing_keys SET registry_mac = NULL")
             try await fixture.execute("UPDATE api_clients SET registry_mac = NULL")
             try await fixture.execute("DELETE FROM meta WHERE name = 'registry_rows_authenticated'")
             expectCleanFailure(
-                try run(["serve", "--store", store, "--master-key-file", masterKey, "--port", "0"]), mentions: ["offer-signer store authenticate"])
+                try await run(["serve", "--store", store, "--master-key-file", masterKey, "--port", "0"]), mentions: ["offer-signer store authenticate"])
             // This store was upgraded already (its registry file, its derived audit key and records):
             // rows stripped of their MACs are tampering, vouched for only with --accept-registry-rows,
             // which lists every row first.
             expectCleanFailure(
-                try run(["store", "authenticate", "--store", store, "--master-key-file", masterKey, "--actor", "tester"]), mentions: ["tampered", "--accept-registry-rows"])
-            let upgraded = try run(["store", "authenticate", "--store", store, "--master-key-file", masterKey, "--actor", "tester", "--accept-registry-rows"])
+                try await run(["store", "authenticate", "--store", store, "--master-key-file", masterKey, "--actor", "tester"]), mentions: ["tampered", "--accept-registry-rows"])
+            let upgraded = try await run(["store", "authenticate", "--store", store, "--master-key-file", masterKey, "--actor", "tester", "--accept-registry-rows"])
             try expectSuccess(upgraded)
             #expect(upgraded.stderr.contains("key K1") && upgraded.stderr.contains("name 'backend'"), "\(upgraded.stderr)")
             #expect(upgraded.stdout.contains("authenticated 1 key row(s): K1") && upgraded.stdout.contains("authenticated 1 client row(s): backend"), "\(upgraded.stdout)")
-            expectCleanFailure(try run(["store", "authenticate", "--store", store, "--master-key-file", masterKey]), mentions: ["already"])
+            expectCleanFailure(try await run(["store", "authenticate", "--store", store, "--master-key-file", masterKey]), mentions: ["already"])
             // The manifest's version is kept beside the master key; a registry older than it is a rollback.
             let registryFile = masterKey + ".registry"
             let recorded = try String(contentsOfFile: registryFile, encoding: .utf8)
             #expect(recorded.hasPrefix("offer-signer registry manifest version "), "\(recorded)")
-            try expectSuccess(try run(["clients", "create", "--store", store, "--master-key-file", masterKey, "--name", "second"]))
+            try expectSuccess(try await run(["clients", "create", "--store", store, "--master-key-file", masterKey, "--name", "second"]))
             #expect(try String(contentsOfFile: registryFile, encoding: .utf8) != recorded, "moved forward")
             try writeFile("offer-signer registry manifest version 1000000\n", to: URL(fileURLWithPath: registryFile), mode: 0o600)
             expectCleanFailure(
-                try run(["clients", "create", "--store", store, "--master-key-file", masterKey, "--name", "third"]), mentions: ["rolled back"])
-            expectCleanFailure(try run(["serve", "--store", store, "--master-key-file", masterKey, "--port", "0"]), mentions: ["rolled back"])
+                try await run(["clients", "create", "--store", store, "--master-key-file", masterKey, "--name", "third"]), mentions: ["rolled back"])
+            expectCleanFailure(try await run(["serve", "--store", store, "--master-key-file", masterKey, "--port", "0"]), mentions: ["rolled back"])
             try FileManager.default.removeItem(atPath: registryFile)
-            let audit = try run(["audit", "export", "--store", store])
+            let audit = try await run(["audit", "export", "--store", store])
             #expect(audit.stdout.contains("registry.authenticated"), "audited")
-            try expectSuccess(try run(["audit", "verify", "--store", store]))
+            try expectSuccess(try await run(["audit", "verify", "--store", store]))
         }
     }
 
@@ -109,16 +109,16 @@ struct MasterKeyGuardCLITests {
         try await withStoreFixture(backend) { fixture in
             let store = fixture.storeArgument
             let environment = ["OFFER_SIGNER_MASTER_KEY": fixture.masterKeyText]
-            try expectSuccess(try run(fixture.importArguments("K1", file: try fixture.key("K1"))))
-            try expectSuccess(try run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", fixture.masterKey.path]))
+            try expectSuccess(try await run(fixture.importArguments("K1", file: try fixture.key("K1"))))
+            try expectSuccess(try await run(["audit", "checkpoints", "create", "--store", store, "--master-key-file", fixture.masterKey.path]))
             let plainFile = fixture.directory.appendingPathComponent("plain-file")
             try writeFile("x", to: plainFile, mode: 0o600)
-            let unwritable = try run(
+            let unwritable = try await run(
                 ["serve", "--store", store, "--port", "0", "--checkpoint-file", plainFile.appendingPathComponent("checkpoint").path], environment: environment)
             expectCleanFailure(unwritable, mentions: ["checkpoint file", "cannot be written"])
             #expect(!unwritable.stderr.contains(fixture.masterKeyText), "the message shows the key")
             guard backend == .sqlite else {
-                expectCleanFailure(try run(["serve", "--store", store, "--port", "0"], environment: environment), mentions: ["--checkpoint-file"])
+                expectCleanFailure(try await run(["serve", "--store", store, "--port", "0"], environment: environment), mentions: ["--checkpoint-file"])
                 return
             }
             // SQLite: <store>.checkpoint, said in the log; at start it takes the store's verified checkpoint.
@@ -130,10 +130,10 @@ struct MasterKeyGuardCLITests {
                 try await Task.sleep(for: .milliseconds(100))
             }
             server.terminate()
-            let ended = server.waitForExit()
+            let ended = await server.exited()
             #expect(FileManager.default.fileExists(atPath: beside), "serve did not write \(beside): \(ended.stderrText.suffix(2000))")
             #expect(ended.stderrText.contains(beside), "the log names the file")
-            let verified = try run(["audit", "verify", "--store", store, "--checkpoint-file", beside])
+            let verified = try await run(["audit", "verify", "--store", store, "--checkpoint-file", beside])
             try expectSuccess(verified)
         }
     }

@@ -20,22 +20,22 @@ extension StoreCommandTests {
             try await TestPostgres.withDatabase { database in
                 let wrong = "wrong-\(UUID().uuidString)"
                 for arguments in [["keys", "list"], ["clients", "list"], ["audit", "verify"], ["audit", "export"]] {
-                    let result = try run(arguments + ["--store", database.url(password: wrong)])
+                    let result = try await run(arguments + ["--store", database.url(password: wrong)])
                     expectCleanFailure(result, mentions: ["password authentication failed"])
                     #expect(!(result.stdout + result.stderr).contains(wrong), "\(arguments): the password was echoed: \(result.stderr)")
                     #expect((result.stdout + result.stderr).contains("***"), "the URL is shown redacted: \(result.stderr)")
                 }
                 // The right password from PGPASSWORD or a password file instead of the URL.
                 let password = try #require(database.password)
-                let viaEnvironment = try run(["clients", "list", "--store", database.urlWithoutPassword], environment: ["PGPASSWORD": password])
+                let viaEnvironment = try await run(["clients", "list", "--store", database.urlWithoutPassword], environment: ["PGPASSWORD": password])
                 try expectSuccess(viaEnvironment, "clients list with PGPASSWORD")
-                try withTemporaryDirectory { directory in
+                try await withTemporaryDirectory { directory in
                     let file = directory.appendingPathComponent("pgpassword")
                     try writeFile(password + "\n", to: file, mode: 0o600)
-                    try expectSuccess(try run(["keys", "list", "--store", database.urlWithoutPassword, "--store-password-file", file.path]), "keys list with a password file")
-                    try expectSuccess(try run(["keys", "list"], environment: ["OFFER_SIGNER_STORE": database.urlWithoutPassword, "OFFER_SIGNER_STORE_PASSWORD_FILE": file.path]))
+                    try expectSuccess(try await run(["keys", "list", "--store", database.urlWithoutPassword, "--store-password-file", file.path]), "keys list with a password file")
+                    try expectSuccess(try await run(["keys", "list"], environment: ["OFFER_SIGNER_STORE": database.urlWithoutPassword, "OFFER_SIGNER_STORE_PASSWORD_FILE": file.path]))
                     try writeFile(password, to: file, mode: 0o644)
-                    let loose = try run(["keys", "list", "--store", database.urlWithoutPassword, "--store-password-file", file.path])
+                    let loose = try await run(["keys", "list", "--store", database.urlWithoutPassword, "--store-password-file", file.path])
                     expectCleanFailure(loose, mentions: ["chmod 600"])
                     #expect(!(loose.stdout + loose.stderr).contains(password))
                 }
@@ -43,7 +43,7 @@ extension StoreCommandTests {
         }
 
         @Test("Malformed URLs, unknown sslmodes and bad pool sizes are named without echoing the password")
-        func urlMistakes() throws {
+        func urlMistakes() async throws {
             let secret = "hunter2-\(UUID().uuidString.prefix(8))"
             let cases: [(url: String, extra: [String], mentions: [String])] = [
                 ("postgres://user:\(secret)@localhost:5432/db?sslmode=sometimes", [], ["sslmode", "sometimes"]),
@@ -57,7 +57,7 @@ extension StoreCommandTests {
                 ("jdbc:postgresql://user:\(secret)@localhost/db", [], ["'jdbc:postgresql://…'"]),
             ]
             for (url, extra, mentions) in cases {
-                let result = try run(["keys", "list", "--store", url] + extra)
+                let result = try await run(["keys", "list", "--store", url] + extra)
                 expectCleanFailure(result, mentions: mentions)
                 #expect(!(result.stdout + result.stderr).contains(secret), "\(url): \(result.stderr)")
             }
@@ -66,9 +66,9 @@ extension StoreCommandTests {
         @Test("A database whose schema is newer than this binary is refused with a clear message")
         func newerSchemaIsRefused() async throws {
             try await TestPostgres.withDatabase { database in
-                try expectSuccess(try run(["clients", "list", "--store", database.url]))
+                try expectSuccess(try await run(["clients", "list", "--store", database.url]))
                 try await TestPostgres.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (999, 0)", database: database.name)
-                let refused = try run(["clients", "list", "--store", database.url])
+                let refused = try await run(["clients", "list", "--store", database.url])
                 expectCleanFailure(refused, mentions: ["database schema version 999 is newer than this offer-signer knows", "upgrade offer-signer"])
             }
         }
@@ -76,41 +76,43 @@ extension StoreCommandTests {
         @Test("store copy through the binary: SQLite → PostgreSQL → SQLite keeps keys, clients, the chain and checkpoints; a non-empty target is refused")
         func storeCopyRoundTrip() async throws {
             try await withStoreFixture(.sqlite) { fixture in
-                try expectSuccess(try run(fixture.importArguments("K1", file: try fixture.key("K1"))))
-                try expectSuccess(try run(fixture.importArguments("K2", file: try fixture.key("K2"))))
-                try expectSuccess(try fixture.transition("activate", "K2"))
-                try expectSuccess(try run(["clients", "create", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path, "--name", "backend"]))
-                try expectSuccess(try run(["audit", "checkpoints", "create", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path]))
-                try expectSuccess(try run(["clients", "revoke", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path, "--name", "backend"]))
-                func everything(_ store: String) throws -> [String] {
-                    try [["keys", "list", "--json"], ["clients", "list", "--json"], ["audit", "export"], ["audit", "checkpoints", "export"]].map { arguments in
-                        let result = try run(arguments + ["--store", store])
+                try expectSuccess(try await run(fixture.importArguments("K1", file: try fixture.key("K1"))))
+                try expectSuccess(try await run(fixture.importArguments("K2", file: try fixture.key("K2"))))
+                try expectSuccess(try await fixture.transition("activate", "K2"))
+                try expectSuccess(try await run(["clients", "create", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path, "--name", "backend"]))
+                try expectSuccess(try await run(["audit", "checkpoints", "create", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path]))
+                try expectSuccess(try await run(["clients", "revoke", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path, "--name", "backend"]))
+                func everything(_ store: String) async throws -> [String] {
+                    var outputs: [String] = []
+                    for arguments in [["keys", "list", "--json"], ["clients", "list", "--json"], ["audit", "export"], ["audit", "checkpoints", "export"]] {
+                        let result = try await run(arguments + ["--store", store])
                         try expectSuccess(result, arguments.joined(separator: " "))
-                        return result.stdout
+                        outputs.append(result.stdout)
                     }
+                    return outputs
                 }
-                let before = try everything(fixture.storeArgument)
+                let before = try await everything(fixture.storeArgument)
 
                 try await TestPostgres.withDatabase { database in
-                    let there = try run(["store", "copy", "--from", fixture.storeArgument, "--to", database.url])
+                    let there = try await run(["store", "copy", "--from", fixture.storeArgument, "--to", database.url])
                     try expectSuccess(there, "store copy to PostgreSQL")
                     let heads = there.stdout.split(separator: "\n").filter { $0.hasPrefix("source head:") || $0.hasPrefix("target head:") }
                     #expect(heads.count == 2 && heads[0].dropFirst("source head:".count) == heads[1].dropFirst("target head:".count), "\(there.stdout)")
                     #expect(heads.first?.contains(" 5 ") == true, "\(there.stdout)")
                     #expect(!(there.stdout + there.stderr).contains(database.password ?? "\u{0}"), "the password was echoed")
-                    #expect(try everything(database.url) == before)
-                    let verified = try run(["audit", "verify", "--store", database.url])
+                    #expect(try await everything(database.url) == before)
+                    let verified = try await run(["audit", "verify", "--store", database.url])
                     try expectSuccess(verified)
                     #expect(verified.stdout.contains("intact: 5 records") && verified.stdout.contains("1 signed checkpoint(s) matched"), "\(verified.stdout)")
 
-                    let again = try run(["store", "copy", "--from", fixture.storeArgument, "--to", database.url])
+                    let again = try await run(["store", "copy", "--from", fixture.storeArgument, "--to", database.url])
                     expectCleanFailure(again, mentions: ["not empty"])
-                    #expect(try everything(database.url) == before, "a refused copy changes nothing")
+                    #expect(try await everything(database.url) == before, "a refused copy changes nothing")
 
                     let back = fixture.directory.appendingPathComponent("back.sqlite").path
-                    try expectSuccess(try run(["store", "copy", "--from", database.url, "--to", back]), "store copy back to SQLite")
-                    #expect(try everything(back) == before)
-                    expectCleanFailure(try run(["store", "copy", "--from", database.url, "--to", back]), mentions: ["exists"])
+                    try expectSuccess(try await run(["store", "copy", "--from", database.url, "--to", back]), "store copy back to SQLite")
+                    #expect(try await everything(back) == before)
+                    expectCleanFailure(try await run(["store", "copy", "--from", database.url, "--to", back]), mentions: ["exists"])
                 }
             }
         }
@@ -118,8 +120,8 @@ extension StoreCommandTests {
         @Test("serve on a PostgreSQL URL: ready, signs with the audit record in the database, and leaves a final checkpoint on SIGTERM")
         func serveOnPostgres() async throws {
             try await withStoreFixture(.postgres) { fixture in
-                try expectSuccess(try run(fixture.importArguments("SERVEPG001", file: try fixture.key("SERVEPG001")) + ["--development"]), "keys import")
-                let created = try run(["clients", "create", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path, "--name", "backend", "--json"])
+                try expectSuccess(try await run(fixture.importArguments("SERVEPG001", file: try fixture.key("SERVEPG001")) + ["--development"]), "keys import")
+                let created = try await run(["clients", "create", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path, "--name", "backend", "--json"])
                 try expectSuccess(created)
                 let secret = try #require(try jsonObject(created.stdout.trimmingCharacters(in: .newlines))["secret"] as? String)
                 let port = try Self.freePort()
@@ -128,7 +130,7 @@ extension StoreCommandTests {
                     ["serve", "--store", fixture.storeArgument, "--store-pool-size", "4", "--master-key-file", fixture.masterKey.path, "--port", "\(port)"],
                     environment: childEnvironment([:]), captureOutput: true)
                 var stopped = false
-                defer { if !stopped { server.terminate(); _ = server.waitForExit() } }
+                defer { if !stopped { server.terminateInBackground() } }
 
                 let base = "http://127.0.0.1:\(port)"
                 var ready = false
@@ -146,15 +148,15 @@ extension StoreCommandTests {
                 let nonce = try #require(legacy["nonce"] as? String)
 
                 server.terminate()
-                let ended = server.waitForExit()
+                let ended = await server.exited()
                 stopped = true
                 #expect(ended.status == 0, "serve exited \(ended.status): \(ended.stderrText.suffix(2000))")
                 #expect(!ended.stderrText.contains(fixture.database?.password ?? "\u{0}"), "the password was logged")
 
-                let export = try run(["audit", "export", "--store", fixture.storeArgument])
+                let export = try await run(["audit", "export", "--store", fixture.storeArgument])
                 try expectSuccess(export)
                 #expect(export.stdout.contains(nonce), "the signature's audit record is in the database")
-                let verified = try run(["audit", "verify", "--store", fixture.storeArgument])
+                let verified = try await run(["audit", "verify", "--store", fixture.storeArgument])
                 try expectSuccess(verified)
                 #expect(verified.stdout.hasPrefix("intact: 3 records") && verified.stdout.contains("covering records 1…3"), "\(verified.stdout)")
             }

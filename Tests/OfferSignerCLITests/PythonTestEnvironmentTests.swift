@@ -33,7 +33,7 @@ import Testing
             let name = URL(fileURLWithPath: directory).lastPathComponent
             #expect(entries == [name, "\(name).lock"])
             #expect(FileManager.default.fileExists(atPath: "\(directory)/.offer-signer-complete"))
-            let python = try ChildProcess.run(try #require(results.first?.python), ["-c", "import sys; print(sys.prefix)"], timeout: .seconds(60))
+            let python = try await ChildProcess.run(try #require(results.first?.python), ["-c", "import sys; print(sys.prefix)"], timeout: .seconds(60))
             #expect(python.status == 0)
             #expect(python.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) == directory)
         }

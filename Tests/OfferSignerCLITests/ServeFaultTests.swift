@@ -11,26 +11,26 @@ import Glibc
 /// before anything starts and closes idle connections on the running server.
 @Suite struct ServeFaultTests {
     /// A store with one key, and the `serve` arguments for it.
-    static func fixture(in directory: URL) throws -> (fixture: StoreFixture, serve: [String]) {
+    static func fixture(in directory: URL) async throws -> (fixture: StoreFixture, serve: [String]) {
         let fixture = try StoreFixture(in: directory)
-        try expectSuccess(try run(fixture.importArguments("SERVEKEY01", file: try fixture.key("SERVEKEY01")) + ["--development"]), "keys import")
+        try expectSuccess(try await run(fixture.importArguments("SERVEKEY01", file: try fixture.key("SERVEKEY01")) + ["--development"]), "keys import")
         return (fixture, ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path])
     }
 
     @Test("An unreadable master key file: serve refuses to start, says which file and why, exits non-zero")
-    func unreadableMasterKeyFile() throws {
-        try withTemporaryDirectory { directory in
-            let (fixture, serve) = try Self.fixture(in: directory)
+    func unreadableMasterKeyFile() async throws {
+        try await withTemporaryDirectory { directory in
+            let (fixture, serve) = try await Self.fixture(in: directory)
             let result: (status: Int32, stdout: String, stderr: String)
             if getuid() == 0 {
                 // Root reads a file whatever its mode, so the server runs as nobody, for whom the
                 // key file (root's, mode 0600) cannot be read: the failure an operator meets.
-                result = try runTool(
+                result = try await runTool(
                     URL(fileURLWithPath: "/usr/bin/setpriv"),
                     ["--reuid=65534", "--regid=65534", "--clear-groups", "--", try CLIExecutable.url().path] + serve + ["--port", "0"])
             } else {
                 try FileManager.default.setAttributes([.posixPermissions: 0], ofItemAtPath: fixture.masterKey.path)
-                result = try run(serve + ["--port", "0"])
+                result = try await run(serve + ["--port", "0"])
             }
             expectCleanFailure(result, mentions: ["master key file", fixture.masterKey.path, "cannot be read"])
             #expect(!result.stderr.contains(fixture.masterKeyText), "the message shows the key")
@@ -38,12 +38,12 @@ import Glibc
     }
 
     @Test("A master key path that is a directory: serve refuses to start with a clear message")
-    func masterKeyPathIsADirectory() throws {
-        try withTemporaryDirectory { directory in
-            let (fixture, _) = try Self.fixture(in: directory)
+    func masterKeyPathIsADirectory() async throws {
+        try await withTemporaryDirectory { directory in
+            let (fixture, _) = try await Self.fixture(in: directory)
             let keyDirectory = directory.appendingPathComponent("key-directory")
             try FileManager.default.createDirectory(at: keyDirectory, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
-            let result = try run(["serve", "--store", fixture.store.path, "--master-key-file", keyDirectory.path, "--port", "0"])
+            let result = try await run(["serve", "--store", fixture.store.path, "--master-key-file", keyDirectory.path, "--port", "0"])
             expectCleanFailure(result, mentions: ["master key file", keyDirectory.path])
         }
     }
@@ -54,56 +54,57 @@ import Glibc
         (["--apple-api-cache-seconds=-5"], "between 0 and 86400"),
         (["--retention-budget-ms", "0"], "between 1 and 10000"),
     ])
-    func badAppleAPISettings(_ arguments: [String], _ message: String) throws {
-        try withTemporaryDirectory { directory in
-            let (_, serve) = try Self.fixture(in: directory)
+    func badAppleAPISettings(_ arguments: [String], _ message: String) async throws {
+        try await withTemporaryDirectory { directory in
+            let (_, serve) = try await Self.fixture(in: directory)
             let catalog = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../offers.example.json").standardizedFileURL.path
-            expectCleanFailure(try run(serve + ["--port", "0", "--offers", catalog] + arguments), mentions: [message])
+            expectCleanFailure(try await run(serve + ["--port", "0", "--offers", catalog] + arguments), mentions: [message])
             if !arguments[0].hasPrefix("--retention") {
-                expectCleanFailure(try run(serve + ["--port", "0"] + arguments), mentions: ["need an offers catalog"])
+                expectCleanFailure(try await run(serve + ["--port", "0"] + arguments), mentions: ["need an offers catalog"])
             }
         }
     }
 
     @Test(arguments: ["0", "-1", "nan", "inf", "86401", "soon"])
-    func badIdleTimeoutsAreRefusedBeforeAnythingStarts(_ value: String) throws {
-        try ServeThreadsTests.expectRefusedBeforeAnythingStarts(
+    func badIdleTimeoutsAreRefusedBeforeAnythingStarts(_ value: String) async throws {
+        try await ServeThreadsTests.expectRefusedBeforeAnythingStarts(
             flag: "idle-timeout-seconds", variable: "OFFER_SIGNER_IDLE_TIMEOUT_SECONDS", value: value, isNumber: value != "soon")
     }
 
     @Test("--idle-timeout-seconds and OFFER_SIGNER_IDLE_TIMEOUT_SECONDS close an idle connection to the running server", arguments: [true, false])
-    func idleTimeoutClosesIdleConnections(_ byFlag: Bool) throws {
-        try withTemporaryDirectory { directory in
-            let (_, serve) = try Self.fixture(in: directory)
+    func idleTimeoutClosesIdleConnections(_ byFlag: Bool) async throws {
+        try await withTemporaryDirectory { directory in
+            let (_, serve) = try await Self.fixture(in: directory)
             let port = try Self.freePort()
             let process = try ChildProcess.spawn(
                 try CLIExecutable.url().path, serve + ["--port", "\(port)"] + (byFlag ? ["--idle-timeout-seconds", "1"] : []),
                 environment: childEnvironment(byFlag ? [:] : ["OFFER_SIGNER_IDLE_TIMEOUT_SECONDS": "1"]), captureOutput: false)
-            defer {
-                process.terminate()
-                _ = process.waitForExit()
+            try await process.stopped {
+                // Until the server accepts connections (a loaded machine can take a while to start it).
+                let deadline = ContinuousClock.now + .seconds(60)
+                var socket: Int32 = -1
+                while socket < 0 && ContinuousClock.now < deadline && process.isRunning {
+                    socket = Self.connect(port: port)
+                    if socket < 0 { try await Task.sleep(for: .milliseconds(100)) }
+                }
+                try #require(socket >= 0, "serve did not accept connections within 60 s (running: \(process.isRunning))")
+                defer { close(socket) }
+                let opened = ContinuousClock.now
+                // The server must close it: wait for end-of-stream, at most 20 s (polled on a thread
+                // of its own, not one of the concurrency pool's).
+                let closedAfter = try await onOwnThread { [socket] () -> Duration? in
+                    var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+                    while ContinuousClock.now - opened < .seconds(20) {
+                        guard poll(&descriptor, 1, 100) > 0 else { continue }
+                        var byte: UInt8 = 0
+                        let count = recv(socket, &byte, 1, Int32(MSG_DONTWAIT))
+                        if count == 0 || (count < 0 && errno != EAGAIN && errno != EINTR) { return ContinuousClock.now - opened }
+                    }
+                    return nil
+                }
+                let after = try #require(closedAfter, "the idle connection was still open 20 s after it was opened")
+                #expect(after >= .milliseconds(950), "closed after \(after), before the 1 s timeout")
             }
-            // Until the server accepts connections (a loaded machine can take a while to start it).
-            let deadline = ContinuousClock.now + .seconds(60)
-            var socket: Int32 = -1
-            while socket < 0 && ContinuousClock.now < deadline && process.isRunning {
-                socket = Self.connect(port: port)
-                if socket < 0 { usleep(100_000) }
-            }
-            try #require(socket >= 0, "serve did not accept connections within 60 s (running: \(process.isRunning))")
-            defer { close(socket) }
-            let opened = ContinuousClock.now
-            // The server must close it: wait for end-of-stream, at most 20 s.
-            var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
-            var closedAfter: Duration?
-            while closedAfter == nil && ContinuousClock.now - opened < .seconds(20) {
-                guard poll(&descriptor, 1, 100) > 0 else { continue }
-                var byte: UInt8 = 0
-                let count = recv(socket, &byte, 1, Int32(MSG_DONTWAIT))
-                if count == 0 || (count < 0 && errno != EAGAIN && errno != EINTR) { closedAfter = ContinuousClock.now - opened }
-            }
-            let after = try #require(closedAfter, "the idle connection was still open 20 s after it was opened")
-            #expect(after >= .milliseconds(950), "closed after \(after), before the 1 s timeout")
         }
     }
 

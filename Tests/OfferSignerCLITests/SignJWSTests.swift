@@ -35,11 +35,11 @@ let issuerID = "57246542-96fe-1a63-e053-0824d011072a"
 @Suite("sign --format jws / intro-eligibility")
 struct SignJWSTests {
     @Test("jws: exact fields in order, header and claims as Apple's library writes them, verify exits 0")
-    func promotionalOfferJWS() throws {
-        try withTemporaryDirectory { directory in
-            let keyFile = try generateKey(in: directory, keyID: "JWSKEY0001")
+    func promotionalOfferJWS() async throws {
+        try await withTemporaryDirectory { directory in
+            let keyFile = try await generateKey(in: directory, keyID: "JWSKEY0001")
             let before = Int64(Date().timeIntervalSince1970)
-            let result = try run([
+            let result = try await run([
                 "sign", "--format", "jws", "--key-file", keyFile.path, "--key-id", "JWSKEY0001", "--bundle-id", "com.example.app",
                 "--product-id", "com.example.app.monthly", "--offer-id", "WINBACK50", "--issuer-id", issuerID, "--transaction-id", "2000000123456789",
             ])
@@ -75,17 +75,17 @@ struct SignJWSTests {
             #expect(jws.claimsText.contains("\"iat\":\(iat)"), "iat is a JSON integer: \(jws.claimsText)")
             #expect(isLowercaseUUID(try #require(jws.claims["nonce"] as? String)))
 
-            let verified = try run(["verify", "--key-file", keyFile.path], stdin: Data(text.utf8))
+            let verified = try await run(["verify", "--key-file", keyFile.path], stdin: Data(text.utf8))
             try expectSuccess(verified)
             #expect(verified.stdout.hasPrefix("valid"))
         }
     }
 
     @Test("jws without --transaction-id: transactionID null, no transactionId claim, still verifies")
-    func promotionalOfferJWSWithoutTransaction() throws {
-        try withTemporaryDirectory { directory in
-            let keyFile = try generateKey(in: directory, keyID: "JWSKEY0001")
-            let result = try run([
+    func promotionalOfferJWSWithoutTransaction() async throws {
+        try await withTemporaryDirectory { directory in
+            let keyFile = try await generateKey(in: directory, keyID: "JWSKEY0001")
+            let result = try await run([
                 "sign", "--format", "jws", "--key-file", keyFile.path, "--key-id", "JWSKEY0001", "--bundle-id", "com.example.app",
                 "--product-id", "com.example.app.monthly", "--offer-id", "WINBACK50", "--issuer-id", issuerID,
             ])
@@ -94,32 +94,32 @@ struct SignJWSTests {
             #expect(object["transactionID"] == nil || object["transactionID"] is NSNull)
             let jws = try DecodedJWS(try #require(object["compactJWS"] as? String), publicKey: try loadPrivateKey(keyFile).publicKey)
             #expect(jws.claims["transactionId"] == nil)
-            try expectSuccess(try run(["verify", "--key-file", keyFile.path], stdin: Data(result.stdout.utf8)))
+            try expectSuccess(try await run(["verify", "--key-file", keyFile.path], stdin: Data(result.stdout.utf8)))
         }
     }
 
     @Test("jws: a document whose fields disagree with the claims, or another key, fails verify with exit 1")
-    func promotionalOfferJWSTampered() throws {
-        try withTemporaryDirectory { directory in
-            let keyFile = try generateKey(in: directory, keyID: "JWSKEY0001")
-            let other = try generateKey(in: directory, keyID: "JWSKEY0002", name: "other.p8")
-            let result = try run([
+    func promotionalOfferJWSTampered() async throws {
+        try await withTemporaryDirectory { directory in
+            let keyFile = try await generateKey(in: directory, keyID: "JWSKEY0001")
+            let other = try await generateKey(in: directory, keyID: "JWSKEY0002", name: "other.p8")
+            let result = try await run([
                 "sign", "--format", "jws", "--key-file", keyFile.path, "--key-id", "JWSKEY0001", "--bundle-id", "com.example.app",
                 "--product-id", "com.example.app.monthly", "--offer-id", "WINBACK50", "--issuer-id", issuerID,
             ])
             try expectSuccess(result)
             let tampered = result.stdout.replacingOccurrences(of: "\"offerID\":\"WINBACK50\"", with: "\"offerID\":\"WINBACK90\"")
-            expectCleanFailure(try run(["verify", "--key-file", keyFile.path], stdin: Data(tampered.utf8)), exitCode: 1, mentions: ["offerIdentifier"])
-            expectCleanFailure(try run(["verify", "--key-file", other.path], stdin: Data(result.stdout.utf8)), exitCode: 1, mentions: ["invalid"])
+            expectCleanFailure(try await run(["verify", "--key-file", keyFile.path], stdin: Data(tampered.utf8)), exitCode: 1, mentions: ["offerIdentifier"])
+            expectCleanFailure(try await run(["verify", "--key-file", other.path], stdin: Data(result.stdout.utf8)), exitCode: 1, mentions: ["invalid"])
         }
     }
 
     @Test("intro-eligibility: exact fields, claims with allowIntroductoryOffer true and false, verify exits 0", arguments: [true, false])
-    func introductoryOfferEligibility(allow: Bool) throws {
-        try withTemporaryDirectory { directory in
-            let keyFile = try generateKey(in: directory, keyID: "JWSKEY0001")
+    func introductoryOfferEligibility(allow: Bool) async throws {
+        try await withTemporaryDirectory { directory in
+            let keyFile = try await generateKey(in: directory, keyID: "JWSKEY0001")
             let before = Int64(Date().timeIntervalSince1970)
-            let result = try run([
+            let result = try await run([
                 "sign", "--format", "intro-eligibility", "--key-file", keyFile.path, "--key-id", "JWSKEY0001", "--bundle-id", "com.example.app",
                 "--product-id", "com.example.app.monthly", "--issuer-id", issuerID, "--transaction-id", "2000000123456789",
                 "--allow-introductory-offer", String(allow),
@@ -153,9 +153,9 @@ struct SignJWSTests {
             #expect(iat >= before - 1 && iat <= after + 1, "iat \(iat) is not now in seconds")
             #expect(isLowercaseUUID(try #require(jws.claims["nonce"] as? String)))
 
-            try expectSuccess(try run(["verify", "--key-file", keyFile.path], stdin: Data(text.utf8)))
+            try expectSuccess(try await run(["verify", "--key-file", keyFile.path], stdin: Data(text.utf8)))
             let flipped = text.replacingOccurrences(of: "\"allowIntroductoryOffer\":\(allow)", with: "\"allowIntroductoryOffer\":\(!allow)")
-            expectCleanFailure(try run(["verify", "--key-file", keyFile.path], stdin: Data(flipped.utf8)), exitCode: 1, mentions: ["allowIntroductoryOffer"])
+            expectCleanFailure(try await run(["verify", "--key-file", keyFile.path], stdin: Data(flipped.utf8)), exitCode: 1, mentions: ["allowIntroductoryOffer"])
         }
     }
 }

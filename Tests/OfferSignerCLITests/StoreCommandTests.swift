@@ -64,13 +64,13 @@ struct StoreFixture {
         if let database {
             try await TestPostgres.execute(sql, database: database.name)
         } else {
-            try sqlite(store, sql)
+            try await sqlite(store, sql)
         }
     }
 
     /// A new development .p8 (mode 0600) for `keyID`.
-    func key(_ keyID: String) throws -> URL {
-        try generateKey(in: directory, keyID: keyID, name: "AuthKey_\(keyID).p8")
+    func key(_ keyID: String) async throws -> URL {
+        try await generateKey(in: directory, keyID: keyID, name: "AuthKey_\(keyID).p8")
     }
 
     func importArguments(_ keyID: String, file: URL, bundleID: String = StoreFixture.bundleID, masterKey: URL? = nil) -> [String] {
@@ -81,8 +81,8 @@ struct StoreFixture {
     }
 
     /// `keys list --json`, by key ID.
-    func keys(sourceLocation: SourceLocation = #_sourceLocation) throws -> [String: [String: Any]] {
-        let result = try run(["keys", "list", "--store", storeArgument, "--json"])
+    func keys(sourceLocation: SourceLocation = #_sourceLocation) async throws -> [String: [String: Any]] {
+        let result = try await run(["keys", "list", "--store", storeArgument, "--json"])
         try expectSuccess(result, "keys list", sourceLocation: sourceLocation)
         var byID: [String: [String: Any]] = [:]
         for key in try jsonArray(result.stdout, sourceLocation: sourceLocation) {
@@ -91,19 +91,19 @@ struct StoreFixture {
         return byID
     }
 
-    func state(_ keyID: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> String? {
-        try keys(sourceLocation: sourceLocation)[keyID]?["state"] as? String
+    func state(_ keyID: String, sourceLocation: SourceLocation = #_sourceLocation) async throws -> String? {
+        try await keys(sourceLocation: sourceLocation)[keyID]?["state"] as? String
     }
 
     /// Everything a reader can see of the store: the key list and the audit log.
-    func snapshot() throws -> String {
-        let list = try run(["keys", "list", "--store", storeArgument, "--json"])
-        let audit = try run(["audit", "export", "--store", storeArgument])
+    func snapshot() async throws -> String {
+        let list = try await run(["keys", "list", "--store", storeArgument, "--json"])
+        let audit = try await run(["audit", "export", "--store", storeArgument])
         return list.stdout + "\n" + audit.stdout
     }
 
-    func transition(_ verb: String, _ keyID: String, _ extra: [String] = []) throws -> (status: Int32, stdout: String, stderr: String) {
-        try run(["keys", verb, keyID, "--store", storeArgument, "--master-key-file", masterKey.path, "--actor", "tester"] + extra)
+    func transition(_ verb: String, _ keyID: String, _ extra: [String] = []) async throws -> (status: Int32, stdout: String, stderr: String) {
+        try await run(["keys", verb, keyID, "--store", storeArgument, "--master-key-file", masterKey.path, "--actor", "tester"] + extra)
     }
 }
 
@@ -132,12 +132,12 @@ struct StoreCommandTests {
     func keyLifecycle(backend: CLIStoreBackend) async throws {
         try await withStoreFixture(backend) { fixture in
             let directory = fixture.directory
-            let k1 = try fixture.key("K1")
-            let k2 = try fixture.key("K2")
+            let k1 = try await fixture.key("K1")
+            let k2 = try await fixture.key("K2")
 
             // A .p8 readable by others is refused before anything is written: no store appears.
             try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: k1.path)
-            let loose = try run(fixture.importArguments("K1", file: k1))
+            let loose = try await run(fixture.importArguments("K1", file: k1))
             expectCleanFailure(loose, mentions: ["chmod 600", k1.path])
             #expect(!FileManager.default.fileExists(atPath: fixture.store.path), "a refused import must not create the store")
             if backend == .postgres {
@@ -146,11 +146,11 @@ struct StoreCommandTests {
             try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: k1.path)
 
             // The first key of an app becomes active.
-            let imported = try run(fixture.importArguments("K1", file: k1))
+            let imported = try await run(fixture.importArguments("K1", file: k1))
             try expectSuccess(imported, "keys import K1")
             #expect(imported.stdout.contains("K1") && imported.stdout.contains("active"), "\(imported.stdout)")
 
-            var keys = try fixture.keys()
+            var keys = try await fixture.keys()
             #expect(Array(keys.keys) == ["K1"])
             let k1Entry = try #require(keys["K1"])
             #expect(k1Entry["state"] as? String == "active")
@@ -169,112 +169,112 @@ struct StoreCommandTests {
             // The published public key verifies what the .p8 signs.
             let publicKeyFile = directory.appendingPathComponent("K1.pub.pem")
             try writeFile(publicKeyPEM, to: publicKeyFile, mode: 0o644)
-            let signed = try run(legacySignArguments(keyFile: k1, keyID: "K1"))
+            let signed = try await run(legacySignArguments(keyFile: k1, keyID: "K1"))
             try expectSuccess(signed)
-            try expectSuccess(try run(["verify", "--public-key", publicKeyFile.path], stdin: Data(signed.stdout.utf8)))
+            try expectSuccess(try await run(["verify", "--public-key", publicKeyFile.path], stdin: Data(signed.stdout.utf8)))
 
             // A 0644 .p8 is refused with chmod 600 in the message; the store is unchanged.
-            let before = try fixture.snapshot()
+            let before = try await fixture.snapshot()
             try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: k2.path)
-            expectCleanFailure(try run(fixture.importArguments("K2", file: k2)), mentions: ["chmod 600"])
-            #expect(try fixture.snapshot() == before)
+            expectCleanFailure(try await run(fixture.importArguments("K2", file: k2)), mentions: ["chmod 600"])
+            #expect(try await fixture.snapshot() == before)
             try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: k2.path)
 
             // A wrong master key is refused; the store is unchanged.
             let otherMaster = directory.appendingPathComponent("other-master.key")
             try writeFile(Data((0..<32).map { _ in UInt8.random(in: 0...255) }).base64EncodedString(), to: otherMaster)
-            expectCleanFailure(try run(fixture.importArguments("K2", file: k2, masterKey: otherMaster)), mentions: ["master key"])
-            #expect(try fixture.snapshot() == before)
+            expectCleanFailure(try await run(fixture.importArguments("K2", file: k2, masterKey: otherMaster)), mentions: ["master key"])
+            #expect(try await fixture.snapshot() == before)
 
             // A master key file readable by others, or not 32 bytes, is refused.
             let looseMaster = directory.appendingPathComponent("loose-master.key")
             try writeFile(fixture.masterKeyText, to: looseMaster, mode: 0o644)
-            expectCleanFailure(try run(fixture.importArguments("K2", file: k2, masterKey: looseMaster)), mentions: ["chmod 600"])
+            expectCleanFailure(try await run(fixture.importArguments("K2", file: k2, masterKey: looseMaster)), mentions: ["chmod 600"])
             let shortMaster = directory.appendingPathComponent("short-master.key")
             try writeFile(Data(repeating: 7, count: 16).base64EncodedString(), to: shortMaster)
-            expectCleanFailure(try run(fixture.importArguments("K2", file: k2, masterKey: shortMaster)), mentions: ["32 bytes"])
-            #expect(try fixture.snapshot() == before)
+            expectCleanFailure(try await run(fixture.importArguments("K2", file: k2, masterKey: shortMaster)), mentions: ["32 bytes"])
+            #expect(try await fixture.snapshot() == before)
 
             // A second key of the same app waits in 'ready'.
-            try expectSuccess(try run(fixture.importArguments("K2", file: k2)), "keys import K2")
-            keys = try fixture.keys()
+            try expectSuccess(try await run(fixture.importArguments("K2", file: k2)), "keys import K2")
+            keys = try await fixture.keys()
             #expect(keys["K1"]?["state"] as? String == "active")
             #expect(keys["K2"]?["state"] as? String == "ready")
 
             // Importing the same key ID, or the same key under another ID, is refused.
-            expectCleanFailure(try run(fixture.importArguments("K2", file: k2)), mentions: ["K2", "already"])
-            expectCleanFailure(try run(fixture.importArguments("K3", file: k2)), mentions: ["already", "K2"])
+            expectCleanFailure(try await run(fixture.importArguments("K2", file: k2)), mentions: ["K2", "already"])
+            expectCleanFailure(try await run(fixture.importArguments("K3", file: k2)), mentions: ["already", "K2"])
 
             // --bundle-id guards against activating another app's key.
-            expectCleanFailure(try fixture.transition("activate", "K2", ["--bundle-id", "com.other"]), mentions: ["com.other", StoreFixture.bundleID])
-            #expect(try fixture.state("K2") == "ready")
+            expectCleanFailure(try await fixture.transition("activate", "K2", ["--bundle-id", "com.other"]), mentions: ["com.other", StoreFixture.bundleID])
+            #expect(try await fixture.state("K2") == "ready")
 
             // Activating K2 retires K1.
-            let activated = try fixture.transition("activate", "K2", ["--bundle-id", StoreFixture.bundleID])
+            let activated = try await fixture.transition("activate", "K2", ["--bundle-id", StoreFixture.bundleID])
             try expectSuccess(activated)
             #expect(activated.stdout.contains("active"))
-            keys = try fixture.keys()
+            keys = try await fixture.keys()
             #expect(keys["K2"]?["state"] as? String == "active")
             #expect(keys["K1"]?["state"] as? String == "retired")
             #expect(keys["K2"]?["activatedAt"] is String)
             #expect(keys["K1"]?["retiredAt"] is String)
-            expectCleanFailure(try fixture.transition("activate", "K2"), mentions: ["already"])
+            expectCleanFailure(try await fixture.transition("activate", "K2"), mentions: ["already"])
 
             // Retiring the only active key needs --force.
-            let refused = try fixture.transition("retire", "K2")
+            let refused = try await fixture.transition("retire", "K2")
             expectCleanFailure(refused, mentions: ["--force"])
-            #expect(try fixture.state("K2") == "active")
-            try expectSuccess(try fixture.transition("retire", "K2", ["--force"]))
-            #expect(try fixture.state("K2") == "retired")
+            #expect(try await fixture.state("K2") == "active")
+            try expectSuccess(try await fixture.transition("retire", "K2", ["--force"]))
+            #expect(try await fixture.state("K2") == "retired")
 
             // Revoked keys never sign again.
-            try expectSuccess(try fixture.transition("revoke", "K1", ["--reason", "leaked in a CI log"]))
-            #expect(try fixture.state("K1") == "revoked")
-            #expect(try fixture.keys()["K1"]?["revokedAt"] is String)
-            expectCleanFailure(try fixture.transition("activate", "K1"), mentions: ["revoked"])
-            expectCleanFailure(try fixture.transition("retire", "K1"), mentions: ["revoked"])
-            expectCleanFailure(try fixture.transition("revoke", "K1"), mentions: ["already revoked"])
-            #expect(try fixture.state("K1") == "revoked")
+            try expectSuccess(try await fixture.transition("revoke", "K1", ["--reason", "leaked in a CI log"]))
+            #expect(try await fixture.state("K1") == "revoked")
+            #expect(try await fixture.keys()["K1"]?["revokedAt"] is String)
+            expectCleanFailure(try await fixture.transition("activate", "K1"), mentions: ["revoked"])
+            expectCleanFailure(try await fixture.transition("retire", "K1"), mentions: ["revoked"])
+            expectCleanFailure(try await fixture.transition("revoke", "K1"), mentions: ["already revoked"])
+            #expect(try await fixture.state("K1") == "revoked")
 
             // Unknown key IDs are named.
-            expectCleanFailure(try fixture.transition("activate", "NOPE"), mentions: ["no key 'NOPE'"])
-            expectCleanFailure(try fixture.transition("revoke", "NOPE", ["--bundle-id", StoreFixture.bundleID]), mentions: ["NOPE"])
+            expectCleanFailure(try await fixture.transition("activate", "NOPE"), mentions: ["no key 'NOPE'"])
+            expectCleanFailure(try await fixture.transition("revoke", "NOPE", ["--bundle-id", StoreFixture.bundleID]), mentions: ["NOPE"])
 
             // Every change is in an intact audit chain.
-            let verified = try run(["audit", "verify", "--store", fixture.storeArgument])
+            let verified = try await run(["audit", "verify", "--store", fixture.storeArgument])
             try expectSuccess(verified)
             #expect(verified.stdout.contains("intact"))
-            let kinds = try run(["audit", "export", "--store", fixture.storeArgument]).stdout.split(separator: "\n").map { try jsonObject(String($0))["kind"] as? String }
+            let kinds = try await run(["audit", "export", "--store", fixture.storeArgument]).stdout.split(separator: "\n").map { try jsonObject(String($0))["kind"] as? String }
             #expect(kinds == ["key.imported", "key.imported", "key.activated", "key.retired", "key.revoked"])
         }
     }
 
     @Test("store and master key from the environment; a missing store is named")
-    func environmentAndMissingStore() throws {
-        try withTemporaryDirectory { directory in
+    func environmentAndMissingStore() async throws {
+        try await withTemporaryDirectory { directory in
             let fixture = try StoreFixture(in: directory)
-            let key = try fixture.key("ENVKEY")
+            let key = try await fixture.key("ENVKEY")
 
-            let missing = try run(["keys", "list", "--store", fixture.store.path])
+            let missing = try await run(["keys", "list", "--store", fixture.store.path])
             expectCleanFailure(missing, mentions: ["does not exist", fixture.store.path])
             #expect(!FileManager.default.fileExists(atPath: fixture.store.path), "list must not create a store")
-            expectCleanFailure(try run(["audit", "verify", "--store", fixture.store.path]), mentions: ["does not exist"])
-            expectCleanFailure(try run(["keys", "list"]), mentions: ["--store", "OFFER_SIGNER_STORE"])
+            expectCleanFailure(try await run(["audit", "verify", "--store", fixture.store.path]), mentions: ["does not exist"])
+            expectCleanFailure(try await run(["keys", "list"]), mentions: ["--store", "OFFER_SIGNER_STORE"])
             expectCleanFailure(
-                try run(["keys", "import", "--store", fixture.store.path, "--key-id", "ENVKEY", "--bundle-id", "b", "--file", key.path]),
+                try await run(["keys", "import", "--store", fixture.store.path, "--key-id", "ENVKEY", "--bundle-id", "b", "--file", key.path]),
                 mentions: ["--master-key-file"])
 
             let environment = ["OFFER_SIGNER_STORE": fixture.store.path, "OFFER_SIGNER_MASTER_KEY": fixture.masterKeyText]
-            try expectSuccess(try run(["keys", "import", "--key-id", "ENVKEY", "--bundle-id", "com.example.env", "--file", key.path, "--development"], environment: environment))
-            let listed = try run(["keys", "list", "--json"], environment: environment)
+            try expectSuccess(try await run(["keys", "import", "--key-id", "ENVKEY", "--bundle-id", "com.example.env", "--file", key.path, "--development"], environment: environment))
+            let listed = try await run(["keys", "list", "--json"], environment: environment)
             try expectSuccess(listed)
             let entry = try #require(try jsonArray(listed.stdout).first)
             #expect(entry["keyID"] as? String == "ENVKEY")
             #expect(entry["origin"] as? String == "development")
-            let text = try run(["keys", "list"], environment: environment)
+            let text = try await run(["keys", "list"], environment: environment)
             #expect(text.stdout.contains("not issued by Apple"), "\(text.stdout)")
 
-            expectCleanFailure(try run(["keys", "list"], environment: ["OFFER_SIGNER_STORE": directory.appendingPathComponent("nope.sqlite").path]), mentions: ["nope.sqlite"])
+            expectCleanFailure(try await run(["keys", "list"], environment: ["OFFER_SIGNER_STORE": directory.appendingPathComponent("nope.sqlite").path]), mentions: ["nope.sqlite"])
         }
     }
 
@@ -283,7 +283,7 @@ struct StoreCommandTests {
         try await withStoreFixture(backend) { fixture in
             let store = fixture.storeArgument
 
-            let created = try run(["clients", "create", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "backend", "--bundle-id", "com.example.app", "--json", "--actor", "tester"])
+            let created = try await run(["clients", "create", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "backend", "--bundle-id", "com.example.app", "--json", "--actor", "tester"])
             try expectSuccess(created)
             let text = created.stdout.trimmingCharacters(in: .newlines)
             #expect(Array(topLevelKeys(ofJSONObject: text).prefix(3)) == ["name", "clientID", "secret"], "\(text)")
@@ -295,15 +295,15 @@ struct StoreCommandTests {
             #expect(secret.hasPrefix("os_") && secret.count >= 32, "\(secret)")
             #expect(client["bundleIDs"] as? [String] == ["com.example.app"])
 
-            let plain = try run(["clients", "create", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "worker"])
+            let plain = try await run(["clients", "create", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "worker"])
             try expectSuccess(plain)
             let plainSecret = try #require(plain.stdout.split(separator: "\n").map(String.init).first { $0.hasPrefix("os_") }, "\(plain.stdout)")
             #expect(plainSecret != secret)
 
             // A duplicate name is refused.
-            expectCleanFailure(try run(["clients", "create", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "backend", "--json"]), mentions: ["backend", "exists"])
+            expectCleanFailure(try await run(["clients", "create", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "backend", "--json"]), mentions: ["backend", "exists"])
 
-            let listed = try run(["clients", "list", "--store", store, "--json"])
+            let listed = try await run(["clients", "list", "--store", store, "--json"])
             try expectSuccess(listed)
             let clients = try jsonArray(listed.stdout)
             #expect(clients.compactMap { $0["name"] as? String }.sorted() == ["backend", "worker"])
@@ -311,7 +311,7 @@ struct StoreCommandTests {
             #expect(clients.first { $0["name"] as? String == "backend" }?["clientID"] as? String == clientID)
 
             // The secrets appear nowhere but in `create`'s output.
-            let everything = [
+            let everything = await [
                 listed.stdout, try run(["clients", "list", "--store", store]).stdout,
                 try run(["audit", "export", "--store", store]).stdout, try run(["audit", "tail", "--store", store]).stdout,
                 try run(["audit", "tail", "--store", store, "--json"]).stdout,
@@ -321,36 +321,36 @@ struct StoreCommandTests {
             #expect(!everything.contains(String(secret.dropFirst(3))))
 
             // Revoking.
-            let revoked = try run(["clients", "revoke", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "backend", "--actor", "tester"])
+            let revoked = try await run(["clients", "revoke", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "backend", "--actor", "tester"])
             try expectSuccess(revoked)
             #expect(revoked.stdout.contains(clientID))
-            let afterRevoke = try jsonArray(try run(["clients", "list", "--store", store, "--json"]).stdout)
+            let afterRevoke = try jsonArray(try await run(["clients", "list", "--store", store, "--json"]).stdout)
             #expect(afterRevoke.first { $0["name"] as? String == "backend" }?["revokedAt"] is String)
             #expect(afterRevoke.first { $0["name"] as? String == "worker" }?["revokedAt"] is NSNull)
-            #expect(try run(["clients", "list", "--store", store]).stdout.contains("revoked"))
-            expectCleanFailure(try run(["clients", "revoke", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "nobody"]), mentions: ["nobody"])
-            expectCleanFailure(try run(["clients", "create", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "backend"]), mentions: ["backend"])
+            #expect(try await run(["clients", "list", "--store", store]).stdout.contains("revoked"))
+            expectCleanFailure(try await run(["clients", "revoke", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "nobody"]), mentions: ["nobody"])
+            expectCleanFailure(try await run(["clients", "create", "--store", store, "--master-key-file", fixture.masterKey.path, "--name", "backend"]), mentions: ["backend"])
 
-            try expectSuccess(try run(["audit", "verify", "--store", store]))
+            try expectSuccess(try await run(["audit", "verify", "--store", store]))
         }
     }
 
     @Test("audit verify: intact, then an edited record and a deleted record are named; tail and export print JSON lines", arguments: CLIStoreBackend.testedCases)
     func auditChain(backend: CLIStoreBackend) async throws {
         try await withStoreFixture(backend) { fixture in
-            try expectSuccess(try run(fixture.importArguments("K1", file: try fixture.key("K1"))))  // 1
-            try expectSuccess(try run(fixture.importArguments("K2", file: try fixture.key("K2"))))  // 2
-            try expectSuccess(try fixture.transition("activate", "K2"))  // 3
-            try expectSuccess(try run(["clients", "create", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path, "--name", "backend"]))  // 4
-            try expectSuccess(try fixture.transition("revoke", "K1"))  // 5
+            try expectSuccess(try await run(fixture.importArguments("K1", file: try fixture.key("K1"))))  // 1
+            try expectSuccess(try await run(fixture.importArguments("K2", file: try fixture.key("K2"))))  // 2
+            try expectSuccess(try await fixture.transition("activate", "K2"))  // 3
+            try expectSuccess(try await run(["clients", "create", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path, "--name", "backend"]))  // 4
+            try expectSuccess(try await fixture.transition("revoke", "K1"))  // 5
             let store = fixture.storeArgument
 
-            let intact = try run(["audit", "verify", "--store", store])
+            let intact = try await run(["audit", "verify", "--store", store])
             try expectSuccess(intact)
             #expect(intact.stdout.hasPrefix("intact: 5 records"), "\(intact.stdout)")
 
             // tail --json: one JSON object per line, the last N records in order.
-            let tail = try run(["audit", "tail", "--store", store, "--json", "-n", "3"])
+            let tail = try await run(["audit", "tail", "--store", store, "--json", "-n", "3"])
             try expectSuccess(tail)
             let tailLines = tail.stdout.split(separator: "\n").map(String.init)
             #expect(tailLines.count == 3)
@@ -362,13 +362,13 @@ struct StoreCommandTests {
                 #expect((record["hash"] as? String)?.count == 64)
                 #expect((record["previousHash"] as? String)?.count == 64)
             }
-            let textTail = try run(["audit", "tail", "--store", store])
+            let textTail = try await run(["audit", "tail", "--store", store])
             try expectSuccess(textTail)
             #expect(textTail.stdout.split(separator: "\n").count == 5)
             #expect(textTail.stdout.contains("#2") && textTail.stdout.contains("key.imported"))
 
             // export: every record as a JSON line, chained.
-            let export = try run(["audit", "export", "--store", store])
+            let export = try await run(["audit", "export", "--store", store])
             try expectSuccess(export)
             let records = try export.stdout.split(separator: "\n").map { try jsonObject(String($0)) }
             #expect(records.compactMap { ($0["sequence"] as? NSNumber)?.intValue } == [1, 2, 3, 4, 5])
@@ -379,33 +379,33 @@ struct StoreCommandTests {
             #expect((records[1]["body"] as? [String: Any])?["keyID"] as? String == "K2")
 
             // --since filters by time and refuses what is not ISO 8601.
-            let future = try run(["audit", "export", "--store", store, "--since", "2099-01-01T00:00:00Z"])
+            let future = try await run(["audit", "export", "--store", store, "--since", "2099-01-01T00:00:00Z"])
             try expectSuccess(future)
             #expect(future.stdout.isEmpty)
-            let past = try run(["audit", "export", "--store", store, "--since", "2001-01-01T00:00:00Z"])
+            let past = try await run(["audit", "export", "--store", store, "--since", "2001-01-01T00:00:00Z"])
             try expectSuccess(past)
             #expect(past.stdout == export.stdout)
-            expectCleanFailure(try run(["audit", "export", "--store", store, "--since", "last tuesday"]), mentions: ["--since", "ISO 8601"])
-            expectCleanFailure(try run(["audit", "export", "--store", store, "--since", "2026-13-45"]), mentions: ["--since"])
+            expectCleanFailure(try await run(["audit", "export", "--store", store, "--since", "last tuesday"]), mentions: ["--since", "ISO 8601"])
+            expectCleanFailure(try await run(["audit", "export", "--store", store, "--since", "2026-13-45"]), mentions: ["--since"])
 
             // Edit record 2 behind the CLI's back.
             try await fixture.execute("UPDATE audit_log SET body = replace(body, 'K2', 'KX') WHERE seq = 2")
-            let edited = try run(["audit", "verify", "--store", store])
+            let edited = try await run(["audit", "verify", "--store", store])
             expectCleanFailure(edited, exitCode: 1, mentions: ["record 2"])
             #expect(edited.stdout.hasPrefix("broken: record 2"), "\(edited.stdout)")
 
             // Undo the edit: intact again.
             try await fixture.execute("UPDATE audit_log SET body = replace(body, 'KX', 'K2') WHERE seq = 2")
-            try expectSuccess(try run(["audit", "verify", "--store", store]))
+            try expectSuccess(try await run(["audit", "verify", "--store", store]))
 
             // Delete a middle record.
             try await fixture.execute("DELETE FROM audit_log WHERE seq = 3")
-            let deleted = try run(["audit", "verify", "--store", store])
+            let deleted = try await run(["audit", "verify", "--store", store])
             expectCleanFailure(deleted, exitCode: 1, mentions: ["record 3", "missing"])
 
             // A record forged into the gap (a copy of record 4 as 3) is caught too.
             try await fixture.execute("INSERT INTO audit_log SELECT 3, recorded_at, kind, body, previous_hash, hash FROM audit_log WHERE seq = 4")
-            let reordered = try run(["audit", "verify", "--store", store])
+            let reordered = try await run(["audit", "verify", "--store", store])
             expectCleanFailure(reordered, exitCode: 1, mentions: ["record 3"])
         }
     }
@@ -414,29 +414,29 @@ struct StoreCommandTests {
     func secretsNeverPrinted(backend: CLIStoreBackend) async throws {
         try await withStoreFixture(backend) { fixture in
             let directory = fixture.directory
-            let k1 = try fixture.key("K1")
-            let k2 = try fixture.key("K2")
+            let k1 = try await fixture.key("K1")
+            let k2 = try await fixture.key("K2")
             var outputs: [String] = []
             func record(_ result: (status: Int32, stdout: String, stderr: String)) throws {
                 try expectSuccess(result)
                 outputs.append(result.stdout)
                 outputs.append(result.stderr)
             }
-            try record(try run(fixture.importArguments("K1", file: k1)))
-            try record(try run(fixture.importArguments("K2", file: k2)))
-            try record(try fixture.transition("activate", "K2"))
+            try await record(try run(fixture.importArguments("K1", file: k1)))
+            try await record(try run(fixture.importArguments("K2", file: k2)))
+            try await record(try fixture.transition("activate", "K2"))
             let store = fixture.storeArgument
             for arguments in [
                 ["keys", "list", "--store", store], ["keys", "list", "--store", store, "--json"],
                 ["audit", "tail", "--store", store], ["audit", "tail", "--store", store, "--json"],
                 ["audit", "export", "--store", store], ["audit", "verify", "--store", store],
             ] {
-                try record(try run(arguments))
+                try await record(try run(arguments))
             }
             // A failed import must not echo the key either.
             let wrongMaster = directory.appendingPathComponent("wrong.key")
             try writeFile(Data(repeating: 1, count: 32).base64EncodedString(), to: wrongMaster)
-            let failed = try run(fixture.importArguments("K3", file: try fixture.key("K3"), masterKey: wrongMaster))
+            let failed = try await run(fixture.importArguments("K3", file: try fixture.key("K3"), masterKey: wrongMaster))
             expectCleanFailure(failed)
             outputs += [failed.stdout, failed.stderr]
 

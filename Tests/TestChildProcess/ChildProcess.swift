@@ -132,19 +132,28 @@ public final class ChildProcess: Sendable {
 
     /// Runs a child to the end: stdout and stderr collected, and SIGTERM (then SIGKILL 5 s
     /// later) if it is still running after `timeout`.
+    ///
+    /// Blocks the calling thread until the child ends: call it only from a thread of your own
+    /// (``onOwnThread(_:)``) or from synchronous code that is not a test body. From async code use
+    /// the `async` overload, which waits on a thread of its own: a test waiting here on one of the
+    /// two threads of a 2-core machine's concurrency pool stalls every server under test.
     public static func run(
         _ executable: String, _ arguments: [String], environment: [String: String]? = nil, stdin: Data? = nil,
         currentDirectory: String? = nil, timeout: Duration
     ) throws -> Result {
         let child = try spawn(executable, arguments, environment: environment, stdin: stdin, currentDirectory: currentDirectory)
-        let watchdog = DispatchWorkItem { [child] in
-            child.terminate()
-            DispatchQueue.global().asyncAfter(deadline: .now() + 5) { child.signal(SIGKILL) }
+        return child.waitForExit(timeout: timeout)
+    }
+
+    /// ``run(_:_:environment:stdin:currentDirectory:timeout:)`` waiting on a thread of its own,
+    /// never on one of the concurrency pool's.
+    public static func run(
+        _ executable: String, _ arguments: [String], environment: [String: String]? = nil, stdin: Data? = nil,
+        currentDirectory: String? = nil, timeout: Duration
+    ) async throws -> Result {
+        try await onOwnThread {
+            try run(executable, arguments, environment: environment, stdin: stdin, currentDirectory: currentDirectory, timeout: timeout)
         }
-        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
-        DispatchQueue.global().asyncAfter(deadline: .now() + seconds, execute: watchdog)
-        defer { watchdog.cancel() }
-        return child.waitForExit()
     }
 
     /// The child's status if it has ended (reaping it), nil while it runs.
@@ -170,16 +179,63 @@ public final class ChildProcess: Sendable {
     /// Waits until the child ends and its output is read to the end.
     ///
     /// Polls rather than blocking in `waitpid` under the lock, so ``terminate()`` (a timeout's
-    /// watchdog, say) can still reach the child while this waits.
-    public func waitForExit() -> Result {
+    /// watchdog, say) can still reach the child while this waits. With a `timeout`, sends SIGTERM
+    /// once it has passed and SIGKILL 5 s later; the polling loop keeps that time itself, so no
+    /// timer of the concurrency pool (which a stalled test could hold) needs to fire.
+    ///
+    /// Blocks the calling thread: from async code use ``exited(timeout:)``.
+    public func waitForExit(timeout: Duration? = nil) -> Result {
         var pause: UInt32 = 1_000
+        let clock = ContinuousClock()
+        let terminateAt = timeout.map { clock.now + $0 }
+        var killAt: ContinuousClock.Instant?
         while true {
             if let status = statusIfEnded() {
                 return Result(status: status, stdout: stdoutDrain?.finish() ?? Data(), stderr: stderrDrain?.finish() ?? Data())
             }
+            if let terminateAt, killAt == nil, clock.now >= terminateAt {
+                terminate()
+                killAt = clock.now + .seconds(5)
+            }
+            if let killAt, clock.now >= killAt {
+                signal(SIGKILL)
+            }
             usleep(pause)
             pause = min(pause * 2, 20_000)
         }
+    }
+
+    /// ``waitForExit(timeout:)`` on a thread of its own, never on one of the concurrency pool's.
+    public func exited(timeout: Duration? = nil) async -> Result {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Result, Never>) in
+            Thread { [self] in continuation.resume(returning: waitForExit(timeout: timeout)) }.start()
+        }
+    }
+
+    /// Runs `body`, then stops the child with SIGTERM and waits for it to end (on a thread of its
+    /// own, see ``exited(timeout:)``), whether `body` returned or threw: the async form of
+    /// `defer { terminate(); waitForExit() }`, which would hold a thread of the concurrency pool
+    /// for as long as the child takes to shut down.
+    public func stopped<T>(after body: () async throws -> T) async throws -> T {
+        let result: T
+        do {
+            result = try await body()
+        } catch {
+            terminate()
+            _ = await exited(timeout: .seconds(60))
+            throw error
+        }
+        terminate()
+        _ = await exited(timeout: .seconds(60))
+        return result
+    }
+
+    /// Sends SIGTERM and reaps the child on a thread of its own, without waiting for it: for a
+    /// `defer` in async code, where ``waitForExit(timeout:)`` would hold one of the concurrency
+    /// pool's threads for as long as the child takes to shut down.
+    public func terminateInBackground() {
+        terminate()
+        Thread { [self] in _ = waitForExit(timeout: .seconds(60)) }.start()
     }
 
     /// Sends SIGTERM unless the child has already been reaped.
