@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import OfferSignerCore
 import OfferSignerStorage
+import TestChildProcess
 import Testing
 
 /// A small deterministic generator (SplitMix64), so a failing mutation can be replayed.
@@ -166,21 +167,26 @@ struct AuditTamperTests {
         let publicKey = key.publicKey
         let workers = 4
         let perWorker = 1_000 / workers
-        let results = await withTaskGroup(of: [(Tamper, Int64, Int64, AuditVerificationReport)].self) { group in
+        // Each worker is seconds of CPU without a suspension point: on threads of their own, so
+        // they never hold the concurrency pool's threads (two on a 2-core machine) that every
+        // server under test in the suite needs.
+        let results = try await withThrowingTaskGroup(of: [(Tamper, Int64, Int64, AuditVerificationReport)].self) { group in
             for worker in 0..<workers {
                 group.addTask {
-                    var random = SeededGenerator(seed: 0xA0D1_7000 + UInt64(worker))
-                    var results: [(Tamper, Int64, Int64, AuditVerificationReport)] = []
-                    for round in 0..<perWorker {
-                        let tamper = Tamper.allCases[(worker * perWorker + round) % Tamper.allCases.count]
-                        let mutated = ChainFactory.mutate(records, tamper, checkpointSequences: sequences, using: &random)
-                        let report = AuditVerification.verify(records: mutated.records, checkpoints: checkpoints, publicKey: publicKey)
-                        results.append((tamper, mutated.firstBad, mutated.edited, report))
+                    try await onOwnThread {
+                        var random = SeededGenerator(seed: 0xA0D1_7000 + UInt64(worker))
+                        var results: [(Tamper, Int64, Int64, AuditVerificationReport)] = []
+                        for round in 0..<perWorker {
+                            let tamper = Tamper.allCases[(worker * perWorker + round) % Tamper.allCases.count]
+                            let mutated = ChainFactory.mutate(records, tamper, checkpointSequences: sequences, using: &random)
+                            let report = AuditVerification.verify(records: mutated.records, checkpoints: checkpoints, publicKey: publicKey)
+                            results.append((tamper, mutated.firstBad, mutated.edited, report))
+                        }
+                        return results
                     }
-                    return results
                 }
             }
-            return await group.reduce(into: []) { $0 += $1 }
+            return try await group.reduce(into: []) { $0 += $1 }
         }
         #expect(results.count == 1_000)
         var detected = 0

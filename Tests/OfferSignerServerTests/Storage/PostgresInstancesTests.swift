@@ -251,7 +251,7 @@ extension PostgresInstancesTests {
         "PostgreSQL stopped under load: only 503s and no signature while it is down, no request hangs; started again: 201s within 5 s, and every 201 has its audit record",
         .enabled(if: ControlledPostgres.binaries != nil), arguments: [3, 70])
     func databaseOutageUnderLoad(outageSeconds: Int) async throws {
-        let cluster = try ControlledPostgres(binaries: try #require(ControlledPostgres.binaries))
+        let cluster = try await ControlledPostgres(binaries: try #require(ControlledPostgres.binaries))
         defer { cluster.remove() }
         let storeConfiguration = try PostgresStoreConfiguration(url: cluster.url, operationTimeout: .seconds(2), connectTimeout: .seconds(1))
         let stores = [try await PostgresStore.open(configuration: storeConfiguration), try await PostgresStore.open(configuration: storeConfiguration)]
@@ -293,7 +293,7 @@ extension PostgresInstancesTests {
                         }
                     }
                     try await Task.sleep(for: .seconds(1))
-                    try cluster.stopImmediately()
+                    try await cluster.stopImmediately()
                     let stopped = ContinuousClock.now
                     try await Task.sleep(for: .seconds(outageSeconds))
                     // While it is down, readiness says so.
@@ -302,7 +302,7 @@ extension PostgresInstancesTests {
                         #expect(ready == .serviceUnavailable)
                     }
                     let restartBegan = ContinuousClock.now
-                    try cluster.start()
+                    try await cluster.start()
                     try await Task.sleep(for: .seconds(6))
                     stop.set()
                     let outcomes = try await group.reduce(into: [Outcome]()) { $0 += $1 }
@@ -313,7 +313,9 @@ extension PostgresInstancesTests {
 
         #expect(outcomes.allSatisfy { $0.status == 201 || $0.status == 503 }, "\(Set(outcomes.map(\.status)))")
         let longest = outcomes.map { $0.started.duration(to: $0.ended) }.max() ?? .zero
-        #expect(longest < .seconds(3), "a request took \(longest)")
+        // A hang lasts as long as TCP retries (minutes); a stall of the loaded machine running the
+        // suite, seconds.
+        #expect(longest < .seconds(10), "a request took \(longest)")
         let duringOutage = outcomes.filter { $0.started > stopped && $0.ended < restarted }
         #expect(!duringOutage.isEmpty)
         #expect(duringOutage.allSatisfy { $0.status == 503 && $0.nonce == nil }, "a signature left while the database was down")
@@ -387,7 +389,7 @@ extension PostgresInstancesTests {
 
     @Test("A read-only database (a failover in progress): 503 and no signature, /readyz 503; writable again: 201 and /readyz 200 within 5 s", .enabled(if: ControlledPostgres.binaries != nil))
     func readOnlyDatabase() async throws {
-        let cluster = try ControlledPostgres(binaries: try #require(ControlledPostgres.binaries))
+        let cluster = try await ControlledPostgres(binaries: try #require(ControlledPostgres.binaries))
         defer { cluster.remove() }
         let storeConfiguration = try PostgresStoreConfiguration(url: cluster.url, operationTimeout: .seconds(2), connectTimeout: .seconds(1))
         let store = try await PostgresStore.open(configuration: storeConfiguration)

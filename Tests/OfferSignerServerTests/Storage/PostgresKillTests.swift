@@ -71,10 +71,7 @@ struct PostgresKillTests {
                 environment: environment, captureOutput: false)
         }
         defer {
-            for server in servers {
-                server.terminate()
-                _ = server.waitForExit()
-            }
+            for server in servers { server.terminateInBackground() }
         }
         for (port, server) in zip(ports, servers) { try await Self.waitUntilReady(port: port, process: server) }
 
@@ -107,7 +104,7 @@ struct PostgresKillTests {
             }
             try await Task.sleep(for: .seconds(2))
             kill(servers[0].pid, SIGKILL)
-            _ = servers[0].waitForExit()
+            _ = await servers[0].exited()
             killed.set()
             try await Task.sleep(for: .seconds(2))
             stop.set()

@@ -7,6 +7,7 @@ import HummingbirdTesting
 import OfferSignerServer
 import OfferSignerStorage
 import Synchronization
+import TestChildProcess
 import Testing
 
 /// What makes instances behave as one service, on the SQLite store: bounded waits on the store
@@ -36,9 +37,11 @@ struct ServingCoordinationTests {
                 first = try await client.postJSON("/v1/offers/signatures", Self.body, bearer: secret).status
             }
             #expect(first == .created)
+            // The blocking transaction holds a thread of its own, not one of the concurrency
+            // pool's (which the server under test needs).
             let held = DispatchSemaphore(value: 0)
             let release = DispatchSemaphore(value: 0)
-            DispatchQueue.global().async {
+            Thread {
                 try? blocker.inDatabase { db in
                     try db.inTransaction(.immediate) {
                         held.signal()
@@ -46,8 +49,8 @@ struct ServingCoordinationTests {
                         return .rollback
                     }
                 }
-            }
-            held.wait()
+            }.start()
+            try await onOwnThread { held.wait() }
             let start = ContinuousClock.now
             let refused = try await client.postJSON("/v1/offers/signatures", Self.body, bearer: secret)
             let waited = ContinuousClock.now - start

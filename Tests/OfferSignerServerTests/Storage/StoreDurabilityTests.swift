@@ -80,12 +80,7 @@ import Testing
             largestWAL = max(largestWAL, size)
         }
         stop.store(true, ordering: .relaxed)
-        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                finished.wait()
-                done.resume()
-            }
-        }
+        try await onOwnThread { finished.wait() }
         if let error = failure.withLock({ $0 }) { throw error }
         let records = written.load(ordering: .relaxed)
         #expect(records * 600 >= volume, "the writer wrote too little to tell (\(records) records)")
@@ -217,20 +212,20 @@ import Testing
         #expect(round.databaseSyncs == 1, "the round did not sync the database file: \(round)")
 
         // Another process opens the store, reads it and closes it.
-        func countInAnotherProcess() throws -> String {
-            let result = try ChildProcess.run(
+        func countInAnotherProcess() async throws -> String {
+            let result = try await ChildProcess.run(
                 "/usr/bin/env",
                 ["python3", "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); print(c.execute('SELECT count(*) FROM audit_log').fetchone()[0]); c.close()", path],
                 timeout: .seconds(60))
             try #require(result.status == 0, "python3 failed: \(result.stderrText)")
             return result.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
         }
-        #expect(try countInAnotherProcess() == "\(baseline + 10)")
+        #expect(try await countInAnotherProcess() == "\(baseline + 10)")
         #expect(FileManager.default.fileExists(atPath: path + "-wal"), "the other process deleted the write-ahead log the service is using")
 
         // What the service commits afterwards is there for everyone.
         _ = try await store.appendAudit(batch(5), at: Date())
-        #expect(try countInAnotherProcess() == "\(baseline + 15)", "records committed after the other process closed are lost")
+        #expect(try await countInAnotherProcess() == "\(baseline + 15)", "records committed after the other process closed are lost")
         #expect(try await store.verifyAudit().isIntact)
     }
 }

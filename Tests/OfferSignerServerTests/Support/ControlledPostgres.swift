@@ -28,7 +28,9 @@ final class ControlledPostgres: Sendable {
 
     var url: String { "postgres://postgres@127.0.0.1:\(port)/postgres?sslmode=disable" }
 
-    init(binaries: String) throws {
+    /// Creates and starts the cluster; `initdb` and `pg_ctl` are waited for on a thread of their
+    /// own, never on one of the concurrency pool's.
+    init(binaries: String) async throws {
         self.binaries = binaries
         asPostgres = getuid() == 0
         directory = "/tmp/offer-signer-outage-pg-\(getpid())-\(UUID().uuidString.prefix(8).lowercased())"
@@ -37,12 +39,12 @@ final class ControlledPostgres: Sendable {
             _ = chown(directory, entry.pointee.pw_uid, entry.pointee.pw_gid)
         }
         port = try Self.freePort()
-        try run("initdb", ["-D", "\(directory)/data", "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"], timeout: .seconds(120))
-        try start()
+        try await run("initdb", ["-D", "\(directory)/data", "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"], timeout: .seconds(120))
+        try await start()
     }
 
-    func start() throws {
-        try run(
+    func start() async throws {
+        try await run(
             "pg_ctl",
             ["-D", "\(directory)/data", "-l", "\(directory)/server.log", "-w", "-t", "60",
              "-o", "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1 -c max_connections=200", "start"],
@@ -50,21 +52,31 @@ final class ControlledPostgres: Sendable {
     }
 
     /// Stops the server at once, without a shutdown checkpoint: clients see their connections drop.
-    func stopImmediately() throws {
-        try run("pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "-t", "30", "stop"], timeout: .seconds(40))
+    func stopImmediately() async throws {
+        try await run("pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "-t", "30", "stop"], timeout: .seconds(40))
     }
 
     /// Runs one SQL statement as the superuser, through psql on the cluster's socket.
     func sql(_ statement: String) async throws {
-        try run("psql", ["-h", directory, "-p", String(port), "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", statement], timeout: .seconds(30))
+        try await run("psql", ["-h", directory, "-p", String(port), "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", statement], timeout: .seconds(30))
     }
 
     func remove() {
-        if FileManager.default.fileExists(atPath: "\(directory)/data/postmaster.pid") { try? stopImmediately() }
+        if FileManager.default.fileExists(atPath: "\(directory)/data/postmaster.pid") { try? stopImmediatelyBlocking() }
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    private func run(_ tool: String, _ arguments: [String], timeout: Duration) throws {
+    /// ``stopImmediately()`` blocking the calling thread, for `remove()` in a `defer` (an
+    /// immediate stop takes a fraction of a second).
+    private func stopImmediatelyBlocking() throws {
+        try runBlocking("pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "-t", "30", "stop"], timeout: .seconds(40))
+    }
+
+    private func run(_ tool: String, _ arguments: [String], timeout: Duration) async throws {
+        try await onOwnThread { [self] in try runBlocking(tool, arguments, timeout: timeout) }
+    }
+
+    private func runBlocking(_ tool: String, _ arguments: [String], timeout: Duration) throws {
         let executable = "\(binaries)/\(tool)"
         let result =
             asPostgres
