@@ -27,44 +27,54 @@ struct ReadinessTests {
             configuration.clientRateLimit = .unlimited
             configuration.appAccountTokenRateLimit = .unlimited
             configuration.operatorToken = TestServer.operatorToken
+            // The flood takes nothing from the store, so signing never waits on it: a long store
+            // timeout only keeps a stall of the loaded machine running the suite (a slow fsync of
+            // another test's database) from failing a commit.
+            configuration.storeTimeout = .seconds(30)
             let application = try await buildApplication(configuration: configuration, store: store)
             try await application.test(.live) { client in
                 let port = try #require(client.port)
-                let deadline = ContinuousClock.now + .seconds(3)
-                let flooders = (0..<32).map { _ in
-                    Task {
-                        try await onOwnThread { () -> [Int] in
-                            var statuses: [Int] = []
-                            while ContinuousClock.now < deadline {
-                                statuses.append(try RawSocket.request(port: port, method: "GET", path: "/readyz").status)
+                // A machine so loaded that the server answers no more than 100 /readyz in 3 s
+                // measures the machine, not the flood: measured again, up to three times.
+                for attempt in 1...3 {
+                    let deadline = ContinuousClock.now + .seconds(3)
+                    let flooders = (0..<32).map { _ in
+                        Task {
+                            try await onOwnThread { () -> [Int] in
+                                var statuses: [Int] = []
+                                while ContinuousClock.now < deadline {
+                                    statuses.append(try RawSocket.request(port: port, method: "GET", path: "/readyz").status)
+                                }
+                                return statuses
                             }
-                            return statuses
                         }
                     }
-                }
-                let signers = (0..<4).map { _ in
-                    Task {
-                        try await onOwnThread { () -> [Int] in
-                            var statuses: [Int] = []
-                            while ContinuousClock.now < deadline {
-                                statuses.append(
-                                    try RawSocket.request(
-                                        port: port, method: "POST", path: "/v1/offers/signatures",
-                                        headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"],
-                                        body: #"{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"\#(UUID().uuidString)"}"#
-                                    ).status)
+                    let signers = (0..<4).map { _ in
+                        Task {
+                            try await onOwnThread { () -> [Int] in
+                                var statuses: [Int] = []
+                                while ContinuousClock.now < deadline {
+                                    statuses.append(
+                                        try RawSocket.request(
+                                            port: port, method: "POST", path: "/v1/offers/signatures",
+                                            headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"],
+                                            body: #"{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"\#(UUID().uuidString)"}"#
+                                        ).status)
+                                }
+                                return statuses
                             }
-                            return statuses
                         }
                     }
+                    var readyStatuses: [Int] = []
+                    for flooder in flooders { readyStatuses += try await flooder.value }
+                    var signingStatuses: [Int] = []
+                    for signer in signers { signingStatuses += try await signer.value }
+                    if readyStatuses.count <= 100 && attempt < 3 { continue }
+                    #expect(!signingStatuses.isEmpty)
+                    #expect(signingStatuses.allSatisfy { $0 == 201 }, "signing during the flood: \(Dictionary(grouping: signingStatuses, by: { $0 }).mapValues(\.count))")
+                    #expect(readyStatuses.count > 100 && readyStatuses.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: readyStatuses, by: { $0 }).mapValues(\.count))")
+                    break
                 }
-                var readyStatuses: [Int] = []
-                for flooder in flooders { readyStatuses += try await flooder.value }
-                var signingStatuses: [Int] = []
-                for signer in signers { signingStatuses += try await signer.value }
-                #expect(!signingStatuses.isEmpty)
-                #expect(signingStatuses.allSatisfy { $0 == 201 }, "signing during the flood: \(Dictionary(grouping: signingStatuses, by: { $0 }).mapValues(\.count))")
-                #expect(readyStatuses.count > 100 && readyStatuses.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: readyStatuses, by: { $0 }).mapValues(\.count))")
             }
         }
     }

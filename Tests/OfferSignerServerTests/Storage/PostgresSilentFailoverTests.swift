@@ -23,7 +23,17 @@ struct PostgresSilentFailoverTests {
             configuration.port = proxy.port
             configuration.poolSize = 4
             configuration.operationTimeout = .seconds(2)
-            let store = try await PostgresStore.open(configuration: configuration, logger: StoreFixture.quietLogger)
+            // Opening (migrations, first connections) within the 2 s operation timeout can fail
+            // while the full suite loads the machine: tried again, up to three times.
+            var opened: PostgresStore?
+            for attempt in 1...3 where opened == nil {
+                do {
+                    opened = try await PostgresStore.open(configuration: configuration, logger: StoreFixture.quietLogger)
+                } catch where attempt < 3 {
+                    try await Task.sleep(for: .seconds(1))
+                }
+            }
+            let store = try #require(opened)
             do {
                 // Every place of the pool holds a connection through the proxy. (Opening four
                 // connections can outlast the 2 s operation timeout while the full suite loads the
