@@ -56,7 +56,7 @@ import Testing
         let (other, firstChildEnded) = try await withThrowingTaskGroup(of: ContinuousClock.Instant.self) { group in
             for _ in 0..<children {
                 group.addTask {
-                    let result = try await ChildProcess.run("/bin/sleep", ["5"], timeout: .seconds(60))
+                    let result = try await ChildProcess.run("/bin/sleep", ["20"], timeout: .seconds(120))
                     #expect(result.status == 0)
                     return ContinuousClock.now
                 }

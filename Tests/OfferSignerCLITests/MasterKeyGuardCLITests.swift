@@ -130,7 +130,7 @@ struct MasterKeyGuardCLITests {
                 try await Task.sleep(for: .milliseconds(100))
             }
             server.terminate()
-            let ended = await server.exited()
+            let ended = await server.exited(timeout: .seconds(60))
             #expect(FileManager.default.fileExists(atPath: beside), "serve did not write \(beside): \(ended.stderrText.suffix(2000))")
             #expect(ended.stderrText.contains(beside), "the log names the file")
             let verified = try await run(["audit", "verify", "--store", store, "--checkpoint-file", beside])

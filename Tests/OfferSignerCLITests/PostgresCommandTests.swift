@@ -148,7 +148,7 @@ extension StoreCommandTests {
                 let nonce = try #require(legacy["nonce"] as? String)
 
                 server.terminate()
-                let ended = await server.exited()
+                let ended = await server.exited(timeout: .seconds(60))
                 stopped = true
                 #expect(ended.status == 0, "serve exited \(ended.status): \(ended.stderrText.suffix(2000))")
                 #expect(!ended.stderrText.contains(fixture.database?.password ?? "\u{0}"), "the password was logged")

@@ -23,6 +23,13 @@ struct AuditCommitterTests {
             let committer = AuditCommitter(
                 store: fixture.store, batchLimit: 512, commitDelay: commitDelay, metrics: ServerMetrics(), logger: Logger(label: "offer-signer-test"))
             let running = Task { try await committer.run() }
+            // A commit wrongly held for the long delay fails its test at the bound, not ten
+            // minutes a commit later: stopping releases whatever the committer holds.
+            let watchdog = Task {
+                try await Task.sleep(for: .seconds(bound))
+                committer.stop()
+            }
+            defer { watchdog.cancel() }
             do {
                 try await body(committer, fixture)
             } catch {
@@ -177,7 +184,7 @@ struct AuditCommitterTests {
     func aRequestGivingUpWhileQueuedIsWithdrawn(backend: StoreBackend) async throws {
         try await Self.withCommitter(backend, commitDelay: Self.longDelay) { committer, fixture in
             let store = fixture.store
-            // A busy group: the next commit is held for a fuller group (or the two-minute delay).
+            // A busy group: the next commit is held for a fuller group (or the ten-minute delay).
             _ = try await committer.commit(Self.entries(AuditCommitter.busyGroupEntries))
             let signature = Self.signature(nonce: UUID.timeOrdered().lowercasedString)
             await #expect {

@@ -26,7 +26,9 @@ struct ServingCoordinationTests {
         defer { server.cleanUp() }
         let secret = try await server.createClient(name: "backend")
         // Another connection holds the write lock: every commit waits (up to SQLite's busy timeout).
-        let blocker = try DatabaseQueue(path: server.directory.appendingPathComponent("store.sqlite").path)
+        var blockerConfiguration = Configuration()
+        blockerConfiguration.busyMode = .timeout(30)  // waits for a commit of the server's in progress
+        let blocker = try DatabaseQueue(path: server.directory.appendingPathComponent("store.sqlite").path, configuration: blockerConfiguration)
         try await server.live { client in
             // Signing works before the store is blocked (retried: with a 300 ms store timeout, a
             // machine loaded by the other suites can make a commit late).
@@ -41,16 +43,22 @@ struct ServingCoordinationTests {
             // pool's (which the server under test needs).
             let held = DispatchSemaphore(value: 0)
             let release = DispatchSemaphore(value: 0)
+            let holding = Mutex(false)
             Thread {
                 try? blocker.inDatabase { db in
                     try db.inTransaction(.immediate) {
+                        holding.withLock { $0 = true }
                         held.signal()
                         release.wait()
                         return .rollback
                     }
                 }
+                held.signal()  // also when the transaction could not begin
             }.start()
-            try await onOwnThread { held.wait() }
+            // Let go of the lock however this test ends.
+            defer { release.signal() }
+            _ = try await onOwnThread { held.wait(timeout: .now() + 60) }
+            try #require(holding.withLock { $0 }, "the blocking transaction did not begin")
             let start = ContinuousClock.now
             let refused = try await client.postJSON("/v1/offers/signatures", Self.body, bearer: secret)
             let waited = ContinuousClock.now - start
