@@ -347,6 +347,12 @@ enum ThrowAwayCluster {
         running.withLock { $0 = (binaries, base, asPostgres) }
         atexit { ThrowAwayCluster.stopAtExit() }
 
+        // fsync off: the cluster is thrown away with the test process, and a server that stops or
+        // crashes (without the machine crashing) loses nothing either way; what its syncs did was
+        // queue behind every SQLite test's syncs on the one disk and stall both (connections of a
+        // loaded run timed out at 5 s). The store's own settings (synchronous_commit on, per
+        // session) are unchanged. Outage tests use a cluster of their own (ControlledPostgres),
+        // with PostgreSQL's defaults.
         var lastError: (any Error)?
         for _ in 0..<3 {
             let port = try freePort()
@@ -354,7 +360,7 @@ enum ThrowAwayCluster {
                 try run(
                     binaries, "pg_ctl",
                     ["-D", data, "-l", "\(base)/server.log", "-w", "-t", "60",
-                     "-o", "-p \(port) -k \(base) -c listen_addresses=127.0.0.1 -c fsync=on -c max_connections=300", "start"],
+                     "-o", "-p \(port) -k \(base) -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=300", "start"],
                     asPostgres: asPostgres, timeout: .seconds(90))
                 return TestPostgres.Server(configuration: try PostgresStoreConfiguration(
                     url: "postgres://\(TestPostgres.clusterUser):\(TestPostgres.clusterPassword)@127.0.0.1:\(port)/postgres?sslmode=disable"))
