@@ -24,21 +24,22 @@ struct PostgresSilentFailoverTests {
             configuration.poolSize = 4
             configuration.operationTimeout = .seconds(2)
             // Opening (migrations, first connections) within the 2 s operation timeout can fail
-            // while the full suite loads the machine: tried again, up to three times.
+            // while the full suite loads the machine (its first minute most): tried again, 2 s
+            // apart, up to ten times. Only the set-up is retried, never what the test checks.
             var opened: PostgresStore?
-            for attempt in 1...3 where opened == nil {
+            for attempt in 1...10 where opened == nil {
                 do {
                     opened = try await PostgresStore.open(configuration: configuration, logger: StoreFixture.quietLogger)
-                } catch where attempt < 3 {
-                    try await Task.sleep(for: .seconds(1))
+                } catch where attempt < 10 {
+                    try await Task.sleep(for: .seconds(2))
                 }
             }
             let store = try #require(opened)
             do {
                 // Every place of the pool holds a connection through the proxy. (Opening four
                 // connections can outlast the 2 s operation timeout while the full suite loads the
-                // machine: tried again, up to three times, before anything is frozen.)
-                for attempt in 1...3 {
+                // machine: tried again, 2 s apart, up to ten times, before anything is frozen.)
+                for attempt in 1...10 {
                     do {
                         try await withThrowingTaskGroup(of: Void.self) { group in
                             for _ in 0..<configuration.poolSize {
@@ -51,8 +52,8 @@ struct PostgresSilentFailoverTests {
                             try await group.waitForAll()
                         }
                         break
-                    } catch where attempt < 3 {
-                        continue
+                    } catch where attempt < 10 {
+                        try await Task.sleep(for: .seconds(2))
                     }
                 }
                 let before = proxy.connectionCount
