@@ -76,9 +76,12 @@ struct ForgedEvidenceCostTests {
         let chain = try TestAppleChain()
         let items = try Self.forgedItems(chain: chain, count: 1000, leaves: 50, duplicates: 20)
         var cheapest = Duration.seconds(3600)
-        // The least of up to ten cold runs (a fresh cache each), stopping at the first under the
-        // bound: other suites share the process, and their CPU only ever adds to what is counted.
-        for _ in 0..<10 where cheapest >= .milliseconds(50) {
+        // The least of up to thirty cold runs (a fresh cache each), stopping at the first under
+        // the bound: other suites share the process, and their CPU only ever adds to what is
+        // counted (in the suite's busiest minute, about three times this work's own). After the
+        // first three, a second apart, so the runs reach a quieter moment of the suite.
+        for attempt in 0..<30 where cheapest >= .milliseconds(50) {
+            if attempt >= 3 { try await Task.sleep(for: .seconds(1)) }
             let cache = AppleChainValidationCache()
             let verifier = AppleSignedDataVerifier(trustedRoots: [chain.root], bundleID: Self.bundleID, environments: [.production], chainCache: cache)
             let start = Self.processCPUTime()
