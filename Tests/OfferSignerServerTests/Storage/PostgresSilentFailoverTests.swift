@@ -13,6 +13,20 @@ import Testing
 /// it down for as long as TCP retries (about 15 minutes), though the database answers again.
 @Suite("PostgreSQL connections that stop answering without a reset")
 struct PostgresSilentFailoverTests {
+    /// Runs set-up that can outlast the 2 s operation timeout while the full suite loads the
+    /// machine (its first minute most): opening the store (migrations, first connections), filling
+    /// the pool. Tried again, 2 s apart, up to ten times; only set-up, never what the test checks.
+    static func settingUp<T>(_ body: () async throws -> T) async throws -> T {
+        for _ in 1..<10 {
+            do {
+                return try await body()
+            } catch {
+                try await Task.sleep(for: .seconds(2))
+            }
+        }
+        return try await body()
+    }
+
     @Test("Connections frozen mid-use are closed at their deadlines, and the store answers through new ones within seconds")
     func frozenConnectionsAreReplaced() async throws {
         try StoreFixture.postgresAvailableOrSkip()
@@ -23,37 +37,21 @@ struct PostgresSilentFailoverTests {
             configuration.port = proxy.port
             configuration.poolSize = 4
             configuration.operationTimeout = .seconds(2)
-            // Opening (migrations, first connections) within the 2 s operation timeout can fail
-            // while the full suite loads the machine (its first minute most): tried again, 2 s
-            // apart, up to ten times. Only the set-up is retried, never what the test checks.
-            var opened: PostgresStore?
-            for attempt in 1...10 where opened == nil {
-                do {
-                    opened = try await PostgresStore.open(configuration: configuration, logger: StoreFixture.quietLogger)
-                } catch where attempt < 10 {
-                    try await Task.sleep(for: .seconds(2))
-                }
+            let store = try await Self.settingUp {
+                try await PostgresStore.open(configuration: configuration, logger: StoreFixture.quietLogger)
             }
-            let store = try #require(opened)
             do {
-                // Every place of the pool holds a connection through the proxy. (Opening four
-                // connections can outlast the 2 s operation timeout while the full suite loads the
-                // machine: tried again, 2 s apart, up to ten times, before anything is frozen.)
-                for attempt in 1...10 {
-                    do {
-                        try await withThrowingTaskGroup(of: Void.self) { group in
-                            for _ in 0..<configuration.poolSize {
-                                group.addTask {
-                                    try await store.transaction("filling the pool") { connection, logger in
-                                        try await connection.run("SELECT pg_sleep(0.5)", logger: logger)
-                                    }
+                // Every place of the pool holds a connection through the proxy.
+                try await Self.settingUp {
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        for _ in 0..<configuration.poolSize {
+                            group.addTask {
+                                try await store.transaction("filling the pool") { connection, logger in
+                                    try await connection.run("SELECT pg_sleep(0.5)", logger: logger)
                                 }
                             }
-                            try await group.waitForAll()
                         }
-                        break
-                    } catch where attempt < 10 {
-                        try await Task.sleep(for: .seconds(2))
+                        try await group.waitForAll()
                     }
                 }
                 let before = proxy.connectionCount
