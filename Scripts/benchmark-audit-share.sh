@@ -10,8 +10,8 @@
 #   Scripts/benchmark-audit-share.sh
 #   OFFER_SIGNER_BIN=.build/release/offer-signer ROUNDS=3 SECS=10 Scripts/benchmark-audit-share.sh
 # Settings: OFFER_SIGNER_BIN (the unpatched binary; built from HEAD as the Dockerfile does when
-#           unset), COMPARE (default ../shared/bench/compare.sh), and compare.sh's own ROUNDS,
-#           SECS, RATE.
+#           unset), COMPARE (default ../shared/bench/compare.sh), SETTLE_SECONDS (30: the wait after
+#           the builds, for their writes to reach the disk), and compare.sh's own ROUNDS, SECS, RATE.
 # Needs:    what compare.sh needs (wrk, node, curl, python3), git, and about 12 minutes on two
 #           cores for the patched build.
 # Prints:   compare.sh's lines and medians: "ours" is the service as shipped, "other" the same
@@ -49,6 +49,11 @@ if source.count(line) != 1:
 open(path, "w").write(source.replace(line, "_ = appends  // benchmark only: the audit commit skipped"))
 PY
 (cd "$WORK/tree" && "${BUILD[@]}" --scratch-path "$WORK/build" >/dev/null 2>&1) || { echo "error: the patched build failed" >&2; exit 1; }
+
+# The builds leave gigabytes of writeback behind; the service as shipped syncs every group commit,
+# the audit-free build and the Node peer never do, so let the disk settle first.
+sync
+sleep "${SETTLE_SECONDS:-30}"
 
 echo "==> compare.sh: ours = $OFFER_SIGNER_BIN, other = the same commit without the audit commit"
 BIN=$OFFER_SIGNER_BIN OTHER_BIN="$WORK/build/release/offer-signer" bash "$COMPARE"
