@@ -217,17 +217,15 @@ public final class ChildProcess: Sendable {
     /// `defer { terminate(); waitForExit() }`, which would hold a thread of the concurrency pool
     /// for as long as the child takes to shut down.
     public func stopped<T>(after body: () async throws -> T) async throws -> T {
-        let result: T
+        let outcome: Swift.Result<T, any Error>
         do {
-            result = try await body()
+            outcome = .success(try await body())
         } catch {
-            terminate()
-            _ = await exited(timeout: .seconds(60))
-            throw error
+            outcome = .failure(error)
         }
         terminate()
         _ = await exited(timeout: .seconds(60))
-        return result
+        return try outcome.get()
     }
 
     /// Sends SIGTERM and reaps the child on a thread of its own, without waiting for it: for a

@@ -46,34 +46,32 @@ struct ReadinessTests {
                 var signingStatuses: [Int] = []
                 // A machine so loaded that the server answers no more than 100 /readyz in 3 s
                 // measures the machine, not the flood: measured again, up to three times.
-                for attempt in 1...3 {
-                    let deadline = ContinuousClock.now + .seconds(3)
-                    let flooders = (0..<32).map { _ in
+                // `clients` connections on threads of their own, each sending `request` until
+                // `deadline`: the statuses answered.
+                func repeating(
+                    _ clients: Int, until deadline: ContinuousClock.Instant, _ request: @escaping @Sendable () throws -> Int
+                ) -> [Task<[Int], any Error>] {
+                    (0..<clients).map { _ in
                         Task {
                             try await onOwnThread { () -> [Int] in
                                 var statuses: [Int] = []
-                                while ContinuousClock.now < deadline {
-                                    statuses.append(try RawSocket.request(port: port, method: "GET", path: "/readyz").status)
-                                }
+                                while ContinuousClock.now < deadline { statuses.append(try request()) }
                                 return statuses
                             }
                         }
                     }
-                    let signers = (0..<4).map { _ in
-                        Task {
-                            try await onOwnThread { () -> [Int] in
-                                var statuses: [Int] = []
-                                while ContinuousClock.now < deadline {
-                                    statuses.append(
-                                        try RawSocket.request(
-                                            port: port, method: "POST", path: "/v1/offers/signatures",
-                                            headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"],
-                                            body: #"{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"\#(UUID().uuidString)"}"#
-                                        ).status)
-                                }
-                                return statuses
-                            }
-                        }
+                }
+                for attempt in 1...3 {
+                    let deadline = ContinuousClock.now + .seconds(3)
+                    let flooders = repeating(32, until: deadline) {
+                        try RawSocket.request(port: port, method: "GET", path: "/readyz").status
+                    }
+                    let signers = repeating(4, until: deadline) {
+                        try RawSocket.request(
+                            port: port, method: "POST", path: "/v1/offers/signatures",
+                            headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"],
+                            body: #"{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"\#(UUID().uuidString)"}"#
+                        ).status
                     }
                     var readyStatuses: [Int] = []
                     for flooder in flooders { readyStatuses += try await flooder.value }
