@@ -169,22 +169,37 @@ public final class FakeAppStoreServerAPI: Sendable {
             configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0), serverName: "fake-app-store-server-api"),
             onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) },
             logger: logger)
-        let server = Task { try await application.runService(gracefulShutdownSignals: []) }
+        let services = ServiceGroup(configuration: .init(services: [application], gracefulShutdownSignals: [], logger: logger))
+        let server = Task { try await services.run() }
         var iterator = ports.makeAsyncIterator()
         guard let port = await iterator.next(), port > 0 else {
-            server.cancel()
+            await Self.stop(services, server)
             throw FakeServerError.didNotStart
         }
         do {
             let value = try await body(port)
-            server.cancel()
-            _ = await server.result
+            await Self.stop(services, server)
             return value
         } catch {
-            server.cancel()
-            _ = await server.result
+            await Self.stop(services, server)
             throw error
         }
+    }
+
+    /// Stops the fake by a graceful shutdown: the listening socket closes and every connection
+    /// already accepted is handed to its handler. Cancelling the serving task instead traps in
+    /// NIO's debug builds when a connection is accepted but not yet handed over
+    /// ("Deinited NIOAsyncWriter without calling finish()", apple/swift-nio#3481), which a client's
+    /// pooled connection can make happen at any test's end. Handlers still waiting on a set delay
+    /// after 2 s are cancelled.
+    private static func stop(_ services: ServiceGroup, _ server: Task<Void, any Error>) async {
+        await services.triggerGracefulShutdown()
+        let cancelling = Task {
+            try await Task.sleep(for: .seconds(2))
+            server.cancel()
+        }
+        _ = await server.result
+        cancelling.cancel()
     }
 
     public enum FakeServerError: Error { case didNotStart }
