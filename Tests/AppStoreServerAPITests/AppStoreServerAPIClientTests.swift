@@ -293,7 +293,9 @@ import X509
                     return
                 }
                 #expect(unavailable.reason == .serverError)
-                #expect(ContinuousClock.now - start < .seconds(10), "four attempts with short backoffs, not the whole budget")
+                // Under the 30 s budget with room for a loaded machine (the whole suite beside it
+                // once made four quick attempts take 11.2 s): waiting out the budget still fails.
+                #expect(ContinuousClock.now - start < .seconds(20), "four attempts with short backoffs, not the whole budget")
             }
         }
         #expect(try metrics.expectCounter("app_store_server_api_calls_total", [("endpoint", "subscription_statuses"), ("outcome", "server_error")]).totalValue == 4, "four attempts")
