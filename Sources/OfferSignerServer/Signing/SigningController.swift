@@ -128,7 +128,7 @@ struct SigningController: Sendable {
                     offer, request: signatureRequest, bundleID: bundleID, token: token, principal: principal,
                     eligibility: eligibility, prefetched: prefetched, ring: ring, context: context)
                 return try await issue(
-                    signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context,
+                    signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, context: context,
                     decision: decision, subscription: provenSubscription ?? subscription)
             }
             guard let token else { return try await decideAndIssue(prefetched) }
@@ -160,7 +160,7 @@ struct SigningController: Sendable {
             }
         }
         return try await issue(
-            signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context,
+            signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, context: context,
             subscription: provenSubscription)
     }
 
@@ -169,12 +169,12 @@ struct SigningController: Sendable {
     /// response exists.
     private func issue(
         _ signatureRequest: SignatureRequest, formats: [SignatureFormat], bundleID: String, token: UUID?, principal: Principal,
-        ring: KeyRing, context: some RequestContext, decision: AuditAppend? = nil,
+        context: some RequestContext, decision: AuditAppend? = nil,
         subscription: ProvenSubscription? = nil
     ) async throws -> Response {
         do {
             return try await signAndCommit(
-                signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, ring: ring, context: context,
+                signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, context: context,
                 decision: decision, subscription: subscription)
         } catch let problem as APIProblem where problem.code != "audit_unavailable" {
             // Refused before the commit (no usable key, a field that cannot be signed): the
@@ -202,10 +202,15 @@ struct SigningController: Sendable {
 
     private func signAndCommit(
         _ signatureRequest: SignatureRequest, formats: [SignatureFormat], bundleID: String, token: UUID?, principal: Principal,
-        ring: KeyRing, context: some RequestContext, decision: AuditAppend?,
+        context: some RequestContext, decision: AuditAppend?,
         subscription: ProvenSubscription?
     ) async throws -> Response {
-        guard let active = ring.activeKeys[bundleID] else {
+        // The key ring as it is now, not as the request found it: a request can spend seconds
+        // between its start and here (its body, a customer lock, Apple's API), and a key retired
+        // or revoked meanwhile must not sign. A signature is timestamped just below, so one dated
+        // more than the registry's propagation time (1 s, Docs/Deploy.md) after an activation
+        // uses the activated key, however long its request took.
+        guard let active = keyRing.ring.activeKeys[bundleID] else {
             throw APIProblem(.serviceUnavailable, code: "no_active_key", detail: "'\(bundleID)' has no active signing key; activate one with `offer-signer keys activate`")
         }
         if (formats.contains(.jws) || formats.contains(.introEligibility)) && active.issuerID == nil {
