@@ -110,7 +110,9 @@ struct RegistryManifestRefused: Error, CustomStringConvertible {
 ///   beside the master key holds (``RegistryVersionFile``), is a rollback and refused the same way;
 /// - each refusal is counted, logged once per problem, and shown in `/readyz?detail`.
 ///
-/// Requests in flight finish with the ring they started with.
+/// A request is authenticated, and its app and Apple API credentials looked up, in the ring it
+/// started with; it signs with the bundle's key active in the ring as it is when it signs
+/// (`SigningController.signAndCommit`).
 final class KeyRingHolder: Service, Sendable {
     private struct State {
         var ring = KeyRing.empty
