@@ -66,6 +66,8 @@ struct ForgedEvidenceCostTests {
     /// The bound: refusing the 1,000 items costs less CPU than this many P-256 signature checks.
     static let boundInSignatureChecks = 450.0
     static let referenceVerifications = 100
+    /// The bound as a ratio of the items' CPU to that of the `referenceVerifications` checks.
+    static let boundRatio = boundInSignatureChecks / Double(referenceVerifications)
     static let referencePrivateKey = P256.Signing.PrivateKey()
     static let referenceKey = referencePrivateKey.publicKey
     static let referenceMessage = Data("reference".utf8)
@@ -89,12 +91,12 @@ struct ForgedEvidenceCostTests {
         // suites' threads (they share the process, and in the suite's busiest minute tripled
         // what was counted), inflate both alike; the bound is on their ratio. On the development
         // VM, quiet: 28 ms for the items, 10.3 ms for the 100 checks (2.7); a verifier checking
-        // every item's signature would add 1,000 checks, a ratio above 12. The least ratio of up to thirty cold runs (a
-        // fresh cache each), stopping at the first under the bound; after the first three, a
-        // second apart, so the runs reach a quieter moment of the suite.
+        // every item's signature would add 1,000 checks, a ratio above 12. The least ratio of up
+        // to thirty cold runs (a fresh cache each), stopping at the first under the bound; after
+        // the first three, a second apart, so the runs reach a quieter moment of the suite.
         var cheapest = Double.infinity
         var cheapestCost = Duration.zero
-        for attempt in 0..<30 where cheapest >= Self.boundInSignatureChecks / Double(Self.referenceVerifications) {
+        for attempt in 0..<30 where cheapest >= Self.boundRatio {
             if attempt >= 3 { try await Task.sleep(for: .seconds(1)) }
             let referenceStart = Self.processCPUTime()
             for _ in 0..<Self.referenceVerifications { _ = Self.referenceKey.isValidSignature(Self.referenceSignature, for: Self.referenceMessage) }
@@ -115,7 +117,7 @@ struct ForgedEvidenceCostTests {
             #expect(cache.failureCount == 4, "each forged chain validated once, its failure remembered")
         }
         #expect(
-            cheapest < Self.boundInSignatureChecks / Double(Self.referenceVerifications),
+            cheapest < Self.boundRatio,
             "refusing 1,000 forged items cost as much CPU as \(Int(cheapest * Double(Self.referenceVerifications))) P-256 signature checks (\(cheapestCost))")
     }
 

@@ -170,8 +170,9 @@ struct SlowClientTests {
     /// result. Any other request without an answer fails, saying how long after `connect`
     /// returned its bytes were sent.
     static func signingRequest(port: Int, secret: String, body: String) throws -> (RawSocket.Response, lateSends: Int) {
-        let request = "POST /v1/offers/signatures HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n"
-            + "Authorization: Bearer \(secret)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+        let request = RawSocket.requestBytes(
+            port: port, method: "POST", path: "/v1/offers/signatures",
+            headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"], body: body)
         var lateSends = 0
         while true {
             let socket = try RawSocket.connect(port: port)

@@ -30,13 +30,14 @@ struct KeyChangeDuringRequestTests {
             let port = try #require(client.port)
             let token = UUID().uuidString.lowercased()
             let body = #"{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"\#(token)"}"#
-            let bytes = Array(body.utf8)
-            let head = "POST /v1/offers/signatures HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\nAuthorization: Bearer \(secret)\r\n"
-                + "Content-Type: application/json\r\nContent-Length: \(bytes.count)\r\n\r\n"
+            let request = RawSocket.requestBytes(
+                port: port, method: "POST", path: "/v1/offers/signatures",
+                headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"], body: body)
             // The head and half the body: the server has begun the request.
+            let split = request.count - body.utf8.count / 2
             let socket = try await onOwnThread { () throws -> Int32 in
                 let socket = try RawSocket.connect(port: port)
-                RawSocket.send(socket, Array(head.utf8) + bytes.prefix(bytes.count / 2))
+                RawSocket.send(socket, Array(request.prefix(split)))
                 return socket
             }
             defer { close(socket) }
@@ -60,7 +61,7 @@ struct KeyChangeDuringRequestTests {
             #expect(fresh == newKey.keyID, "the server never signed with the activated key")
             // The rest of the body: the request begun before the activation signs now.
             let response = try await onOwnThread { () throws -> RawSocket.Response in
-                RawSocket.send(socket, Array(bytes.dropFirst(bytes.count / 2)))
+                RawSocket.send(socket, Array(request.dropFirst(split)))
                 return try RawSocket.parse(RawSocket.readToEnd(socket))
             }
             #expect(response.status == 201, "\(response.body)")

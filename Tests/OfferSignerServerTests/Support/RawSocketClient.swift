@@ -75,15 +75,22 @@ enum RawSocket {
         }
     }
 
+    /// The bytes of one HTTP/1.1 request to 127.0.0.1:`port` with `Connection: close`.
+    static func requestBytes(port: Int, method: String, path: String, headers: [String: String] = [:], body: String = "") -> [UInt8] {
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\nContent-Length: \(body.utf8.count)\r\n"
+        for (name, value) in headers { head += "\(name): \(value)\r\n" }
+        return Array((head + "\r\n" + body).utf8)
+    }
+
     /// One request on a connection of its own (`Connection: close`), read to the end.
     static func request(
         port: Int, method: String, path: String, headers: [String: String] = [:], body: String = "", timeout: Duration = .seconds(30)
     ) throws -> Response {
         let socketFD = try connect(port: port, receiveTimeout: timeout)
         defer { close(socketFD) }
-        var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\nContent-Length: \(body.utf8.count)\r\n"
-        for (name, value) in headers { head += "\(name): \(value)\r\n" }
-        guard send(socketFD, head + "\r\n" + body) else { throw Failure(description: "the server refused the request's bytes") }
+        guard send(socketFD, requestBytes(port: port, method: method, path: path, headers: headers, body: body)) else {
+            throw Failure(description: "the server refused the request's bytes")
+        }
         return try parse(readToEnd(socketFD))
     }
 
