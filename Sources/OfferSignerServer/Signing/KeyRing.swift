@@ -111,8 +111,8 @@ struct RegistryManifestRefused: Error, CustomStringConvertible {
 /// - each refusal is counted, logged once per problem, and shown in `/readyz?detail`.
 ///
 /// A request is authenticated, and its app and Apple API credentials looked up, in the ring it
-/// started with; it signs with the bundle's key active in the ring as it is when it signs
-/// (`SigningController.signAndCommit`).
+/// started with; it signs with the bundle's key active in the ring as it is when it signs, after
+/// checking its API client against that ring too (`SigningController.signAndCommit`).
 final class KeyRingHolder: Service, Sendable {
     private struct State {
         var ring = KeyRing.empty
@@ -227,21 +227,28 @@ final class KeyRingHolder: Service, Sendable {
         if mark != state.withLock({ $0.lastMark }) { try await reload() }
     }
 
+    /// Polls and listens on a thread of its own (``DedicatedThreadExecutor``): on a server
+    /// whose concurrency pool is saturated with requests, a reload queued behind them came more
+    /// than a second late (`KeyRotationUnderLoadTests`, in a full test run on two cores).
     func run() async throws {
-        // Graceful shutdown cancels both at once (a long poll interval must not hold it up).
-        await cancelWhenGracefulShutdown {
-            await withDiscardingTaskGroup { group in
-                group.addTask { await self.listen() }
-                await self.poll()
-                group.cancelAll()
+        let executor = DedicatedThreadExecutor(name: "offer-signer registry")
+        defer { executor.shutdown() }
+        await withTaskExecutorPreference(executor) {
+            // Graceful shutdown cancels both at once (a long poll interval must not hold it up).
+            await cancelWhenGracefulShutdown {
+                // Child tasks, so both run on the executor whatever the caller's isolation.
+                await withDiscardingTaskGroup { group in
+                    group.addTask { await self.listen(executor) }
+                    group.addTask { await self.poll(executor) }
+                }
             }
         }
     }
 
-    private func poll() async {
+    private func poll(_ executor: DedicatedThreadExecutor) async {
         while !Task.isCancelled {
             do {
-                try await Task.sleep(for: interval)
+                try await executor.sleep(for: interval)
             } catch {
                 return
             }
@@ -256,7 +263,7 @@ final class KeyRingHolder: Service, Sendable {
     /// Follows the store's change notifications until cancelled; returns at once when the store
     /// has none. After a lost connection it listens again (and looks at the version, since a
     /// change may have come while it was not listening).
-    private func listen() async {
+    private func listen(_ executor: DedicatedThreadExecutor) async {
         var pause = Duration.milliseconds(100)
         while !Task.isCancelled {
             do {
@@ -274,7 +281,7 @@ final class KeyRingHolder: Service, Sendable {
                 logger.warning("registry change notifications lost; polling until they are back", metadata: ["error": "\(error)"])
             }
             do {
-                try await Task.sleep(for: pause)
+                try await executor.sleep(for: pause)
             } catch {
                 return
             }

@@ -1,0 +1,95 @@
+import Foundation
+import OfferSignerStorage
+import Synchronization
+import Testing
+
+@testable import OfferSignerServer
+
+/// The name of the thread this runs on (a synchronous function: `Thread.current` is not for
+/// asynchronous contexts).
+private func threadName() -> String {
+    Thread.current.name ?? ""
+}
+
+@Suite("DedicatedThreadExecutor: the registry poll's own thread")
+struct DedicatedThreadExecutorTests {
+    @Test("A task that prefers it runs every step on its thread: after its sleeps and after a SQLite read resumed from GRDB's queue")
+    func runsOnItsThread() async throws {
+        let executor = DedicatedThreadExecutor(name: "executor-test-1")
+        defer { executor.shutdown() }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dedicated-executor-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try SQLiteStore(path: directory.appendingPathComponent("store.sqlite").path)
+        let names = try await withTaskExecutorPreference(executor) { () async throws -> [String] in
+            var names = [threadName()]
+            let start = ContinuousClock.now
+            try await executor.sleep(for: .milliseconds(50))
+            #expect(ContinuousClock.now - start >= .milliseconds(50))
+            names.append(threadName())
+            _ = try await store.registryChangeMark()
+            names.append(threadName())
+            try await executor.sleep(for: .milliseconds(1))
+            names.append(threadName())
+            return names
+        }
+        #expect(names == Array(repeating: "executor-test-1", count: 4))
+    }
+
+    @Test("Sleeps end in deadline order, each no earlier than asked, when several tasks wait at once")
+    func severalSleeps() async throws {
+        let executor = DedicatedThreadExecutor(name: "executor-test-2")
+        defer { executor.shutdown() }
+        let order = Finished()
+        try await withTaskExecutorPreference(executor) {
+            try await withThrowingDiscardingTaskGroup { group in
+                for milliseconds in [120, 20, 70] {
+                    group.addTask {
+                        let start = ContinuousClock.now
+                        try await executor.sleep(for: .milliseconds(milliseconds))
+                        #expect(ContinuousClock.now - start >= .milliseconds(milliseconds))
+                        #expect(threadName() == "executor-test-2")
+                        order.list.withLock { $0.append(milliseconds) }
+                    }
+                }
+            }
+        }
+        #expect(order.list.withLock { $0 } == [20, 70, 120])
+    }
+
+    @Test("A cancelled sleep throws CancellationError at once, whether cancelled before or while it waits")
+    func cancellation() async throws {
+        let executor = DedicatedThreadExecutor(name: "executor-test-3")
+        defer { executor.shutdown() }
+        let start = ContinuousClock.now
+        let waiting = Task(executorPreference: executor) { try await executor.sleep(for: .seconds(60)) }
+        try await Task.sleep(for: .milliseconds(20))
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { try await waiting.value }
+        let early = Task(executorPreference: executor) {
+            withUnsafeCurrentTask { $0?.cancel() }
+            try await executor.sleep(for: .seconds(60))
+        }
+        await #expect(throws: CancellationError.self) { try await early.value }
+        #expect(ContinuousClock.now - start < .seconds(30))
+    }
+
+    @Test("After shutdown, pending sleeps return and a task that still prefers it runs to the end (on the global executor)")
+    func shutdownStrandsNothing() async throws {
+        let executor = DedicatedThreadExecutor(name: "executor-test-4")
+        let sleeper = Task(executorPreference: executor) { try await executor.sleep(for: .seconds(60)) }
+        try await Task.sleep(for: .milliseconds(20))
+        executor.shutdown()
+        try await sleeper.value
+        // Whether the thread has ended yet or not, the task completes.
+        let late = Task(executorPreference: executor) { () async throws -> Bool in
+            try await executor.sleep(for: .milliseconds(1))
+            return true
+        }
+        #expect(try await late.value)
+    }
+}
+
+private final class Finished: Sendable {
+    let list = Mutex<[Int]>([])
+}
