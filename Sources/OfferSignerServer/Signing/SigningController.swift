@@ -210,7 +210,18 @@ struct SigningController: Sendable {
         // or revoked meanwhile must not sign. A signature is timestamped just below, so one dated
         // more than the registry's propagation time (1 s, Docs/Deploy.md) after an activation
         // uses the activated key, however long its request took.
-        guard let active = keyRing.ring.activeKeys[bundleID] else {
+        let ring = keyRing.ring
+        // The same for the caller: an API client revoked, or narrowed to other bundles, while
+        // its request was under way gets nothing signed (it was authenticated at the start).
+        if case .client(let client) = principal {
+            guard let current = ring.clients[client.clientID] else {
+                throw APIProblem.unauthorized("unknown or revoked API key")
+            }
+            if !current.bundleIDs.isEmpty, !current.bundleIDs.contains(bundleID) {
+                throw APIProblem(.forbidden, code: "bundle_not_allowed", detail: "this API client may not sign for '\(bundleID)'")
+            }
+        }
+        guard let active = ring.activeKeys[bundleID] else {
             throw APIProblem(.serviceUnavailable, code: "no_active_key", detail: "'\(bundleID)' has no active signing key; activate one with `offer-signer keys activate`")
         }
         if (formats.contains(.jws) || formats.contains(.introEligibility)) && active.issuerID == nil {

@@ -12,8 +12,9 @@ import Glibc
 
 /// A request signs with the key ring as it is when it signs, not as it was when the request
 /// began: a request can take seconds (a slow body, a customer lock, Apple's API), and a key
-/// activated (or a key retired or revoked) meanwhile must be in force for it too.
-@Suite("A key activated while a request is under way signs it", .serialized)
+/// activated (or a key retired or revoked) meanwhile must be in force for it too. Likewise its
+/// caller, authenticated at the start: an API client revoked meanwhile gets nothing signed.
+@Suite("A key activated, or a client revoked, while a request is under way", .serialized)
 struct KeyChangeDuringRequestTests {
     @Test("A request whose body is still arriving when a new key is activated is signed with the new key once the ring has it")
     func keyActivatedDuringSlowBody() async throws {
@@ -29,41 +30,18 @@ struct KeyChangeDuringRequestTests {
         try await server.live { client in
             let port = try #require(client.port)
             let token = UUID().uuidString.lowercased()
-            let body = #"{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"\#(token)"}"#
-            let request = RawSocket.requestBytes(
-                port: port, method: "POST", path: "/v1/offers/signatures",
-                headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"], body: body)
-            // The head and half the body: the server has begun the request.
-            let split = request.count - body.utf8.count / 2
-            let socket = try await onOwnThread { () throws -> Int32 in
-                let socket = try RawSocket.connect(port: port)
-                RawSocket.send(socket, Array(request.prefix(split)))
-                return socket
-            }
-            defer { close(socket) }
+            let pending = try await PendingRequest.begin(port: port, secret: secret, token: token)
+            defer { close(pending.socket) }
             try await Task.sleep(for: .milliseconds(300))
             _ = try await store.transitionKey(
                 keyID: "ROTATED002", to: .active, actor: "test", reason: "key change during a request", force: false,
                 authenticator: server.masterKey.registryRows)
-            // Until the server's ring has the new key (fresh requests signed with it), at most 10 s.
-            var fresh = ""
-            let giveUp = ContinuousClock.now + .seconds(10)
-            repeat {
-                let response = try await onOwnThread {
-                    try RawSocket.request(
-                        port: port, method: "POST", path: "/v1/offers/signatures",
-                        headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"],
-                        body: #"{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"\#(UUID().uuidString.lowercased())"}"#)
-                }
-                fresh = (response.json["legacy"] as? [String: Any])?["keyID"] as? String ?? "\(response.status)"
-                if fresh != newKey.keyID { try await Task.sleep(for: .milliseconds(50)) }
-            } while fresh != newKey.keyID && ContinuousClock.now < giveUp
-            #expect(fresh == newKey.keyID, "the server never signed with the activated key")
-            // The rest of the body: the request begun before the activation signs now.
-            let response = try await onOwnThread { () throws -> RawSocket.Response in
-                RawSocket.send(socket, Array(request.dropFirst(split)))
-                return try RawSocket.parse(RawSocket.readToEnd(socket))
+            let fresh = try await freshRequestsUntil(port: port, secret: secret) { response in
+                (response.json["legacy"] as? [String: Any])?["keyID"] as? String == newKey.keyID
             }
+            #expect(fresh, "the server never signed with the activated key")
+            // The rest of the body: the request begun before the activation signs now.
+            let response = try await pending.finish()
             #expect(response.status == 201, "\(response.body)")
             let legacy = try #require(response.json["legacy"] as? [String: Any], "\(response.body)")
             let keyID = try #require(legacy["keyID"] as? String)
@@ -75,4 +53,82 @@ struct KeyChangeDuringRequestTests {
             #expect(SignatureDocument.legacy(document).verify(with: keyID == newKey.keyID ? newKey.publicKey : oldKey.publicKey) == .valid)
         }
     }
+
+    @Test("A request whose body is still arriving when its API client is revoked gets 401 and nothing is signed or recorded")
+    func clientRevokedDuringSlowBody() async throws {
+        let server = try await TestServer()
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "leaving")
+        let other = try await server.createClient(name: "staying")
+        let store = server.store
+        try await server.live { client in
+            let port = try #require(client.port)
+            let pending = try await PendingRequest.begin(port: port, secret: secret, token: UUID().uuidString.lowercased())
+            defer { close(pending.socket) }
+            try await Task.sleep(for: .milliseconds(300))
+            _ = try await store.revokeClient(name: "leaving", actor: "test", authenticator: server.masterKey.registryRows)
+            // Fresh requests answered before the server's ring had the revocation are signed.
+            let refused = try await freshRequestsUntil(port: port, secret: secret) { $0.status == 401 }
+            #expect(refused, "the server never refused the revoked client")
+            let issuedBefore = try server.issuedCount()
+            let response = try await pending.finish()
+            #expect(response.status == 401, "a request begun before the revocation was answered \(response.status): \(response.body)")
+            #expect(response.json["code"] as? String == "unauthorized")
+            #expect(try server.issuedCount() == issuedBefore, "a signature was recorded for the revoked client")
+            // The other client still signs.
+            let answer = try await onOwnThread { try RawSocket.request(port: port, method: "POST", path: "/v1/offers/signatures", headers: PendingRequest.headers(other), body: PendingRequest.body(token: UUID().uuidString.lowercased())) }
+            #expect(answer.status == 201, "\(answer.body)")
+        }
+    }
+}
+
+/// A signing request sent up to half its body: the server has begun it (authenticated it) and
+/// waits for the rest.
+private struct PendingRequest {
+    let socket: Int32
+    let rest: [UInt8]
+
+    static func headers(_ secret: String) -> [String: String] {
+        ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"]
+    }
+
+    static func body(token: String) -> String {
+        #"{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"\#(token)"}"#
+    }
+
+    static func begin(port: Int, secret: String, token: String) async throws -> PendingRequest {
+        let body = body(token: token)
+        let request = RawSocket.requestBytes(port: port, method: "POST", path: "/v1/offers/signatures", headers: headers(secret), body: body)
+        let split = request.count - body.utf8.count / 2
+        let socket = try await onOwnThread { () throws -> Int32 in
+            let socket = try RawSocket.connect(port: port)
+            RawSocket.send(socket, Array(request.prefix(split)))
+            return socket
+        }
+        return PendingRequest(socket: socket, rest: Array(request.dropFirst(split)))
+    }
+
+    /// Sends the rest of the body and reads the answer.
+    func finish() async throws -> RawSocket.Response {
+        try await onOwnThread { () throws -> RawSocket.Response in
+            RawSocket.send(socket, rest)
+            return try RawSocket.parse(RawSocket.readToEnd(socket))
+        }
+    }
+}
+
+/// Sends fresh signing requests until one's answer satisfies `done` (the server's ring has the
+/// change), for at most 10 s; whether one did.
+private func freshRequestsUntil(port: Int, secret: String, _ done: (RawSocket.Response) -> Bool) async throws -> Bool {
+    let giveUp = ContinuousClock.now + .seconds(10)
+    while ContinuousClock.now < giveUp {
+        let response = try await onOwnThread {
+            try RawSocket.request(
+                port: port, method: "POST", path: "/v1/offers/signatures", headers: PendingRequest.headers(secret),
+                body: PendingRequest.body(token: UUID().uuidString.lowercased()))
+        }
+        if done(response) { return true }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    return false
 }
