@@ -80,7 +80,7 @@ struct EligibilityController: Sendable {
         let offers = try eligibility.offers(bundleID: bundleID, named: eligibilityRequest.offerIDs)
         let decisions = try await eligibility.decide(
             offers, bundleID: bundleID, appAccountToken: token, evidence: eligibilityRequest.evidence, transactionID: eligibilityRequest.transactionID,
-            ring: ring, now: Date(), strictAccountToken: principal.isUser)
+            ring: keyRing.ring, now: Date(), strictAccountToken: principal.isUser)
         var writer = JSONObjectWriter()
         writer.field("bundleID", bundleID)
         writer.field("appAccountToken", token?.lowercasedString)

@@ -110,9 +110,10 @@ struct RegistryManifestRefused: Error, CustomStringConvertible {
 ///   beside the master key holds (``RegistryVersionFile``), is a rollback and refused the same way;
 /// - each refusal is counted, logged once per problem, and shown in `/readyz?detail`.
 ///
-/// A request is authenticated, and its app and Apple API credentials looked up, in the ring it
-/// started with; it signs with the bundle's key active in the ring as it is when it signs, after
-/// checking its API client against that ring too (`SigningController.signAndCommit`).
+/// A request is authenticated, and its app looked up, in the ring it started with; what it uses
+/// later comes from the ring as it is then: the App Store Server API credentials when it asks
+/// Apple, and, when it signs, the bundle's active key and a second check of its API client
+/// (`SigningController.signAndCommit`).
 final class KeyRingHolder: Service, Sendable {
     private struct State {
         var ring = KeyRing.empty

@@ -101,7 +101,7 @@ struct SigningController: Sendable {
                 historyWithLock = eligibility.historyReadWithLock(offer, bundleID: bundleID, transactionID: signatureRequest.transactionID)
             }
             if historyWithLock == nil {
-                prefetched = try await eligibility.askApple([offer], bundleID: bundleID, transactionID: signatureRequest.transactionID, ring: ring, now: Date())
+                prefetched = try await eligibility.askApple([offer], bundleID: bundleID, transactionID: signatureRequest.transactionID, ring: keyRing.ring, now: Date())
             }
         }
         // The subscription the user's proof shows: kept on the issuance whatever other tokens the
@@ -110,7 +110,7 @@ struct SigningController: Sendable {
             if case .user(_, let bound) = principal, formats.contains(.jws) {
                 try await UserSigningPolicy.checkTransactionOwned(
                     transactionID: signatureRequest.transactionID, evidence: signatureRequest.evidence, appAccountToken: bound, bundleID: bundleID,
-                    eligibility: eligibility, prefetched: prefetched, ring: ring, now: Date(),
+                    eligibility: eligibility, prefetched: prefetched, ring: keyRing.ring, now: Date(),
                     subscriptionGroupID: eligibility?.configuration.catalog.offer(id: signatureRequest.offerID, bundleID: bundleID)?.subscriptionGroupID)
             } else {
                 nil
@@ -126,7 +126,7 @@ struct SigningController: Sendable {
             let decideAndIssue = { (prefetched: PrefetchedAppleAnswer?) in
                 let (decision, subscription) = try await checkEligibility(
                     offer, request: signatureRequest, bundleID: bundleID, token: token, principal: principal,
-                    eligibility: eligibility, prefetched: prefetched, ring: ring, context: context)
+                    eligibility: eligibility, prefetched: prefetched, ring: keyRing.ring, context: context)
                 return try await issue(
                     signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, context: context,
                     decision: decision, subscription: provenSubscription ?? subscription)
@@ -148,7 +148,7 @@ struct SigningController: Sendable {
                     } catch is StoredHistoryMovedUnderLock {
                         metrics.storedHistoryWithLock("moved")
                         // Decided the usual way: Apple's word (stored or asked) before the lock.
-                        prefetched = try await eligibility.askApple([offer], bundleID: bundleID, transactionID: transactionID, ring: ring, now: Date())
+                        prefetched = try await eligibility.askApple([offer], bundleID: bundleID, transactionID: transactionID, ring: keyRing.ring, now: Date())
                     }
                 }
                 let answered = prefetched

@@ -1,8 +1,12 @@
+import AppStoreServerAPI
+import AppleTestChain
+import FakeAppStoreServerAPI
 import Foundation
 import HummingbirdTesting
 import OfferSignerCore
 import OfferSignerServer
 import OfferSignerStorage
+import SwiftASN1
 import TestChildProcess
 import Testing
 
@@ -80,6 +84,57 @@ struct KeyChangeDuringRequestTests {
             #expect(answer.status == 201, "\(answer.body)")
         }
     }
+    @Test("A request whose body is still arriving when a new key is activated asks Apple's API with a token of the new key")
+    func appleAskedWithTheKeyActiveWhenAsked() async throws {
+        let chain = try TestAppleChain()
+        let now = Date()
+        let server = try await TestServer()
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "backend")
+        let newKey = try InAppPurchaseKey.generateForDevelopment(keyID: "ROTATED003")
+        _ = try await KeyRegistry.importKey(
+            newKey, bundleID: "com.example.app", issuerID: TestServer.issuerID, development: true, into: server.store, masterKey: server.masterKey,
+            actor: "test", reason: "key change before Apple is asked")
+        // Apple knows the new key only: a token of the old key would be refused.
+        let fake = FakeAppStoreServerAPI(bundleID: "com.example.app", keyID: newKey.keyID, issuerID: TestServer.issuerID, publicKey: newKey.publicKey)
+        let customer = SubscriptionFixture(
+            bundleID: "com.example.app", productID: "pro.monthly", subscriptionGroupID: "G1", originalTransactionID: "300000007",
+            appAccountToken: UUID().uuidString.lowercased(), periodStarts: SubscriptionFixture.monthlyStarts(count: 6, activeAt: now))
+        fake.add(try customer.customer(chain, now: now))
+        let root = try chain.root.serializeAsPEM().pemString
+        let store = server.store
+        try await fake.run { applePort in
+            var eligibility = try EligibilityConfiguration(
+                catalogJSON: Data(AppleHistorySourceTests.catalog(port: applePort).utf8), trustedRootPEMs: [root])
+            eligibility.appStoreServerAPI.timeBudget = .seconds(30)
+            var running = server
+            running.configuration.eligibility = eligibility
+            let configured = running
+            try await configured.live { client in
+                let port = try #require(client.port)
+                let token = try #require(customer.appAccountToken)
+                let pending = try await PendingRequest.begin(
+                    port: port, secret: secret, token: token,
+                    body: #"{"productID":"pro.monthly","offerID":"wb_apple","appAccountToken":"\#(token)","transactionID":"\#(customer.originalTransactionID)"}"#)
+                defer { close(pending.socket) }
+                try await Task.sleep(for: .milliseconds(300))
+                #expect(fake.requests.isEmpty, "Apple was asked before the body was complete")
+                _ = try await store.transitionKey(
+                    keyID: newKey.keyID, to: .active, actor: "test", reason: "key change before Apple is asked", force: false,
+                    authenticator: server.masterKey.registryRows)
+                try await configured.waitForRegistry(client)
+                let response = try await pending.finish()
+                // Apple's answer decided: a current subscriber is not offered a win-back.
+                #expect(response.status == 403, "\(response.status): \(response.body)")
+                #expect(response.json["reasons"] as? [String] == ["currently_subscribed"], "\(response.body)")
+                let tokens = fake.requests.map(\.token)
+                #expect(!tokens.isEmpty)
+                #expect(
+                    tokens.allSatisfy { $0?.header["kid"] == newKey.keyID && $0?.problems == [] },
+                    "Apple was asked with \(tokens.map { $0?.header["kid"] ?? "no token" })")
+            }
+        }
+    }
 }
 
 /// A signing request sent up to half its body: the server has begun it (authenticated it) and
@@ -96,8 +151,8 @@ private struct PendingRequest {
         #"{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"\#(token)"}"#
     }
 
-    static func begin(port: Int, secret: String, token: String) async throws -> PendingRequest {
-        let body = body(token: token)
+    static func begin(port: Int, secret: String, token: String, body: String? = nil) async throws -> PendingRequest {
+        let body = body ?? Self.body(token: token)
         let request = RawSocket.requestBytes(port: port, method: "POST", path: "/v1/offers/signatures", headers: headers(secret), body: body)
         let split = request.count - body.utf8.count / 2
         let socket = try await onOwnThread { () throws -> Int32 in
