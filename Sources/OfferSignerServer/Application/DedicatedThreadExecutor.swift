@@ -28,15 +28,23 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
     private var nextSleep: UInt64 = 0
     private var stopping = false
     private var stopped = false
+    private var thread: pthread_t?
 
-    /// Starts the thread, named `name` (seen in `top -H`, `perf` and debuggers).
+    /// Starts the thread, named `name` for `top -H`, `perf` and debuggers (on Linux Foundation
+    /// applies a thread's name only from the thread itself, and not always: a name to read, never
+    /// to rely on; ``isCurrentThread`` tells).
     init(name: String) {
-        // Named from the thread itself: on Linux a name given before `start()` is not applied.
         let thread = Thread { [self] in
             Thread.current.name = name
             runLoop()
         }
         thread.start()
+    }
+
+    /// Whether the caller runs on this executor's thread.
+    var isCurrentThread: Bool {
+        guard let thread = condition.withLock({ self.thread }) else { return false }
+        return pthread_equal(thread, pthread_self()) != 0
     }
 
     func enqueue(_ job: consuming ExecutorJob) {
@@ -97,6 +105,7 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
 
     private func runLoop() {
         condition.lock()
+        thread = pthread_self()
         while true {
             let now = ContinuousClock.now
             let due = timers.filter { $0.deadline <= now || stopping }
