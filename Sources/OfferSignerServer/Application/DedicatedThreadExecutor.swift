@@ -125,7 +125,9 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
                 return
             }
             if let next = timers.map(\.deadline).min() {
-                let wait = now.duration(to: next)
+                // At most 100 ms at a time, then the monotonic clock is read again: the wait's
+                // deadline is on the wall clock, which NTP or a resumed VM may set back.
+                let wait = min(now.duration(to: next), .milliseconds(100))
                 let (seconds, attoseconds) = wait.components
                 _ = condition.wait(until: Date(timeIntervalSinceNow: Double(seconds) + Double(attoseconds) / 1e18))
             } else {

@@ -232,7 +232,7 @@ final class KeyRingHolder: Service, Sendable {
     /// whose concurrency pool is saturated with requests, a reload queued behind them came more
     /// than a second late (`KeyRotationUnderLoadTests`, in a full test run on two cores).
     func run() async throws {
-        let executor = DedicatedThreadExecutor(name: "offer-signer registry")
+        let executor = DedicatedThreadExecutor(name: "os-registry")
         defer { executor.shutdown() }
         await withTaskExecutorPreference(executor) {
             // Graceful shutdown cancels both at once (a long poll interval must not hold it up).

@@ -74,8 +74,10 @@ struct DedicatedThreadExecutorTests {
         let executor = DedicatedThreadExecutor(name: "executor-test-4")
         let sleeper = Task(executorPreference: executor) { try await executor.sleep(for: .seconds(60)) }
         try await Task.sleep(for: .milliseconds(20))
+        let shutdownAt = ContinuousClock.now
         executor.shutdown()
         try await sleeper.value
+        #expect(ContinuousClock.now - shutdownAt < .seconds(30), "the pending 60 s sleep was not ended by shutdown")
         // Whether the thread has ended yet or not, the task completes.
         let late = Task(executorPreference: executor) { () async throws -> Bool in
             try await executor.sleep(for: .milliseconds(1))
