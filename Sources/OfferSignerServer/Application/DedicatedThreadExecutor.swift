@@ -108,8 +108,12 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
         thread = pthread_self()
         while true {
             let now = ContinuousClock.now
-            let due = timers.filter { $0.deadline <= now || stopping }
-            if !due.isEmpty { timers.removeAll { $0.deadline <= now || stopping } }
+            var due: [Timer] = []
+            timers.removeAll { timer in
+                guard timer.deadline <= now || stopping else { return false }
+                due.append(timer)
+                return true
+            }
             if !due.isEmpty || !jobs.isEmpty {
                 let batch = jobs
                 jobs.removeAll(keepingCapacity: true)

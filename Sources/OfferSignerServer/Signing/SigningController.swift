@@ -68,9 +68,7 @@ struct SigningController: Sendable {
 
         // Bundle.
         let bundleID = try Self.bundle(signatureRequest.bundleID, ring: ring)
-        if case .client(let client) = principal, !client.bundleIDs.isEmpty, !client.bundleIDs.contains(bundleID) {
-            throw APIProblem(.forbidden, code: "bundle_not_allowed", detail: "this API client may not sign for '\(bundleID)'")
-        }
+        if case .client(let client) = principal { try Self.checkBundleAllowed(client, bundleID: bundleID) }
 
         // Token binding.
         if case .user(_, let bound) = principal {
@@ -217,9 +215,7 @@ struct SigningController: Sendable {
             guard let current = ring.clients[client.clientID] else {
                 throw APIProblem.unauthorized("unknown or revoked API key")
             }
-            if !current.bundleIDs.isEmpty, !current.bundleIDs.contains(bundleID) {
-                throw APIProblem(.forbidden, code: "bundle_not_allowed", detail: "this API client may not sign for '\(bundleID)'")
-            }
+            try Self.checkBundleAllowed(current, bundleID: bundleID)
         }
         guard let active = ring.activeKeys[bundleID] else {
             throw APIProblem(.serviceUnavailable, code: "no_active_key", detail: "'\(bundleID)' has no active signing key; activate one with `offer-signer keys activate`")
@@ -398,6 +394,13 @@ struct SigningController: Sendable {
         }
         guard request.transactionID != nil else {
             throw APIProblem.badRequest("missing_field", "transactionID is required with \"intro-eligibility\" (any of the customer's transaction IDs, or the appTransactionID)")
+        }
+    }
+
+    /// An API client limited to some bundles may sign only for those (403 `bundle_not_allowed`).
+    static func checkBundleAllowed(_ client: APIClientRecord, bundleID: String) throws(APIProblem) {
+        if !client.bundleIDs.isEmpty, !client.bundleIDs.contains(bundleID) {
+            throw APIProblem(.forbidden, code: "bundle_not_allowed", detail: "this API client may not sign for '\(bundleID)'")
         }
     }
 
