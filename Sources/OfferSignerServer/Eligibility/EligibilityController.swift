@@ -62,9 +62,7 @@ struct EligibilityController: Sendable {
         }
         var token = try AppAccountTokenField.parse(eligibilityRequest.appAccountToken)
         let bundleID = try SigningController.bundle(eligibilityRequest.bundleID, ring: ring)
-        if case .client(let client) = principal, !client.bundleIDs.isEmpty, !client.bundleIDs.contains(bundleID) {
-            throw APIProblem(.forbidden, code: "bundle_not_allowed", detail: "this API client may not ask about '\(bundleID)'")
-        }
+        if case .client(let client) = principal { try SigningController.checkBundleAllowed(client, bundleID: bundleID, action: "ask about") }
         if case .user(_, let bound) = principal {
             if let token, token != bound {
                 throw APIProblem(.forbidden, code: "token_binding_mismatch", detail: "the appAccountToken is not the one bound to the authenticated user")
@@ -81,6 +79,9 @@ struct EligibilityController: Sendable {
         let decisions = try await eligibility.decide(
             offers, bundleID: bundleID, appAccountToken: token, evidence: eligibilityRequest.evidence, transactionID: eligibilityRequest.transactionID,
             ring: keyRing.ring, now: Date(), strictAccountToken: principal.isUser)
+        // The decisions tell a customer's subscription state: not to a client revoked while they
+        // were made (see `SigningController.checkClientStillAllowed`).
+        try SigningController.checkClientStillAllowed(principal, bundleID: bundleID, ring: keyRing.ring, action: "ask about")
         var writer = JSONObjectWriter()
         writer.field("bundleID", bundleID)
         writer.field("appAccountToken", token?.lowercasedString)

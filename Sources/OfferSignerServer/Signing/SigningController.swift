@@ -122,9 +122,14 @@ struct SigningController: Sendable {
         // ledger does not count it (`LedgerIssuance.introEligibilityFormat`).
         if let eligibility, let offer, !formats.contains(.introEligibility) {
             let decideAndIssue = { (prefetched: PrefetchedAppleAnswer?) in
+                // Under the customer's lock, right before deciding: a client revoked while its
+                // request waited (its body, Apple's API, the lock) gets no decision, neither
+                // audited nor answered (a 403's reasons tell a customer's subscription state).
+                let ring = keyRing.ring
+                try Self.checkClientStillAllowed(principal, bundleID: bundleID, ring: ring)
                 let (decision, subscription) = try await checkEligibility(
                     offer, request: signatureRequest, bundleID: bundleID, token: token, principal: principal,
-                    eligibility: eligibility, prefetched: prefetched, ring: keyRing.ring, context: context)
+                    eligibility: eligibility, prefetched: prefetched, ring: ring, context: context)
                 return try await issue(
                     signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, context: context,
                     decision: decision, subscription: provenSubscription ?? subscription)
@@ -209,14 +214,8 @@ struct SigningController: Sendable {
         // more than the registry's propagation time (1 s, Docs/Deploy.md) after an activation
         // uses the activated key, however long its request took.
         let ring = keyRing.ring
-        // The same for the caller: an API client revoked, or narrowed to other bundles, while
-        // its request was under way gets nothing signed (it was authenticated at the start).
-        if case .client(let client) = principal {
-            guard let current = ring.clients[client.clientID] else {
-                throw APIProblem.unauthorized("unknown or revoked API key")
-            }
-            try Self.checkBundleAllowed(current, bundleID: bundleID)
-        }
+        // The same for the caller (see `checkClientStillAllowed`).
+        try Self.checkClientStillAllowed(principal, bundleID: bundleID, ring: ring)
         guard let active = ring.activeKeys[bundleID] else {
             throw APIProblem(.serviceUnavailable, code: "no_active_key", detail: "'\(bundleID)' has no active signing key; activate one with `offer-signer keys activate`")
         }
@@ -397,11 +396,27 @@ struct SigningController: Sendable {
         }
     }
 
-    /// An API client limited to some bundles may sign only for those (403 `bundle_not_allowed`).
-    static func checkBundleAllowed(_ client: APIClientRecord, bundleID: String) throws(APIProblem) {
+    /// An API client limited to some bundles may sign (or ask) only for those (403
+    /// `bundle_not_allowed`).
+    static func checkBundleAllowed(_ client: APIClientRecord, bundleID: String, action: String = "sign for") throws(APIProblem) {
         if !client.bundleIDs.isEmpty, !client.bundleIDs.contains(bundleID) {
-            throw APIProblem(.forbidden, code: "bundle_not_allowed", detail: "this API client may not sign for '\(bundleID)'")
+            throw APIProblem(.forbidden, code: "bundle_not_allowed", detail: "this API client may not \(action) '\(bundleID)'")
         }
+    }
+
+    /// Rule: a request's API client is authenticated when the request begins, and checked again
+    /// in `ring` (the key ring as it is now) before anything is decided, signed or answered for
+    /// it. A client revoked, or narrowed to other bundles, while its request was under way (a
+    /// slow body, Apple's API, a customer lock) gets what a fresh request would: 401
+    /// `unauthorized` or 403 `bundle_not_allowed`. End users' tokens are not in the ring.
+    static func checkClientStillAllowed(
+        _ principal: Principal, bundleID: String, ring: KeyRing, action: String = "sign for"
+    ) throws(APIProblem) {
+        guard case .client(let client) = principal else { return }
+        guard let current = ring.clients[client.clientID] else {
+            throw APIProblem.unauthorized("unknown or revoked API key")
+        }
+        try checkBundleAllowed(current, bundleID: bundleID, action: action)
     }
 
     static func bundle(_ requested: String?, ring: KeyRing) throws(APIProblem) -> String {

@@ -17,7 +17,8 @@ import Glibc
 /// A request signs with the key ring as it is when it signs, not as it was when the request
 /// began: a request can take seconds (a slow body, a customer lock, Apple's API), and a key
 /// activated (or a key retired or revoked) meanwhile must be in force for it too. Likewise its
-/// caller, authenticated at the start: an API client revoked meanwhile gets nothing signed.
+/// caller, authenticated at the start: an API client revoked meanwhile gets nothing signed,
+/// decided or answered.
 @Suite("A key activated, or a client revoked, while a request is under way", .serialized)
 struct KeyChangeDuringRequestTests {
     @Test("A request whose body is still arriving when a new key is activated is signed with the new key once the ring has it")
@@ -84,6 +85,54 @@ struct KeyChangeDuringRequestTests {
             #expect(answer.status == 201, "\(answer.body)")
         }
     }
+    @Test(
+        "A client revoked while its request for an offer under rules, or its eligibility question, is under way gets 401: no decision is audited or answered",
+        arguments: ["/v1/offers/signatures", "/v1/offers/eligibility"])
+    func clientRevokedBeforeTheDecision(path: String) async throws {
+        let chain = try TestAppleChain()
+        let now = Date()
+        let server = try await TestServer()
+        defer { server.cleanUp() }
+        let secret = try await server.createClient(name: "leaving")
+        let key = try #require(server.keys["com.example.app"])
+        let fake = FakeAppStoreServerAPI(bundleID: "com.example.app", keyID: key.keyID, issuerID: TestServer.issuerID, publicKey: key.publicKey)
+        // A current subscriber: decided, Apple's history would refuse a win-back with reasons.
+        let customer = SubscriptionFixture(
+            bundleID: "com.example.app", productID: "pro.monthly", subscriptionGroupID: "G1", originalTransactionID: "300000008",
+            appAccountToken: UUID().uuidString.lowercased(), periodStarts: SubscriptionFixture.monthlyStarts(count: 6, activeAt: now))
+        fake.add(try customer.customer(chain, now: now))
+        let root = try chain.root.serializeAsPEM().pemString
+        let store = server.store
+        try await fake.run { applePort in
+            var eligibility = try EligibilityConfiguration(
+                catalogJSON: Data(AppleHistorySourceTests.catalog(port: applePort).utf8), trustedRootPEMs: [root])
+            eligibility.appStoreServerAPI.timeBudget = .seconds(30)
+            var running = server
+            running.configuration.eligibility = eligibility
+            let configured = running
+            try await configured.live { client in
+                let port = try #require(client.port)
+                let token = try #require(customer.appAccountToken)
+                let body =
+                    path == "/v1/offers/signatures"
+                    ? #"{"productID":"pro.monthly","offerID":"wb_apple","appAccountToken":"\#(token)","transactionID":"\#(customer.originalTransactionID)"}"#
+                    : #"{"offerIDs":["wb_apple"],"appAccountToken":"\#(token)","transactionID":"\#(customer.originalTransactionID)"}"#
+                let pending = try await PendingRequest.begin(port: port, secret: secret, token: token, body: body, path: path)
+                defer { close(pending.socket) }
+                try await Task.sleep(for: .milliseconds(300))
+                _ = try await store.revokeClient(name: "leaving", actor: "test", authenticator: server.masterKey.registryRows)
+                try await configured.waitForRegistry(client)
+                let recordsBefore = try await store.auditHead().count
+                let response = try await pending.finish()
+                #expect(response.status == 401, "a request begun before the revocation was answered \(response.status): \(response.body)")
+                #expect(response.json["code"] as? String == "unauthorized", "\(response.body)")
+                #expect(response.json["reasons"] == nil && response.json["decisions"] == nil, "the revoked client was told the decision: \(response.body)")
+                #expect(try await store.auditHead().count == recordsBefore, "a decision was audited for the revoked client")
+                #expect(try server.issuedCount() == 0)
+            }
+        }
+    }
+
     @Test("A request whose body is still arriving when a new key is activated asks Apple's API with a token of the new key")
     func appleAskedWithTheKeyActiveWhenAsked() async throws {
         let chain = try TestAppleChain()
@@ -151,9 +200,11 @@ private struct PendingRequest {
         #"{"productID":"pro.monthly","offerID":"WINBACK50","appAccountToken":"\#(token)"}"#
     }
 
-    static func begin(port: Int, secret: String, token: String, body: String? = nil) async throws -> PendingRequest {
+    static func begin(
+        port: Int, secret: String, token: String, body: String? = nil, path: String = "/v1/offers/signatures"
+    ) async throws -> PendingRequest {
         let body = body ?? Self.body(token: token)
-        let request = RawSocket.requestBytes(port: port, method: "POST", path: "/v1/offers/signatures", headers: headers(secret), body: body)
+        let request = RawSocket.requestBytes(port: port, method: "POST", path: path, headers: headers(secret), body: body)
         let split = request.count - body.utf8.count / 2
         let socket = try await onOwnThread { () throws -> Int32 in
             let socket = try RawSocket.connect(port: port)
