@@ -62,7 +62,9 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
 
     /// Suspends the calling task for `duration`, woken by this executor's thread (the task
     /// resumes on its own executor: this one, when it prefers it). Throws `CancellationError`
-    /// at once when the task is cancelled.
+    /// at once when the task is cancelled, and when the executor is shut down: a sleep pending at
+    /// shutdown ends then, and one begun after it ends at once (a loop of sleeps stops rather
+    /// than spins).
     func sleep(for duration: Duration) async throws {
         let deadline = ContinuousClock.now + duration
         let id = condition.withLock {
@@ -92,10 +94,12 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
                 condition.unlock()
             }
         }
+        if condition.withLock({ stopping }) { throw CancellationError() }
         try Task.checkCancellation()
     }
 
-    /// Lets the thread end once its queue is empty; sleeps still pending return at once.
+    /// Lets the thread end once its queue is empty; sleeps still pending end at once (with
+    /// `CancellationError`).
     func shutdown() {
         condition.lock()
         stopping = true

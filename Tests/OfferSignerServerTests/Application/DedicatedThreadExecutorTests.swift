@@ -69,21 +69,25 @@ struct DedicatedThreadExecutorTests {
         #expect(ContinuousClock.now - start < .seconds(30))
     }
 
-    @Test("After shutdown, pending sleeps return and a task that still prefers it runs to the end (on the global executor)")
+    @Test("After shutdown, pending and later sleeps end with CancellationError, and a task that still prefers it runs to the end (on the global executor)")
     func shutdownStrandsNothing() async throws {
         let executor = DedicatedThreadExecutor(name: "executor-test-4")
         let sleeper = Task(executorPreference: executor) { try await executor.sleep(for: .seconds(60)) }
         try await Task.sleep(for: .milliseconds(20))
         let shutdownAt = ContinuousClock.now
         executor.shutdown()
-        try await sleeper.value
+        await #expect(throws: CancellationError.self) { try await sleeper.value }
         #expect(ContinuousClock.now - shutdownAt < .seconds(30), "the pending 60 s sleep was not ended by shutdown")
-        // Whether the thread has ended yet or not, the task completes.
-        let late = Task(executorPreference: executor) { () async throws -> Bool in
-            try await executor.sleep(for: .milliseconds(1))
-            return true
+        // A sleep begun after shutdown ends at once, so a loop of sleeps stops rather than spins.
+        let late = Task(executorPreference: executor) { try await executor.sleep(for: .seconds(60)) }
+        await #expect(throws: CancellationError.self) { try await late.value }
+        #expect(ContinuousClock.now - shutdownAt < .seconds(30))
+        // Whether the thread has ended yet or not, a task that prefers it completes.
+        let work = Task(executorPreference: executor) { () async -> Int in
+            await Task.yield()
+            return 42
         }
-        #expect(try await late.value)
+        #expect(await work.value == 42)
     }
 }
 
