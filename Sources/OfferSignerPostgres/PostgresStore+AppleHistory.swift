@@ -217,59 +217,77 @@ extension PostgresStore {
             isComplete: complete != 0, updatedAt: Self.date(updatedAt))
     }
 
-    /// Under the customer's lock, on the lock's connection (see ``LockConnectionLoan``), one
-    /// statement after the other as in a transaction of its own: under READ COMMITTED each
-    /// statement sees what was committed when it began, in a transaction or not.
+    /// One statement, so one round trip and one snapshot: the subscription of `transactionID` (or
+    /// of the ID itself, when it is an original transaction ID the store has no transaction
+    /// for), its transactions and its renewal info, as they were when the statement began. Under
+    /// the customer's lock it runs on the lock's connection (see ``LockConnectionLoan``), so it
+    /// sees what the previous holder committed; otherwise on a pooled connection, outside a
+    /// transaction (one statement needs none to be consistent).
+    ///
+    /// Rows come tagged by part (0 the subscription, 1 a transaction, 2 the renewal info) and
+    /// are told apart by that tag, never by their order. Unnamed, so planned with its values on
+    /// each call (a generic plan made on a small table can stay a sequential scan, see
+    /// Docs/Performance.md).
     public func appleHistory(bundleID: String, environment: String, transactionID: String) async throws -> StoredAppleHistory? {
         let read = { @Sendable (connection: PostgresConnection, logger: Logger) async throws -> StoredAppleHistory? in
-            let original =
-                try await connection.query(
-                    """
-                    SELECT original_transaction_id FROM apple_transactions
-                    WHERE bundle_id = \(bundleID) AND environment = \(environment) AND transaction_id = \(transactionID)
-                    """, logger: logger
-                ).collect().first?.decode(String.self) ?? transactionID
-            guard
-                let subscription = try await connection.query(
-                    """
-                    SELECT complete, updated_at FROM apple_subscriptions
-                    WHERE bundle_id = \(bundleID) AND environment = \(environment) AND original_transaction_id = \(original)
-                    """, logger: logger
-                ).collect().first
-            else { return nil }
-            let (complete, updatedAt) = try subscription.decode((Int, Int64).self)
+            var binds = PostgresBindings(capacity: 3)
+            binds.append(bundleID)
+            binds.append(environment)
+            binds.append(transactionID)
+            let rows = try await connection.query(PostgresQuery(unsafeSQL: Self.historyReadSQL, binds: binds), logger: logger).collect()
+            var subscription: (original: String, complete: Int, updatedAt: Int64)?
             var transactions: [AppleSignedItem] = []
-            for row in try await connection.query(
-                """
-                SELECT transaction_id, signed_date, decoded, jws FROM apple_transactions
-                WHERE bundle_id = \(bundleID) AND environment = \(environment) AND original_transaction_id = \(original)
-                """, logger: logger
-            ).collect() {
-                let (key, signed, decoded, jws) = try row.decode((String, Int64?, String, String).self)
-                transactions.append(AppleSignedItem(
-                    bundleID: bundleID, environment: environment, key: key, originalTransactionID: original, signedDate: Self.optionalDate(signed), decoded: decoded, jws: jws))
-            }
             var renewalInfos: [AppleSignedItem] = []
-            for row in try await connection.query(
-                """
-                SELECT signed_date, decoded, jws FROM apple_renewal_infos
-                WHERE bundle_id = \(bundleID) AND environment = \(environment) AND original_transaction_id = \(original)
-                """, logger: logger
-            ).collect() {
-                let (signed, decoded, jws) = try row.decode((Int64?, String, String).self)
-                renewalInfos.append(AppleSignedItem(
-                    bundleID: bundleID, environment: environment, key: original, originalTransactionID: original, signedDate: Self.optionalDate(signed), decoded: decoded, jws: jws))
+            for row in rows {
+                let (part, original, complete, updatedAt, key, signed, decoded, jws) =
+                    try row.decode((Int, String, Int?, Int64?, String?, Int64?, String?, String?).self)
+                switch part {
+                case 0:
+                    guard let complete, let updatedAt else { throw StoreError(.unavailable, "reading Apple's history: a subscription row without its state") }
+                    subscription = (original, complete, updatedAt)
+                case 1:
+                    guard let key, let decoded, let jws else { throw StoreError(.unavailable, "reading Apple's history: a transaction row without its content") }
+                    transactions.append(AppleSignedItem(
+                        bundleID: bundleID, environment: environment, key: key, originalTransactionID: original, signedDate: Self.optionalDate(signed),
+                        decoded: decoded, jws: jws))
+                default:
+                    guard let decoded, let jws else { throw StoreError(.unavailable, "reading Apple's history: a renewal info row without its content") }
+                    renewalInfos.append(AppleSignedItem(
+                        bundleID: bundleID, environment: environment, key: original, originalTransactionID: original, signedDate: Self.optionalDate(signed),
+                        decoded: decoded, jws: jws))
+                }
             }
+            guard let subscription else { return nil }
             return StoredAppleHistory(
-                subscription: AppleSubscriptionKey(bundleID: bundleID, environment: environment, originalTransactionID: original), isComplete: complete != 0,
-                updatedAt: Self.date(updatedAt), transactions: transactions, renewalInfos: renewalInfos)
+                subscription: AppleSubscriptionKey(bundleID: bundleID, environment: environment, originalTransactionID: subscription.original),
+                isComplete: subscription.complete != 0, updatedAt: Self.date(subscription.updatedAt), transactions: transactions, renewalInfos: renewalInfos)
         }
+        let logger = self.logger
         if let loan = Self.lockConnectionLoan, loan.lender == ObjectIdentifier(self) {
-            let logger = self.logger
             return try await onLockConnection("reading Apple's history") { connection in try await read(connection, logger) }
         }
-        return try await transaction("reading Apple's history", read)
+        return try await boundedOnConnection("reading Apple's history") { connection in try await read(connection, logger) }
     }
+
+    /// The statement of ``appleHistory(bundleID:environment:transactionID:)``; `$1` bundle ID, `$2`
+    /// environment, `$3` transaction ID. The items are found by `= (SELECT … FROM subscription)`,
+    /// not by a join: a join with the subscription is planned, on a table without statistics
+    /// yet, as a scan of the whole bundle's rows with a filter; the scalar subquery is a value
+    /// the index condition takes (`PostgresStoreTests` checks the plan).
+    static let historyReadSQL = """
+        WITH subscription AS (
+            SELECT s.original_transaction_id, s.complete, s.updated_at FROM apple_subscriptions s
+            WHERE s.bundle_id = $1 AND s.environment = $2 AND s.original_transaction_id = COALESCE(
+                (SELECT t.original_transaction_id FROM apple_transactions t WHERE t.bundle_id = $1 AND t.environment = $2 AND t.transaction_id = $3), $3)
+        )
+        SELECT 0, s.original_transaction_id, s.complete, s.updated_at, NULL::text, NULL::bigint, NULL::text, NULL::text FROM subscription s
+        UNION ALL
+        SELECT 1, t.original_transaction_id, NULL::integer, NULL::bigint, t.transaction_id, t.signed_date, t.decoded, t.jws FROM apple_transactions t
+        WHERE t.original_transaction_id = (SELECT original_transaction_id FROM subscription) AND t.bundle_id = $1 AND t.environment = $2
+        UNION ALL
+        SELECT 2, r.original_transaction_id, NULL::integer, NULL::bigint, NULL::text, r.signed_date, r.decoded, r.jws FROM apple_renewal_infos r
+        WHERE r.original_transaction_id = (SELECT original_transaction_id FROM subscription) AND r.bundle_id = $1 AND r.environment = $2
+        """
 
     /// The columns ``redemption(_:)`` reads.
     static let redemptionColumns = """

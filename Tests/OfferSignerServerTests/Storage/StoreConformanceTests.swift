@@ -315,6 +315,55 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test("The one-statement history read finds a subscription's items by index, before the tables have statistics (a fresh deployment)")
+    func historyReadUsesTheIndexes() async throws {
+        try await TestPostgres.withDatabase { database in
+            let store = try await PostgresStore.open(configuration: database.configuration, logger: StoreFixture.quietLogger)
+            await store.close()
+            // One app's subscriptions, never analyzed (autovacuum off, so it cannot analyze them
+            // meanwhile): every row has the same bundle and environment, six transactions each.
+            for table in ["apple_subscriptions", "apple_transactions", "apple_renewal_infos"] {
+                try await TestPostgres.execute("ALTER TABLE \(table) SET (autovacuum_enabled = off)", database: database.name)
+            }
+            for insert in [
+                """
+                INSERT INTO apple_transactions (bundle_id, environment, transaction_id, original_transaction_id, signed_date, decoded, jws)
+                SELECT 'com.example.app', 'Production', (600000000 + n)::text, (600000000 + n - n % 6)::text, 0, '{}', 'x'
+                FROM generate_series(0, 2999) AS n
+                """,
+                """
+                INSERT INTO apple_subscriptions (bundle_id, environment, original_transaction_id, complete, updated_at)
+                SELECT 'com.example.app', 'Production', (600000000 + n * 6)::text, 0, 0 FROM generate_series(0, 499) AS n
+                """,
+                """
+                INSERT INTO apple_renewal_infos (bundle_id, environment, original_transaction_id, signed_date, decoded, jws)
+                SELECT 'com.example.app', 'Production', (600000000 + n * 6)::text, 0, '{}', 'x' FROM generate_series(0, 499) AS n
+                """,
+            ] {
+                try await TestPostgres.execute(insert, database: database.name)
+            }
+            #expect(try await TestPostgres.scalar("SELECT reltuples::bigint FROM pg_class WHERE relname = 'apple_transactions'", database: database.name) == -1)
+            // The statement as the store sends it: planned with its values.
+            let plan = try await TestPostgres.text(
+                [
+                    "SET plan_cache_mode = force_custom_plan",
+                    "PREPARE history(text, text, text) AS \(PostgresStore.historyReadSQL)",
+                    "EXPLAIN EXECUTE history('com.example.app', 'Production', '600000009')",
+                ], database: database.name)
+            #expect(!plan.contains("Seq Scan"), "\(plan)")
+            #expect(!plan.contains("Join Filter") && !plan.contains("Filter:"), "items filtered from a wider scan: \(plan)")
+            #expect(plan.contains("apple_transactions_by_original"), "\(plan)")
+            #expect(plan.contains("apple_renewal_infos_pkey"), "\(plan)")
+            // And it reads that subscription: its six transactions and its renewal info.
+            let store2 = try await PostgresStore.open(configuration: database.configuration, logger: StoreFixture.quietLogger)
+            let history = try #require(try await store2.appleHistory(bundleID: "com.example.app", environment: "Production", transactionID: "600000009"))
+            #expect(history.subscription.originalTransactionID == "600000006")
+            #expect(Set(history.transactions.map(\.key)) == Set((6...11).map { String(600000000 + $0) }))
+            #expect(history.renewalInfos.count == 1)
+            await store2.close()
+        }
+    }
+
     @Test("The one-statement append writes a group only on the head it names: on a moved head nothing, on the current head all of it")
     func oneStatementAppendOnKnownHead() async throws {
         try await TestPostgres.withDatabase { database in

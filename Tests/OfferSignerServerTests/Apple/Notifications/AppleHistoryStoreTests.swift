@@ -87,6 +87,37 @@ struct AppleHistoryStoreTests {
         }
     }
 
+    @Test("A history read finds every transaction and the renewal info of the subscription, and nothing of another subscription", arguments: StoreBackend.testedCases)
+    func historyReadIsTheWholeSubscription(backend: StoreBackend) async throws {
+        try await StoreFixture.with(backend) { fixture in
+            let store = fixture.store
+            let renewal = AppleSignedItem(
+                bundleID: Self.bundle, environment: "Production", key: "1000", originalTransactionID: "1000", signedDate: nil, decoded: #"{"r":2}"#, jws: "r2")
+            _ = try await store.recordAppleHistory(
+                AppleHistoryUpdate(
+                    transactions: [
+                        Self.transaction("1001", signedAt: Self.base, decoded: #"{"m":1}"#),
+                        Self.transaction("1002", signedAt: Self.base.addingTimeInterval(60), decoded: #"{"m":2}"#),
+                        Self.transaction("1003", signedAt: Self.base.addingTimeInterval(120), decoded: #"{"m":3}"#),
+                        Self.transaction("2001", original: "2000", signedAt: Self.base, decoded: #"{"other":1}"#),
+                    ],
+                    renewalInfos: [renewal], subscriptions: [Self.subscription(), Self.subscription("2000")], source: "history"),
+                at: Self.base)
+            let history = try #require(try await store.appleHistory(bundleID: Self.bundle, environment: "Production", transactionID: "1003"))
+            #expect(history.subscription == Self.subscription())
+            #expect(history.updatedAt == Self.base)
+            #expect(!history.isComplete)
+            #expect(Set(history.transactions.map(\.key)) == ["1001", "1002", "1003"])
+            #expect(history.transactions.count == 3)
+            let second = try #require(history.transactions.first { $0.key == "1002" })
+            #expect(second == Self.transaction("1002", signedAt: Self.base.addingTimeInterval(60), decoded: #"{"m":2}"#))
+            #expect(history.renewalInfos == [renewal])
+            let other = try #require(try await store.appleHistory(bundleID: Self.bundle, environment: "Production", transactionID: "2001"))
+            #expect(other.transactions.map(\.key) == ["2001"])
+            #expect(other.renewalInfos.isEmpty)
+        }
+    }
+
     @Test("The same item again is not rewritten; the same signedDate with other bytes replaces it; an older one never does", arguments: StoreBackend.testedCases)
     func sameItemAgainIsNotRewritten(backend: StoreBackend) async throws {
         try await StoreFixture.with(backend) { fixture in
