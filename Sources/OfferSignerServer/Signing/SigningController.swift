@@ -180,8 +180,9 @@ struct SigningController: Sendable {
                 signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, context: context,
                 decision: decision, subscription: subscription)
         } catch let problem as APIProblem where problem.code != "audit_unavailable" {
-            // Refused before the commit (no usable key, a field that cannot be signed): the
-            // eligibility decision is still audited, on its own.
+            // Refused before the commit (no usable key, a field that cannot be signed, a client
+            // revoked since the decision): the eligibility decision, made while the client was
+            // allowed, is still audited, on its own.
             if let decision {
                 _ = try? await committer.commit(decision, within: storeTimeout)
             }
@@ -344,6 +345,9 @@ struct SigningController: Sendable {
             context.logger.error("eligibility decision not audited", metadata: ["error": "\(error)"])
             throw APIProblem(.serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")
         }
+        // The reasons tell the customer's subscription state: not to a client revoked while the
+        // refusal was committed (it stays audited: it was decided while the client was allowed).
+        try Self.checkClientStillAllowed(principal, bundleID: bundleID, ring: keyRing.ring)
         var extensions = ["reasons": EligibilityService.reasonsJSON(decision.reasons)]
         if let source = outcome.source { extensions["historySource"] = JSONObjectWriter.quoted(source.rawValue) }
         if let eligibleFrom = decision.eligibleFrom { extensions["eligibleFrom"] = JSONObjectWriter.quoted(Date.rfc3339(milliseconds: eligibleFrom.unixMilliseconds)) }

@@ -86,7 +86,7 @@ struct KeyChangeDuringRequestTests {
         }
     }
     @Test(
-        "A client revoked while its request for an offer under rules, or its eligibility question, is under way gets 401: no decision is audited or answered",
+        "A client revoked while its request for an offer under rules, or its eligibility question, waits for Apple's API gets 401: no decision is made, audited or answered",
         arguments: ["/v1/offers/signatures", "/v1/offers/eligibility"])
     func clientRevokedBeforeTheDecision(path: String) async throws {
         let chain = try TestAppleChain()
@@ -117,13 +117,22 @@ struct KeyChangeDuringRequestTests {
                     path == "/v1/offers/signatures"
                     ? #"{"productID":"pro.monthly","offerID":"wb_apple","appAccountToken":"\#(token)","transactionID":"\#(customer.originalTransactionID)"}"#
                     : #"{"offerIDs":["wb_apple"],"appAccountToken":"\#(token)","transactionID":"\#(customer.originalTransactionID)"}"#
-                let pending = try await PendingRequest.begin(port: port, secret: secret, token: token, body: body, path: path)
-                defer { close(pending.socket) }
-                try await Task.sleep(for: .milliseconds(300))
+                // Apple answers after 3 s: once the fake has the request's call, the request was
+                // authenticated and waits for Apple's answer, before any decision.
+                fake.setAnswerDelay(.seconds(3))
+                let answer = Task {
+                    try await onOwnThread { try RawSocket.request(port: port, method: "POST", path: path, headers: PendingRequest.headers(secret), body: body) }
+                }
+                let giveUp = ContinuousClock.now + .seconds(10)
+                while fake.requests.isEmpty, ContinuousClock.now < giveUp { try await Task.sleep(for: .milliseconds(10)) }
+                try #require(!fake.requests.isEmpty, "the service never asked Apple")
+                let askedAt = ContinuousClock.now
                 _ = try await store.revokeClient(name: "leaving", actor: "test", authenticator: server.masterKey.registryRows)
                 try await configured.waitForRegistry(client)
+                // Else the revocation came after Apple answered, and the test proves less.
+                #expect(ContinuousClock.now - askedAt < .seconds(3), "the ring had the revocation only after Apple's answer")
                 let recordsBefore = try await store.auditHead().count
-                let response = try await pending.finish()
+                let response = try await answer.value
                 #expect(response.status == 401, "a request begun before the revocation was answered \(response.status): \(response.body)")
                 #expect(response.json["code"] as? String == "unauthorized", "\(response.body)")
                 #expect(response.json["reasons"] == nil && response.json["decisions"] == nil, "the revoked client was told the decision: \(response.body)")
