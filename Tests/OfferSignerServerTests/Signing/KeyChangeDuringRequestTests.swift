@@ -85,67 +85,51 @@ struct KeyChangeDuringRequestTests {
             #expect(answer.status == 201, "\(answer.body)")
         }
     }
+
     @Test(
         "A client revoked while its request for an offer under rules, or its eligibility question, waits for Apple's API gets 401: no decision is made, audited or answered",
         arguments: ["/v1/offers/signatures", "/v1/offers/eligibility"])
     func clientRevokedBeforeTheDecision(path: String) async throws {
-        let chain = try TestAppleChain()
-        let now = Date()
         let server = try await TestServer()
         defer { server.cleanUp() }
         let secret = try await server.createClient(name: "leaving")
         let key = try #require(server.keys["com.example.app"])
         let fake = FakeAppStoreServerAPI(bundleID: "com.example.app", keyID: key.keyID, issuerID: TestServer.issuerID, publicKey: key.publicKey)
-        // A current subscriber: decided, Apple's history would refuse a win-back with reasons.
-        let customer = SubscriptionFixture(
-            bundleID: "com.example.app", productID: "pro.monthly", subscriptionGroupID: "G1", originalTransactionID: "300000008",
-            appAccountToken: UUID().uuidString.lowercased(), periodStarts: SubscriptionFixture.monthlyStarts(count: 6, activeAt: now))
-        fake.add(try customer.customer(chain, now: now))
-        let root = try chain.root.serializeAsPEM().pemString
         let store = server.store
-        try await fake.run { applePort in
-            var eligibility = try EligibilityConfiguration(
-                catalogJSON: Data(AppleHistorySourceTests.catalog(port: applePort).utf8), trustedRootPEMs: [root])
-            eligibility.appStoreServerAPI.timeBudget = .seconds(30)
-            var running = server
-            running.configuration.eligibility = eligibility
-            let configured = running
-            try await configured.live { client in
-                let port = try #require(client.port)
-                let token = try #require(customer.appAccountToken)
-                let body =
-                    path == "/v1/offers/signatures"
-                    ? #"{"productID":"pro.monthly","offerID":"wb_apple","appAccountToken":"\#(token)","transactionID":"\#(customer.originalTransactionID)"}"#
-                    : #"{"offerIDs":["wb_apple"],"appAccountToken":"\#(token)","transactionID":"\#(customer.originalTransactionID)"}"#
-                // Apple answers after 3 s: once the fake has the request's call, the request was
-                // authenticated and waits for Apple's answer, before any decision.
-                fake.setAnswerDelay(.seconds(3))
-                let answer = Task {
-                    try await onOwnThread { try RawSocket.request(port: port, method: "POST", path: path, headers: PendingRequest.headers(secret), body: body) }
-                }
-                let giveUp = ContinuousClock.now + .seconds(10)
-                while fake.requests.isEmpty, ContinuousClock.now < giveUp { try await Task.sleep(for: .milliseconds(10)) }
-                try #require(!fake.requests.isEmpty, "the service never asked Apple")
-                let askedAt = ContinuousClock.now
-                _ = try await store.revokeClient(name: "leaving", actor: "test", authenticator: server.masterKey.registryRows)
-                try await configured.waitForRegistry(client)
-                // Else the revocation came after Apple answered, and the test proves less.
-                #expect(ContinuousClock.now - askedAt < .seconds(3), "the ring had the revocation only after Apple's answer")
-                let recordsBefore = try await store.auditHead().count
-                let response = try await answer.value
-                #expect(response.status == 401, "a request begun before the revocation was answered \(response.status): \(response.body)")
-                #expect(response.json["code"] as? String == "unauthorized", "\(response.body)")
-                #expect(response.json["reasons"] == nil && response.json["decisions"] == nil, "the revoked client was told the decision: \(response.body)")
-                #expect(try await store.auditHead().count == recordsBefore, "a decision was audited for the revoked client")
-                #expect(try server.issuedCount() == 0)
+        // A current subscriber: decided, Apple's history would refuse a win-back with reasons.
+        try await withAppleDecidedOffer(server, fake: fake, originalTransactionID: "300000008") { configured, client, customer in
+            let port = try #require(client.port)
+            let token = try #require(customer.appAccountToken)
+            let body =
+                path == "/v1/offers/signatures"
+                ? #"{"productID":"pro.monthly","offerID":"wb_apple","appAccountToken":"\#(token)","transactionID":"\#(customer.originalTransactionID)"}"#
+                : #"{"offerIDs":["wb_apple"],"appAccountToken":"\#(token)","transactionID":"\#(customer.originalTransactionID)"}"#
+            // Apple answers after 3 s: once the fake has the request's call, the request was
+            // authenticated and waits for Apple's answer, before any decision.
+            fake.setAnswerDelay(.seconds(3))
+            let answer = Task {
+                try await onOwnThread { try RawSocket.request(port: port, method: "POST", path: path, headers: PendingRequest.headers(secret), body: body) }
             }
+            let giveUp = ContinuousClock.now + .seconds(10)
+            while fake.requests.isEmpty, ContinuousClock.now < giveUp { try await Task.sleep(for: .milliseconds(10)) }
+            try #require(!fake.requests.isEmpty, "the service never asked Apple")
+            let askedAt = ContinuousClock.now
+            _ = try await store.revokeClient(name: "leaving", actor: "test", authenticator: server.masterKey.registryRows)
+            try await configured.waitForRegistry(client)
+            // Else the revocation came after Apple answered, and the test proves less.
+            #expect(ContinuousClock.now - askedAt < .seconds(3), "the ring had the revocation only after Apple's answer")
+            let recordsBefore = try await store.auditHead().count
+            let response = try await answer.value
+            #expect(response.status == 401, "a request begun before the revocation was answered \(response.status): \(response.body)")
+            #expect(response.json["code"] as? String == "unauthorized", "\(response.body)")
+            #expect(response.json["reasons"] == nil && response.json["decisions"] == nil, "the revoked client was told the decision: \(response.body)")
+            #expect(try await store.auditHead().count == recordsBefore, "a decision was audited for the revoked client")
+            #expect(try server.issuedCount() == 0)
         }
     }
 
     @Test("A request whose body is still arriving when a new key is activated asks Apple's API with a token of the new key")
     func appleAskedWithTheKeyActiveWhenAsked() async throws {
-        let chain = try TestAppleChain()
-        let now = Date()
         let server = try await TestServer()
         defer { server.cleanUp() }
         let secret = try await server.createClient(name: "backend")
@@ -155,43 +139,55 @@ struct KeyChangeDuringRequestTests {
             actor: "test", reason: "key change before Apple is asked")
         // Apple knows the new key only: a token of the old key would be refused.
         let fake = FakeAppStoreServerAPI(bundleID: "com.example.app", keyID: newKey.keyID, issuerID: TestServer.issuerID, publicKey: newKey.publicKey)
-        let customer = SubscriptionFixture(
-            bundleID: "com.example.app", productID: "pro.monthly", subscriptionGroupID: "G1", originalTransactionID: "300000007",
-            appAccountToken: UUID().uuidString.lowercased(), periodStarts: SubscriptionFixture.monthlyStarts(count: 6, activeAt: now))
-        fake.add(try customer.customer(chain, now: now))
-        let root = try chain.root.serializeAsPEM().pemString
         let store = server.store
-        try await fake.run { applePort in
-            var eligibility = try EligibilityConfiguration(
-                catalogJSON: Data(AppleHistorySourceTests.catalog(port: applePort).utf8), trustedRootPEMs: [root])
-            eligibility.appStoreServerAPI.timeBudget = .seconds(30)
-            var running = server
-            running.configuration.eligibility = eligibility
-            let configured = running
-            try await configured.live { client in
-                let port = try #require(client.port)
-                let token = try #require(customer.appAccountToken)
-                let pending = try await PendingRequest.begin(
-                    port: port, secret: secret, token: token,
-                    body: #"{"productID":"pro.monthly","offerID":"wb_apple","appAccountToken":"\#(token)","transactionID":"\#(customer.originalTransactionID)"}"#)
-                defer { close(pending.socket) }
-                try await Task.sleep(for: .milliseconds(300))
-                #expect(fake.requests.isEmpty, "Apple was asked before the body was complete")
-                _ = try await store.transitionKey(
-                    keyID: newKey.keyID, to: .active, actor: "test", reason: "key change before Apple is asked", force: false,
-                    authenticator: server.masterKey.registryRows)
-                try await configured.waitForRegistry(client)
-                let response = try await pending.finish()
-                // Apple's answer decided: a current subscriber is not offered a win-back.
-                #expect(response.status == 403, "\(response.status): \(response.body)")
-                #expect(response.json["reasons"] as? [String] == ["currently_subscribed"], "\(response.body)")
-                let tokens = fake.requests.map(\.token)
-                #expect(!tokens.isEmpty)
-                #expect(
-                    tokens.allSatisfy { $0?.header["kid"] == newKey.keyID && $0?.problems == [] },
-                    "Apple was asked with \(tokens.map { $0?.header["kid"] ?? "no token" })")
-            }
+        try await withAppleDecidedOffer(server, fake: fake, originalTransactionID: "300000007") { configured, client, customer in
+            let port = try #require(client.port)
+            let token = try #require(customer.appAccountToken)
+            let pending = try await PendingRequest.begin(
+                port: port, secret: secret, token: token,
+                body: #"{"productID":"pro.monthly","offerID":"wb_apple","appAccountToken":"\#(token)","transactionID":"\#(customer.originalTransactionID)"}"#)
+            defer { close(pending.socket) }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(fake.requests.isEmpty, "Apple was asked before the body was complete")
+            _ = try await store.transitionKey(
+                keyID: newKey.keyID, to: .active, actor: "test", reason: "key change before Apple is asked", force: false,
+                authenticator: server.masterKey.registryRows)
+            try await configured.waitForRegistry(client)
+            let response = try await pending.finish()
+            // Apple's answer decided: a current subscriber is not offered a win-back.
+            #expect(response.status == 403, "\(response.status): \(response.body)")
+            #expect(response.json["reasons"] as? [String] == ["currently_subscribed"], "\(response.body)")
+            let tokens = fake.requests.map(\.token)
+            #expect(!tokens.isEmpty)
+            #expect(
+                tokens.allSatisfy { $0?.header["kid"] == newKey.keyID && $0?.problems == [] },
+                "Apple was asked with \(tokens.map { $0?.header["kid"] ?? "no token" })")
         }
+    }
+}
+
+/// Runs `body` against `server`, live, with a catalog whose offer `wb_apple` is decided on
+/// Apple's history, asked of `fake`; `fake` holds one current subscriber (six monthly renewals,
+/// the last active now) whose original transaction ID is `originalTransactionID`.
+private func withAppleDecidedOffer(
+    _ server: TestServer, fake: FakeAppStoreServerAPI, originalTransactionID: String,
+    _ body: @escaping @Sendable (_ configured: TestServer, _ client: any TestClientProtocol, _ customer: SubscriptionFixture) async throws -> Void
+) async throws {
+    let chain = try TestAppleChain()
+    let now = Date()
+    let customer = SubscriptionFixture(
+        bundleID: "com.example.app", productID: "pro.monthly", subscriptionGroupID: "G1", originalTransactionID: originalTransactionID,
+        appAccountToken: UUID().uuidString.lowercased(), periodStarts: SubscriptionFixture.monthlyStarts(count: 6, activeAt: now))
+    fake.add(try customer.customer(chain, now: now))
+    let root = try chain.root.serializeAsPEM().pemString
+    try await fake.run { applePort in
+        var eligibility = try EligibilityConfiguration(
+            catalogJSON: Data(AppleHistorySourceTests.catalog(port: applePort).utf8), trustedRootPEMs: [root])
+        eligibility.appStoreServerAPI.timeBudget = .seconds(30)
+        var running = server
+        running.configuration.eligibility = eligibility
+        let configured = running
+        try await configured.live { client in try await body(configured, client, customer) }
     }
 }
 
