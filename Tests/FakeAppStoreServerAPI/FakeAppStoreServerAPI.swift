@@ -114,6 +114,7 @@ public final class FakeAppStoreServerAPI: Sendable {
         var answerDelay: Duration = .zero
         var bodyTrickle: Duration = .zero
         var requests: [ReceivedRequest] = []
+        var arrivals = 0
     }
 
     public let bundleID: String
@@ -146,7 +147,11 @@ public final class FakeAppStoreServerAPI: Sendable {
     /// every `interval` for 1,000 bytes, then the rest (a body that trickles: each read comes
     /// before a read timeout would fire).
     public func setBodyTrickle(_ interval: Duration) { state.withLock { $0.bodyTrickle = interval } }
+    /// The requests answered, each recorded once its answer is made (after any delay).
     public var requests: [ReceivedRequest] { state.withLock { $0.requests } }
+    /// How many requests have arrived, counted before any scripted fault or delay: a request
+    /// waiting for a delayed answer is counted here and not yet in `requests`.
+    public var arrivals: Int { state.withLock { $0.arrivals } }
     public func clearRequests() { state.withLock { $0.requests.removeAll() } }
 
     // MARK: Serving
@@ -254,6 +259,7 @@ public final class FakeAppStoreServerAPI: Sendable {
         let revision = request.uri.queryParameters.get("revision") ?? request.uri.queryParameters.get("paginationToken")
         let token = Self.check(request.headers[.authorization], fake: self)
         let (fault, delay) = state.withLock { state -> (Fault?, Duration) in
+            state.arrivals += 1
             if var queue = state.faults[endpoint], !queue.isEmpty {
                 let first = queue.removeFirst()
                 state.faults[endpoint] = queue
