@@ -621,9 +621,11 @@ import X509
                 let now = base.now
                 // The first lookup takes the only place and waits on Apple for its whole budget…
                 let slow = Task { await client.history(transactionID: first.originalTransactionID, app: app, credentials: credentials, now: now) }
-                // (The fake records a request when it answers, so give the first one time to start;
-                // the second gives up 30 s after it starts, 9 s before the first lets go.)
-                try await Task.sleep(for: .seconds(1))
+                // (Once the first one has reached the fake, it holds the place; the second gives up
+                // 30 s after it starts, 9 s before the first lets go.)
+                let giveUp = ContinuousClock.now + .seconds(20)
+                while fake.arrivals == 0, ContinuousClock.now < giveUp { try await Task.sleep(for: .milliseconds(10)) }
+                try #require(fake.arrivals == 1, "the first lookup never reached Apple")
                 // …so the second finds no room within three quarters of its own.
                 let waiting = await client.history(transactionID: second.originalTransactionID, app: app, credentials: credentials, now: now)
                 guard case .unavailable(let overloaded) = waiting, case .unavailable(let timedOut) = await slow.value else {

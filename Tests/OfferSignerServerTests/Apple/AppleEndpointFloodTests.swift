@@ -60,11 +60,18 @@ struct AppleEndpointFloodTests {
             #expect(notification.json["code"] as? String == "notification_unverified")
             #expect(try await client.postJSON("/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"o"}"#, bearer: secret).status == .created)
             // The slow bodies: answered 400 body_incomplete (or closed) once the 2 s deadline passed, not at the 120 s idle timeout.
+            // Every one is answered 400 body_incomplete by the body deadline (the idle deadline
+            // would close it unanswered, and count it in offer_signer_connections_timed_out_total).
             let answers = try await onOwnThread { held.map { RawSocket.readToEnd($0) } }
             let elapsed = ContinuousClock.now - opened
             #expect(elapsed < .seconds(60), "the slow bodies were held for \(elapsed)")
             let codes = answers.compactMap { (try? RawSocket.parse($0))?.json["code"] as? String }
-            #expect(codes.allSatisfy { $0 == "body_incomplete" }, "\(codes)")
+            #expect(codes.count == held.count && codes.allSatisfy { $0 == "body_incomplete" }, "\(codes.count) of \(held.count) answered: \(codes)")
+            let metrics = try await onOwnThread {
+                try RawSocket.request(port: port, method: "GET", path: "/metrics", headers: ["Authorization": "Bearer \(TestServer.operatorSecret)"])
+            }
+            let timedOut = metrics.body.split(separator: "\n").first { $0.hasPrefix("offer_signer_connections_timed_out_total") }
+            #expect((timedOut.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0) == 0, "cut by the idle deadline: \(timedOut ?? "")")
         }
     }
 

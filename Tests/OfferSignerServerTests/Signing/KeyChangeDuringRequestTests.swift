@@ -113,12 +113,11 @@ struct KeyChangeDuringRequestTests {
             let giveUp = ContinuousClock.now + .seconds(10)
             while fake.arrivals == 0, ContinuousClock.now < giveUp { try await Task.sleep(for: .milliseconds(10)) }
             try #require(fake.arrivals > 0, "the service never asked Apple")
-            #expect(fake.requests.isEmpty, "Apple had answered before the revocation")
-            let askedAt = ContinuousClock.now
             _ = try await store.revokeClient(name: "leaving", actor: "test", authenticator: server.masterKey.registryRows)
             try await configured.waitForRegistry(client)
-            // Else the revocation came after Apple answered, and the test proves less.
-            #expect(ContinuousClock.now - askedAt < .seconds(3), "the ring had the revocation only after Apple's answer")
+            // A call to Apple still unanswered: the decision, which needs every answer, is not made
+            // yet (else the revocation came after it, and the test proves less).
+            #expect(fake.arrivals > fake.requests.count, "every Apple call was answered before the ring had the revocation")
             let recordsBefore = try await store.auditHead().count
             let response = try await answer.value
             #expect(response.status == 401, "a request begun before the revocation was answered \(response.status): \(response.body)")

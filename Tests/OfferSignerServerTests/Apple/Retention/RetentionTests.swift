@@ -277,7 +277,7 @@ struct RetentionTests {
             #expect(answer.status == .ok, "\(answer.text)")
             #expect(members(answer) == ["message"])
             // Generous against a loaded machine; without the budget it would wait for Apple's 600 s.
-            #expect(elapsed < .seconds(5), "answered after \(elapsed)")
+            #expect(elapsed < .seconds(60), "answered after \(elapsed)")
             #expect(try await issuedRecords(server).isEmpty)
             let metrics = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
             #expect(metrics.contains(#"retention_fallbacks_total{reason="deadline"} 1"#), "\(metrics.split(separator: "\n").filter { $0.contains("retention") })")
