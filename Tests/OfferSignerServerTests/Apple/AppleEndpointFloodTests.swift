@@ -59,9 +59,9 @@ struct AppleEndpointFloodTests {
             #expect(notification.status == .badRequest, "\(notification.text)")
             #expect(notification.json["code"] as? String == "notification_unverified")
             #expect(try await client.postJSON("/v1/offers/signatures", #"{"productID":"pro.monthly","offerID":"o"}"#, bearer: secret).status == .created)
-            // The slow bodies: answered 400 body_incomplete (or closed) once the 2 s deadline passed, not at the 120 s idle timeout.
-            // Every one is answered 400 body_incomplete by the body deadline (the idle deadline
-            // would close it unanswered, and count it in offer_signer_connections_timed_out_total).
+            // The slow bodies: every one answered 400 body_incomplete once the 2 s body deadline
+            // passed, not closed at the 120 s idle timeout (which answers nothing and counts the
+            // connection in offer_signer_connections_timed_out_total).
             let answers = try await onOwnThread { held.map { RawSocket.readToEnd($0) } }
             let elapsed = ContinuousClock.now - opened
             #expect(elapsed < .seconds(60), "the slow bodies were held for \(elapsed)")
