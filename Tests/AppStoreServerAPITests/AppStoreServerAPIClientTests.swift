@@ -623,10 +623,8 @@ import X509
                 let slow = Task { await client.history(transactionID: first.originalTransactionID, app: app, credentials: credentials, now: now) }
                 // (Once the first one has reached the fake, it holds the place; the second gives up
                 // 30 s after it starts, 9 s before the first lets go.)
-                let giveUp = ContinuousClock.now + .seconds(20)
-                while fake.arrivals == 0, ContinuousClock.now < giveUp { try await Task.sleep(for: .milliseconds(10)) }
                 // (Its two calls, statuses and history, arrive concurrently: either one will do.)
-                try #require(fake.arrivals > 0, "the first lookup never reached Apple")
+                try #require(try await fake.waitForArrival(within: .seconds(20)) > 0, "the first lookup never reached Apple")
                 // …so the second finds no room within three quarters of its own.
                 let waiting = await client.history(transactionID: second.originalTransactionID, app: app, credentials: credentials, now: now)
                 guard case .unavailable(let overloaded) = waiting, case .unavailable(let timedOut) = await slow.value else {

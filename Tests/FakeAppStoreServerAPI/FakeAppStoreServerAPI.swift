@@ -152,6 +152,13 @@ public final class FakeAppStoreServerAPI: Sendable {
     /// How many requests have arrived, counted before any scripted fault or delay: a request
     /// waiting for a delayed answer is counted here and not yet in `requests`.
     public var arrivals: Int { state.withLock { $0.arrivals } }
+    /// Waits until a request has arrived, or `timeout` has passed; returns `arrivals`.
+    @discardableResult
+    public func waitForArrival(within timeout: Duration) async throws -> Int {
+        let giveUp = ContinuousClock.now + timeout
+        while arrivals == 0, ContinuousClock.now < giveUp { try await Task.sleep(for: .milliseconds(10)) }
+        return arrivals
+    }
     public func clearRequests() { state.withLock { $0.requests.removeAll() } }
 
     // MARK: Serving

@@ -110,9 +110,7 @@ struct KeyChangeDuringRequestTests {
             let answer = Task {
                 try await onOwnThread { try RawSocket.request(port: port, method: "POST", path: path, headers: PendingRequest.headers(secret), body: body) }
             }
-            let giveUp = ContinuousClock.now + .seconds(10)
-            while fake.arrivals == 0, ContinuousClock.now < giveUp { try await Task.sleep(for: .milliseconds(10)) }
-            try #require(fake.arrivals > 0, "the service never asked Apple")
+            try #require(try await fake.waitForArrival(within: .seconds(10)) > 0, "the service never asked Apple")
             _ = try await store.revokeClient(name: "leaving", actor: "test", authenticator: server.masterKey.registryRows)
             try await configured.waitForRegistry(client)
             // A call to Apple still unanswered: the decision, which needs every answer, is not made
