@@ -23,7 +23,8 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
     private let condition = NSCondition()
     private var jobs: [UnownedJob] = []
     private var timers: [Timer] = []
-    /// Sleeps cancelled before their timer was added.
+    /// Sleeps cancelled before their timer was added, or after it fired but before the sleep
+    /// returned (for nobody); each sleep takes its ID out as it ends.
     private var cancelledSleeps: Set<UInt64> = []
     private var nextSleep: UInt64 = 0
     private var stopping = false
@@ -60,6 +61,12 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
         condition.unlock()
     }
 
+    /// Cancelled sleeps whose ID is still kept (0 once every sleep has ended).
+    var cancelledSleepsKept: Int { condition.withLock { cancelledSleeps.count } }
+
+    /// Sleeps waiting for their timer.
+    var sleepsWaiting: Int { condition.withLock { timers.count } }
+
     /// Suspends the calling task for `duration`, woken by this executor's thread (the task
     /// resumes on its own executor: this one, when it prefers it). Throws `CancellationError`
     /// at once when the task is cancelled, and when the executor is shut down: a sleep pending at
@@ -94,7 +101,13 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
                 condition.unlock()
             }
         }
-        if condition.withLock({ stopping }) { throw CancellationError() }
+        // Once the handler scope has returned, its cancellation handler has ended or never runs;
+        // one that ran after the timer fired left the ID behind.
+        let stopping = condition.withLock {
+            cancelledSleeps.remove(id)
+            return self.stopping
+        }
+        if stopping { throw CancellationError() }
         try Task.checkCancellation()
     }
 

@@ -69,6 +69,28 @@ struct DedicatedThreadExecutorTests {
         #expect(ContinuousClock.now - start < .seconds(30))
     }
 
+    @Test("A sleep cancelled after its timer fired, before it returned, keeps nothing behind")
+    func cancellationAfterTheTimerKeepsNothing() async throws {
+        let executor = DedicatedThreadExecutor(name: "executor-test-5")
+        defer { executor.shutdown() }
+        let sleeper = Task(executorPreference: executor) { try await executor.sleep(for: .milliseconds(50)) }
+        while executor.sleepsWaiting == 0 { try await Task.sleep(for: .milliseconds(1)) }
+        // The thread is held past the sleeper's deadline; the canceller is queued meanwhile. The
+        // thread then fires the timer (the sleeper is queued to resume) and runs the canceller
+        // before the sleeper: the cancellation finds no timer, after it fired.
+        let holding = Atomic<Bool>(false)
+        let blocker = Task(executorPreference: executor) {
+            holding.store(true, ordering: .sequentiallyConsistent)
+            usleep(500_000)  // blocks the thread on purpose
+        }
+        while !holding.load(ordering: .sequentiallyConsistent) { try await Task.sleep(for: .milliseconds(1)) }
+        let canceller = Task(executorPreference: executor) { sleeper.cancel() }
+        await blocker.value
+        await canceller.value
+        await #expect(throws: CancellationError.self) { try await sleeper.value }
+        #expect(executor.cancelledSleepsKept == 0)
+    }
+
     @Test("After shutdown, pending and later sleeps end with CancellationError, and a task that still prefers it runs to the end (on the global executor)")
     func shutdownStrandsNothing() async throws {
         let executor = DedicatedThreadExecutor(name: "executor-test-4")
