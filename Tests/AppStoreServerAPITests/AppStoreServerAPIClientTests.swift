@@ -486,7 +486,7 @@ import X509
                     Issue.record("no history")
                     return
                 }
-                #expect(fake.requests.isEmpty)
+                #expect(fake.arrivals == 0)
 
                 // A notification about the subscription drops both.
                 client.invalidate(originalTransactionID: customer.originalTransactionID)

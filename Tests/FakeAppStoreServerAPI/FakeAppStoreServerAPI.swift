@@ -159,7 +159,13 @@ public final class FakeAppStoreServerAPI: Sendable {
         while arrivals == 0, ContinuousClock.now < giveUp { try await Task.sleep(for: .milliseconds(10)) }
         return arrivals
     }
-    public func clearRequests() { state.withLock { $0.requests.removeAll() } }
+    /// Forgets the requests answered and the arrivals counted so far.
+    public func clearRequests() {
+        state.withLock { state in
+            state.requests.removeAll()
+            state.arrivals = 0
+        }
+    }
 
     // MARK: Serving
 

@@ -53,7 +53,7 @@ extension AppleNotificationTests {
             let after = try #require((try await client.postJSON("/v1/offers/eligibility", question, bearer: secret).json["decisions"] as? [[String: Any]])?.first)
             #expect(after["eligible"] as? Bool == false, "\(after)")
             #expect((after["reasons"] as? [String])?.contains("refunded") == true, "\(after)")
-            #expect(fake.requests.isEmpty, "the stored history still decided (its JWS verify)")
+            #expect(fake.arrivals == 0, "the stored history still decided (its JWS verify)")
         }
     }
 
@@ -65,7 +65,7 @@ extension AppleNotificationTests {
                 try await postEveryPeriod(of: customer, to: client)
                 let question = #"{"appAccountToken":"\#(Self.token)","transactionID":"\#(customer.originalTransactionID)","offerIDs":["wb_apple"]}"#
                 _ = try await client.postJSON("/v1/offers/eligibility", question, bearer: secret)
-                #expect(fake.requests.isEmpty, "the stored history decided")
+                #expect(fake.arrivals == 0, "the stored history decided")
 
                 let queue = try DatabaseQueue(path: server.storePath)
                 let firstJWS = try #require(try await queue.read { db in
