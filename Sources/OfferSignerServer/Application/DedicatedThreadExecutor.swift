@@ -64,9 +64,6 @@ final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
     /// Cancelled sleeps whose ID is still kept (0 once every sleep has ended).
     var cancelledSleepsKept: Int { condition.withLock { cancelledSleeps.count } }
 
-    /// Sleeps waiting for their timer.
-    var sleepsWaiting: Int { condition.withLock { timers.count } }
-
     /// Suspends the calling task for `duration`, woken by this executor's thread (the task
     /// resumes on its own executor: this one, when it prefers it). Throws `CancellationError`
     /// at once when the task is cancelled, and when the executor is shut down: a sleep pending at

@@ -73,19 +73,33 @@ struct DedicatedThreadExecutorTests {
     func cancellationAfterTheTimerKeepsNothing() async throws {
         let executor = DedicatedThreadExecutor(name: "executor-test-5")
         defer { executor.shutdown() }
-        let sleeper = Task(executorPreference: executor) { try await executor.sleep(for: .milliseconds(50)) }
-        while executor.sleepsWaiting == 0 { try await Task.sleep(for: .milliseconds(1)) }
-        // The thread is held past the sleeper's deadline; the canceller is queued meanwhile. The
-        // thread then fires the timer (the sleeper is queued to resume) and runs the canceller
-        // before the sleeper: the cancellation finds no timer, after it fired.
-        let holding = Atomic<Bool>(false)
-        let blocker = Task(executorPreference: executor) {
-            holding.store(true, ordering: .sequentiallyConsistent)
-            usleep(500_000)  // blocks the thread on purpose
+        let blockerStarted = Atomic<Bool>(false)
+        let cancellerQueued = Atomic<Bool>(false)
+        // Queued in this order, the thread runs the sleeper (its timer is set) before the blocker,
+        // which holds the thread past the sleeper's deadline and until the canceller is queued.
+        // The thread then fires the timer (the sleeper is queued to resume) and runs the canceller
+        // before the sleeper: the cancellation finds no timer, as it fired. No step depends on
+        // how fast the machine is; each wait gives up after 30 s rather than hang.
+        let sleeper = Task(executorPreference: executor) { try await executor.sleep(for: .milliseconds(200)) }
+        let blocker = Task(executorPreference: executor) { () -> Bool in
+            blockerStarted.store(true, ordering: .sequentiallyConsistent)
+            let start = ContinuousClock.now
+            // Blocks the thread on purpose.
+            while ContinuousClock.now - start < .milliseconds(300) || !cancellerQueued.load(ordering: .sequentiallyConsistent) {
+                if ContinuousClock.now - start > .seconds(30) { return false }
+                usleep(1_000)
+            }
+            return true
         }
-        while !holding.load(ordering: .sequentiallyConsistent) { try await Task.sleep(for: .milliseconds(1)) }
+        let waiting = ContinuousClock.now
+        while !blockerStarted.load(ordering: .sequentiallyConsistent), ContinuousClock.now - waiting < .seconds(30) {
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        let started = blockerStarted.load(ordering: .sequentiallyConsistent)
+        try #require(started, "the blocker never ran")
         let canceller = Task(executorPreference: executor) { sleeper.cancel() }
-        await blocker.value
+        cancellerQueued.store(true, ordering: .sequentiallyConsistent)
+        #expect(await blocker.value, "the blocker gave up waiting for the canceller")
         await canceller.value
         await #expect(throws: CancellationError.self) { try await sleeper.value }
         #expect(executor.cancelledSleepsKept == 0)
