@@ -40,7 +40,7 @@ struct WatchedConnection: Sendable {
 
     /// How long the connection stayed open once both it was open and the watch had begun: the
     /// part of `closedAfter` the watch saw.
-    var closedAfterWatchBegan: Duration? { closedAfter.map { $0 - max(watchedAfter, .zero) } }
+    var closedAfterWatchBegan: Duration? { closedAfter.map { $0 - watchedAfter } }
 
     /// Polls every open connection until the server has closed all of them or `giveUpAfter`
     /// has passed, sending each trickler one byte every `trickleEvery`. Blocking.
@@ -124,18 +124,20 @@ struct SlowClientTests {
                 } while (!holdEnded.isSet || record.statuses.count < 5) && record.statuses.count < 1000
                 return record
             }
-            let connections: [WatchedConnection]
             let watched: [WatchedConnection]
             do {
-                connections = try await onOwnThread { try Self.openSlowConnections(port: port, secret: secret) }
-                watched = try await onOwnThread { WatchedConnection.watchUntilClosed(connections, trickleEvery: .milliseconds(200), giveUpAfter: .seconds(30)) }
+                // Opened and watched on one thread, so the watch begins as soon as the last is open.
+                watched = try await onOwnThread {
+                    WatchedConnection.watchUntilClosed(
+                        try Self.openSlowConnections(port: port, secret: secret), trickleEvery: .milliseconds(200), giveUpAfter: .seconds(30))
+                }
                 holdEnded.set()
             } catch {
                 holdEnded.set()
                 _ = try? await signing.value
                 throw error
             }
-            defer { for connection in connections { close(connection.socket) } }
+            defer { for connection in watched { close(connection.socket) } }
             let signed = try await signing.value
             let (statuses, verified, problems) = (signed.statuses, signed.verified, signed.problems)
 
@@ -147,10 +149,12 @@ struct SlowClientTests {
                 #expect(closed.count == ofKind.count, "\(ofKind.count - closed.count) \(kind) connections still open 30 s after opening")
                 if let first = closed.min(), let last = closed.max() {
                     #expect(first >= .milliseconds(950), "a \(kind) connection was closed after \(first), before the 1 s timeout")
-                    // And closed by the configured timeout, not a longer one: at most 10 s (the
-                    // timeout and a loaded machine's delays) after it was open and watched.
+                    // And closed by the configured timeout, not the default one (30 s), which the
+                    // watch could see end before it gives up: at most 20 s after the connection was
+                    // open and watched (the server's timer starts when it accepts the connection,
+                    // which has been seen to come over 10 s late on a machine the suite shares).
                     let latest = ofKind.compactMap(\.closedAfterWatchBegan).max() ?? .zero
-                    #expect(latest <= .seconds(10), "a \(kind) connection was still open \(latest) after the watch began (the timeout is 1 s)")
+                    #expect(latest <= .seconds(20), "a \(kind) connection was still open \(latest) after the watch began (the timeout is 1 s)")
                     lines.append(String(format: "%@: %d/%d closed after %.2f–%.2f s", kind.rawValue, closed.count, ofKind.count, first.seconds, last.seconds))
                 }
                 if kind == .headerTrickle || kind == .bodyTrickle {
