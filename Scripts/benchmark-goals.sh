@@ -23,7 +23,8 @@ export PATH=/opt/swift/usr/bin:$PATH
 # The runs below are the goals' own: the scripts' settings from the caller's environment would
 # change what they measure (a STORE=postgres there would move the SQLite runs).
 unset STORE RATE THINK_MS GOALS INSTANCES ROUNDS SECS CONNECTIONS THREADS FORMATS DURATION WARMUP \
-    FLOOR_SECONDS CUSTOMERS REPEAT_CUSTOMERS TRANSACTIONS LOOKUP_CPU POSTGRES_URL OTHER_BIN BIN
+    FLOOR_SECONDS CUSTOMERS REPEAT_CUSTOMERS TRANSACTIONS LOOKUP_CPU POSTGRES_URL OTHER_BIN BIN WARM \
+    RETENTION_RATE RETENTION_CONNECTIONS PACED_CONNECTIONS DELAY_MS BURST_CONNECTIONS ONCE_SECONDS
 CALLER_DIR=$(pwd)
 cd "$(dirname "$0")/.."
 absolute() { case "$1" in /*) echo "$1" ;; *) echo "$CALLER_DIR/$1" ;; esac; }
@@ -54,8 +55,10 @@ mkdir -p "$LOGS"
 export OFFER_SIGNER_BIN=$BIN SKIP_BUILD=1
 echo "==> measuring $BIN ($(git rev-parse --short HEAD 2>/dev/null || echo '?') checked out); logs in $LOGS"
 
+RAN=() # the logs this run wrote
 run() { # name, then the command: its output goes to $LOGS/name.log and, in short, to the terminal
     local name=$1; shift
+    RAN+=("$LOGS/$name.log")
     echo "==> $name: $*"
     local started=$SECONDS
     if ! "$@" > "$LOGS/$name.log" 2>&1; then
@@ -99,14 +102,15 @@ verdict() { # condition, figures: PASS or MISS by the awk condition; n/a when a 
     for figure in "$@"; do number "$figure" || { echo "n/a"; return; }; done
     awk "BEGIN { exit !($condition) }" && echo PASS || echo MISS
 }
-# A run whose answers were not all 2xx measured something else: its row says so, and the script
-# fails after the table (benchmark.sh and benchmark-apple-history.sh already fail on their own).
+# A run with non-2xx answers or socket errors measured something else: its row says so, and the
+# script fails after the table (benchmark.sh and benchmark-apple-history.sh already fail on a
+# non-2xx answer on their own, not on socket errors).
 broken() { # log: what was wrong with the run, or nothing
     local log=$1 reasons=""
     [ -f "$log" ] || { echo "no log"; return; }
     grep -Eq 'non2xx=[1-9]' "$log" && reasons="non-2xx answers"
     grep -Eq 'non-2xx [1-9]' "$log" && reasons="non-2xx answers"
-    grep -Eq 'socket errors [1-9]' "$log" && reasons="${reasons:+$reasons, }socket errors"
+    grep -Eq 'socket[ _]errors[:=]? *[1-9]' "$log" && reasons="${reasons:+$reasons, }socket errors"
     grep -Eq '\(must be none\): [1-9]' "$log" && reasons="${reasons:+$reasons, }Apple's API asked"
     echo "$reasons"
 }
@@ -127,9 +131,11 @@ if ! skipped compare; then
     ours=$(field "$C" '/^median ours +rate= +0:/ { sub("/s", "", $5); print $5 }')
     node=$(field "$C" '/^median node +rate= +0:/ { sub("/s", "", $5); print $5 }')
     p99=$(field "$C" '/^median ours +rate= +1000:/ { print $10 }')
+    # The fixed load achieved: wrk leaves failed and timed-out requests out of its percentiles.
+    achieved=$(field "$C" '/^median ours +rate= +1000:/ { sub("/s", "", $5); print $5 }')
     p99node=$(field "$C" '/^median node +rate= +1000:/ { print $10 }')
     echo "| Saturation at least 1.0 × the Node peer (compare.sh) | $ratio ($ours against $node/s) | $(checked "$C" "$(verdict "$ratio >= 1.0" "$ratio")") |"
-    echo "| p99 at 1,000/s at most 2 ms, within 1 ms of the Node peer's | $p99 ms (Node peer $p99node ms) | $(checked "$C" "$(verdict "$p99 <= 2 && $p99 - $p99node <= 1" "$p99" "$p99node")") |"
+    echo "| p99 at 1,000/s at most 2 ms, within 1 ms of the Node peer's | $p99 ms (Node peer $p99node ms) | $(checked "$C" "$(verdict "$achieved >= 950 && $p99 <= 2 && $p99 - $p99node <= 1" "$achieved" "$p99" "$p99node")") |"
     if [ -n "${BASELINE_BIN:-}" ]; then
         echo "| (against BASELINE_BIN, not a goal) | $(field "$C" '/saturation ratio ours\/other:/ { print $4 }') | — |"
     fi
@@ -143,6 +149,7 @@ if ! skipped cpu; then
 fi
 if ! skipped postgres; then
     ratios=""
+    verdicts=""
     overall=PASS
     for round in 1 2; do
         s=$(field "$LOGS/plain-sqlite-$round.log" '/^requests\/s:/ { print $2 }')
@@ -150,12 +157,11 @@ if ! skipped postgres; then
         r=n/a
         if number "$s" && number "$p"; then r=$(awk -v s="$s" -v p="$p" 'BEGIN { if (s > 0) printf "%.2f", p / s; else print "n/a" }'); fi
         ratios="$ratios${ratios:+, }$r ($p against $s/s)"
-        verdicts="${verdicts:-} $(verdict "$r >= 0.9" "$r")"
+        verdicts="$verdicts $(checked "$LOGS/plain-postgres-$round.log" "$(checked "$LOGS/plain-sqlite-$round.log" "$(verdict "$r >= 0.9" "$r")")")"
     done
-    # Any n/a makes the row n/a; else any MISS a MISS.
-    case "$verdicts" in *n/a*) overall=n/a ;; *MISS*) overall=MISS ;; esac
+    # Any FAIL makes the row a FAIL; else any n/a n/a; else any MISS a MISS.
+    case "$verdicts" in *FAIL*) overall="FAIL (see the plain-*.log files)" ;; *n/a*) overall=n/a ;; *MISS*) overall=MISS ;; esac
     echo "| PostgreSQL plain signing at least 0.9 × SQLite (alternated, two pairs) | $ratios | $overall |"
-    # benchmark.sh fails on a non-2xx answer by itself: these runs cannot have been broken.
 fi
 if ! skipped stored; then
     s=$(field "$LOGS/stored-sqlite.log" '/^sign / { print $2 }')
@@ -174,6 +180,6 @@ if ! skipped lookup; then
 fi
 echo
 echo "logs: $LOGS"
-for log in "$LOGS"/*.log; do
-    [ -z "$(broken "$log")" ] || { echo "FAIL: a run's answers were not all 2xx, or it asked Apple (the table says which)" >&2; exit 1; }
+for log in ${RAN[@]+"${RAN[@]}"}; do
+    [ -z "$(broken "$log")" ] || { echo "FAIL: a run had non-2xx answers or socket errors, or asked Apple (the table says which)" >&2; exit 1; }
 done
