@@ -73,34 +73,42 @@ struct DedicatedThreadExecutorTests {
     func cancellationAfterTheTimerKeepsNothing() async throws {
         let executor = DedicatedThreadExecutor(name: "executor-test-5")
         defer { executor.shutdown() }
-        let blockerStarted = Atomic<Bool>(false)
-        let cancellerQueued = Atomic<Bool>(false)
-        // Queued in this order, the thread runs the sleeper (its timer is set) before the blocker,
-        // which holds the thread past the sleeper's deadline and until the canceller is queued.
-        // The thread then fires the timer (the sleeper is queued to resume) and runs the canceller
-        // before the sleeper: the cancellation finds no timer, as it fired. No step depends on
-        // how fast the machine is; each wait gives up after 30 s rather than hang.
-        let sleeper = Task(executorPreference: executor) { try await executor.sleep(for: .milliseconds(200)) }
-        let blocker = Task(executorPreference: executor) { () -> Bool in
-            blockerStarted.store(true, ordering: .sequentiallyConsistent)
-            let start = ContinuousClock.now
-            // Blocks the thread on purpose.
-            while ContinuousClock.now - start < .milliseconds(300) || !cancellerQueued.load(ordering: .sequentiallyConsistent) {
-                if ContinuousClock.now - start > .seconds(30) { return false }
-                usleep(1_000)
+        let flags = BlockerFlags()
+        // The sleeper queues the blocker right before it sleeps, so the thread runs the blocker
+        // as soon as the sleeper has set its timer. The blocker holds the thread past the
+        // sleeper's deadline and until the canceller is queued; the thread then fires the timer
+        // (the sleeper is queued to resume) and runs the canceller before the sleeper: the
+        // cancellation finds no timer, as it fired. Only the thread being descheduled for the
+        // whole second between the sleeper's suspension and the blocker could change the order;
+        // every wait gives up after 30 s rather than hang.
+        let sleeper = Task(executorPreference: executor) {
+            Task(executorPreference: executor) {
+                flags.blocker.store(1, ordering: .sequentiallyConsistent)
+                let start = ContinuousClock.now
+                // Blocks the thread on purpose.
+                while ContinuousClock.now - start < .milliseconds(1200) || !flags.cancellerQueued.load(ordering: .sequentiallyConsistent) {
+                    if ContinuousClock.now - start > .seconds(30) {
+                        flags.blocker.store(3, ordering: .sequentiallyConsistent)
+                        return
+                    }
+                    usleep(1_000)
+                }
+                flags.blocker.store(2, ordering: .sequentiallyConsistent)
             }
-            return true
+            try await executor.sleep(for: .seconds(1))
         }
         let waiting = ContinuousClock.now
-        while !blockerStarted.load(ordering: .sequentiallyConsistent), ContinuousClock.now - waiting < .seconds(30) {
+        while flags.blocker.load(ordering: .sequentiallyConsistent) == 0, ContinuousClock.now - waiting < .seconds(30) {
             try await Task.sleep(for: .milliseconds(1))
         }
-        let started = blockerStarted.load(ordering: .sequentiallyConsistent)
-        try #require(started, "the blocker never ran")
+        let started = flags.blocker.load(ordering: .sequentiallyConsistent)
+        try #require(started != 0, "the blocker never ran")
         let canceller = Task(executorPreference: executor) { sleeper.cancel() }
-        cancellerQueued.store(true, ordering: .sequentiallyConsistent)
-        #expect(await blocker.value, "the blocker gave up waiting for the canceller")
+        flags.cancellerQueued.store(true, ordering: .sequentiallyConsistent)
+        // The canceller runs after the blocker has let the thread go.
         await canceller.value
+        let blocked = flags.blocker.load(ordering: .sequentiallyConsistent)
+        #expect(blocked == 2, "the blocker gave up waiting for the canceller")
         await #expect(throws: CancellationError.self) { try await sleeper.value }
         #expect(executor.cancelledSleepsKept == 0)
     }
@@ -125,6 +133,12 @@ struct DedicatedThreadExecutorTests {
         }
         #expect(await work.value == 42)
     }
+}
+
+private final class BlockerFlags: Sendable {
+    /// 0 not started, 1 holding the thread, 2 done, 3 gave up waiting for the canceller.
+    let blocker = Atomic<Int>(0)
+    let cancellerQueued = Atomic<Bool>(false)
 }
 
 private final class Finished: Sendable {

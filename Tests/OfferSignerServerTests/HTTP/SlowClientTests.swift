@@ -146,7 +146,7 @@ struct SlowClientTests {
             for kind in WatchedConnection.Kind.allCases {
                 let ofKind = watched.filter { $0.kind == kind }
                 let closed = ofKind.compactMap(\.closedAfter)
-                #expect(closed.count == ofKind.count, "\(ofKind.count - closed.count) \(kind) connections still open 30 s after opening")
+                #expect(closed.count == ofKind.count, "\(ofKind.count - closed.count) \(kind) connections still open 30 s after the watch began")
                 if let first = closed.min(), let last = closed.max() {
                     #expect(first >= .milliseconds(950), "a \(kind) connection was closed after \(first), before the 1 s timeout")
                     // And closed by the configured timeout, not the default one (30 s), which the
