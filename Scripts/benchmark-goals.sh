@@ -108,8 +108,8 @@ verdict() { # condition, figures: PASS or MISS by the awk condition; n/a when a 
 broken() { # log: what was wrong with the run, or nothing
     local log=$1 reasons=""
     [ -f "$log" ] || { echo "no log"; return; }
-    grep -Eq 'non2xx=[1-9]' "$log" && reasons="non-2xx answers"
-    grep -Eq 'non-2xx [1-9]' "$log" && reasons="non-2xx answers"
+    # compare.sh writes "non2xx=N", the stored-history and Apple scripts "non-2xx N".
+    grep -Eq 'non-?2xx[= ][1-9]' "$log" && reasons="non-2xx answers"
     grep -Eq 'socket[ _]errors[:=]? *[1-9]' "$log" && reasons="${reasons:+$reasons, }socket errors"
     grep -Eq '\(must be none\): [1-9]' "$log" && reasons="${reasons:+$reasons, }Apple's API asked"
     echo "$reasons"
