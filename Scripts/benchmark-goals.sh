@@ -50,11 +50,12 @@ if [ -n "${BASELINE_BIN:-}" ]; then
     BASELINE_BIN=$(absolute "$BASELINE_BIN")
     [ -x "$BASELINE_BIN" ] || { echo "error: BASELINE_BIN=$BASELINE_BIN is not an executable" >&2; exit 2; }
 fi
-# Two steps: in one, a failed mktemp would leave LOGS empty and the logs in the caller's directory.
-if [ -z "${LOGS:-}" ]; then
+# A caller's LOGS is read from the caller's directory; mktemp's answer is already a path from here.
+if [ -n "${LOGS:-}" ]; then
+    LOGS=$(absolute "$LOGS")
+else
     LOGS=$(mktemp -d "${TMPDIR:-/tmp}/offer-signer-goals.XXXXXX") || { echo "error: could not make a directory for the logs (set LOGS)" >&2; exit 2; }
 fi
-LOGS=$(absolute "$LOGS")
 mkdir -p "$LOGS"
 export OFFER_SIGNER_BIN=$BIN SKIP_BUILD=1
 echo "==> measuring $BIN ($(git rev-parse --short HEAD 2>/dev/null || echo '?') checked out); logs in $LOGS"
