@@ -138,13 +138,26 @@ struct SlowClientTests {
                 throw error
             }
             defer { for connection in watched { close(connection.socket) } }
+            // A trickler proves the server does not restart its timer on every byte only if it
+            // sent bytes while open. The watch sends them, so a trickler the watch began on after
+            // 800 ms (opening the 275 can take that long on a loaded machine, a full accept
+            // backlog making `connect` wait) may have been closed before its first byte. If that
+            // left a trickling kind with no trickler watched early, two of each kind are opened
+            // alone and watched at once, so every run checks trickling.
+            let trickling: Set<WatchedConnection.Kind> = [.headerTrickle, .bodyTrickle]
+            let watchedEarlyKinds = Set(watched.filter { trickling.contains($0.kind) && $0.watchedAfter < .milliseconds(800) }.map(\.kind))
+            var tricklersAlone: [WatchedConnection] = []
+            if watchedEarlyKinds != trickling {
+                tricklersAlone = try await onOwnThread { try Self.watchTricklersAlone(port: port, secret: secret) }
+            }
+            defer { for connection in tricklersAlone { close(connection.socket) } }
             let signed = try await signing.value
             let (statuses, verified, problems) = (signed.statuses, signed.verified, signed.problems)
 
             // Every connection was closed by the server, none before the timeout.
             var lines: [String] = []
             for kind in WatchedConnection.Kind.allCases {
-                let ofKind = watched.filter { $0.kind == kind }
+                let ofKind = (watched + tricklersAlone).filter { $0.kind == kind }
                 let closed = ofKind.compactMap(\.closedAfter)
                 #expect(closed.count == ofKind.count, "\(ofKind.count - closed.count) \(kind) connections still open 30 s after the watch began")
                 if let first = closed.min(), let last = closed.max() {
@@ -155,16 +168,23 @@ struct SlowClientTests {
                     // which has been seen to come over 10 s late on a machine the suite shares).
                     let latest = ofKind.compactMap(\.closedAfterWatchBegan).max() ?? .zero
                     #expect(latest <= .seconds(20), "a \(kind) connection was still open \(latest) after the watch began (the timeout is 1 s)")
+                    // The bound above cannot tell the two timeouts apart for a connection the watch
+                    // began on more than 10 s after its opening. This one can, for every kind: the
+                    // default timer starts no sooner than the connection was opened, and the watch sees
+                    // a close no sooner than it happened, so under the default no connection is seen
+                    // closed within 30 s of its opening.
+                    #expect(first < .seconds(29), "the first \(kind) connection to close was closed \(first) after its opening; the default timeout (30 s) would close it no sooner than 30 s")
                     lines.append(String(format: "%@: %d/%d closed after %.2f–%.2f s", kind.rawValue, closed.count, ofKind.count, first.seconds, last.seconds))
                 }
                 if kind == .headerTrickle || kind == .bodyTrickle {
                     // They kept sending while open (every 200 ms: about 5 bytes before the timeout on
                     // an idle machine; a starved test thread may manage fewer). A connection the watch
-                    // began on after 800 ms may have been closed before its first byte (opening them
-                    // all can take that long on a loaded machine): only the others must have sent.
+                    // began on after 800 ms may have been closed before its first byte (see above):
+                    // only the others must have sent, and there is at least one of them.
                     let watchedEarly = ofKind.filter { $0.watchedAfter < .milliseconds(800) }
+                    #expect(!watchedEarly.isEmpty, "\(kind): no trickler was watched within 800 ms of its opening, alone or among the others (watched after \(ofKind.map(\.watchedAfter)))")
                     #expect(watchedEarly.allSatisfy { $0.bytesTrickled >= 1 }, "\(kind): bytes sent \(ofKind.map(\.bytesTrickled)), watched after \(ofKind.map(\.watchedAfter))")
-                    lines.append("\(kind.rawValue) bytes sent \(ofKind.map(\.bytesTrickled).min() ?? 0)–\(ofKind.map(\.bytesTrickled).max() ?? 0) (\(watchedEarly.count) of \(ofKind.count) watched within 800 ms)")
+                    lines.append("\(kind.rawValue) bytes sent \(ofKind.map(\.bytesTrickled).min() ?? 0)–\(ofKind.map(\.bytesTrickled).max() ?? 0) (\(watchedEarly.count) of \(ofKind.count) watched within 800 ms\(tricklersAlone.isEmpty ? "" : ", 2 of them opened alone"))")
                 }
             }
             print("slow clients (idle timeout 1 s): " + lines.joined(separator: "; ") + "; signing: \(statuses.count) requests (\(signed.duringHold) while they were held), \(verified) verified 201, \(signed.lateSends) sent again after a late send")
@@ -175,7 +195,7 @@ struct SlowClientTests {
             let metrics = try await onOwnThread { try RawSocket.request(port: port, method: "GET", path: "/metrics", headers: ["Authorization": "Bearer \(TestServer.operatorSecret)"]) }
             let timedOut = metrics.body.split(separator: "\n").first { $0.hasPrefix("offer_signer_connections_timed_out_total") }
             let count = timedOut.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
-            #expect(count >= Double(watched.count), "metrics: \(timedOut ?? "no offer_signer_connections_timed_out_total")")
+            #expect(count >= Double(watched.count + tricklersAlone.count), "metrics: \(timedOut ?? "no offer_signer_connections_timed_out_total")")
         }
     }
 
@@ -240,26 +260,45 @@ struct SlowClientTests {
                 let (socket, since) = try answeredKeepAlive(port: port)
                 connections.append(WatchedConnection(socket: socket, kind: .idleAfterResponse, since: since))
             }
-            for _ in 0..<10 {
-                let socket = try RawSocket.connect(port: port)
-                let since = ContinuousClock.now
-                RawSocket.send(socket, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
-                connections.append(WatchedConnection(socket: socket, kind: .headerTrickle, since: since, trickleByte: UInt8(ascii: "a")))
-            }
-            for _ in 0..<10 {
-                let socket = try RawSocket.connect(port: port)
-                let since = ContinuousClock.now
-                RawSocket.send(
-                    socket,
-                    "POST /v1/offers/signatures HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(secret)\r\n"
-                        + "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
-                connections.append(WatchedConnection(socket: socket, kind: .bodyTrickle, since: since, trickleByte: UInt8(ascii: " ")))
-            }
+            try openTricklers(port: port, secret: secret, each: 10, into: &connections)
         } catch {
             for connection in connections { close(connection.socket) }
             throw error
         }
         return connections
+    }
+
+    /// Opens `each` head tricklers, then `each` body tricklers, appending them to `connections`
+    /// (which the caller closes, also when this throws).
+    static func openTricklers(port: Int, secret: String, each: Int, into connections: inout [WatchedConnection]) throws {
+        for _ in 0..<each {
+            let socket = try RawSocket.connect(port: port)
+            let since = ContinuousClock.now
+            RawSocket.send(socket, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            connections.append(WatchedConnection(socket: socket, kind: .headerTrickle, since: since, trickleByte: UInt8(ascii: "a")))
+        }
+        for _ in 0..<each {
+            let socket = try RawSocket.connect(port: port)
+            let since = ContinuousClock.now
+            RawSocket.send(
+                socket,
+                "POST /v1/offers/signatures HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(secret)\r\n"
+                    + "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+            connections.append(WatchedConnection(socket: socket, kind: .bodyTrickle, since: since, trickleByte: UInt8(ascii: " ")))
+        }
+    }
+
+    /// Two tricklers of each kind opened alone and watched at once (no other connection to open
+    /// first, so the watch begins within milliseconds of their opening).
+    static func watchTricklersAlone(port: Int, secret: String) throws -> [WatchedConnection] {
+        var connections: [WatchedConnection] = []
+        do {
+            try openTricklers(port: port, secret: secret, each: 2, into: &connections)
+        } catch {
+            for connection in connections { close(connection.socket) }
+            throw error
+        }
+        return WatchedConnection.watchUntilClosed(connections, trickleEvery: .milliseconds(200), giveUpAfter: .seconds(30))
     }
 
     /// A connection kept open after one answered `GET /healthz`, and when its request was sent
