@@ -56,7 +56,7 @@ if [ -n "${LOGS:-}" ]; then
 else
     LOGS=$(mktemp -d "${TMPDIR:-/tmp}/offer-signer-goals.XXXXXX") || { echo "error: could not make a directory for the logs (set LOGS)" >&2; exit 2; }
 fi
-{ mkdir -p "$LOGS" 2>/dev/null && [ -w "$LOGS" ]; } || { echo "error: could not make the log directory $LOGS (set LOGS to a directory you can write)" >&2; exit 2; }
+{ mkdir -p "$LOGS" && [ -w "$LOGS" ] && [ -x "$LOGS" ]; } || { echo "error: could not make the log directory $LOGS (set LOGS to a directory you can write)" >&2; exit 2; }
 export OFFER_SIGNER_BIN=$BIN SKIP_BUILD=1
 echo "==> measuring $BIN ($(git rev-parse --short HEAD 2>/dev/null || echo '?') checked out); logs in $LOGS"
 
