@@ -115,6 +115,9 @@ public final class FakeAppStoreServerAPI: Sendable {
         var bodyTrickle: Duration = .zero
         var requests: [ReceivedRequest] = []
         var arrivals = 0
+        /// Requests arrived and not yet answered, and the most there ever were at once.
+        var inFlight = 0
+        var mostInFlight = 0
     }
 
     public let bundleID: String
@@ -152,6 +155,9 @@ public final class FakeAppStoreServerAPI: Sendable {
     /// How many requests have arrived, counted before any scripted fault or delay: a request
     /// waiting for a delayed answer is counted here and not yet in `requests`.
     public var arrivals: Int { state.withLock { $0.arrivals } }
+    /// The most requests that had arrived and were not yet answered at one moment (since the
+    /// last `clearRequests`): how many callers were waiting for Apple at once.
+    public var mostInFlight: Int { state.withLock { $0.mostInFlight } }
     /// Waits until a request has arrived, or `timeout` has passed; returns `arrivals`.
     @discardableResult
     public func waitForArrival(within timeout: Duration) async throws -> Int {
@@ -164,6 +170,7 @@ public final class FakeAppStoreServerAPI: Sendable {
         state.withLock { state in
             state.requests.removeAll()
             state.arrivals = 0
+            state.mostInFlight = state.inFlight
         }
     }
 
@@ -273,6 +280,8 @@ public final class FakeAppStoreServerAPI: Sendable {
         let token = Self.check(request.headers[.authorization], fake: self)
         let (fault, delay) = state.withLock { state -> (Fault?, Duration) in
             state.arrivals += 1
+            state.inFlight += 1
+            state.mostInFlight = max(state.mostInFlight, state.inFlight)
             if var queue = state.faults[endpoint], !queue.isEmpty {
                 let first = queue.removeFirst()
                 state.faults[endpoint] = queue
@@ -304,7 +313,10 @@ public final class FakeAppStoreServerAPI: Sendable {
         let record = ReceivedRequest(
             environment: environment, endpoint: endpoint, transactionID: transactionID, revision: revision, token: token,
             answeredStatus: Int(response.status.code), body: requestBody, query: request.uri.query)
-        state.withLock { $0.requests.append(record) }
+        state.withLock { state in
+            state.requests.append(record)
+            state.inFlight -= 1
+        }
         return response
     }
 
