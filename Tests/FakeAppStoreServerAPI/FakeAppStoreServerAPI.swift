@@ -115,7 +115,8 @@ public final class FakeAppStoreServerAPI: Sendable {
         var bodyTrickle: Duration = .zero
         var requests: [ReceivedRequest] = []
         var arrivals = 0
-        /// Requests arrived and not yet answered, and the most there ever were at once.
+        /// Requests arrived whose answer was not yet made (a trickled body may still be
+        /// streaming after), and the most there ever were at once.
         var inFlight = 0
         var mostInFlight = 0
     }
@@ -155,8 +156,8 @@ public final class FakeAppStoreServerAPI: Sendable {
     /// How many requests have arrived, counted before any scripted fault or delay: a request
     /// waiting for a delayed answer is counted here and not yet in `requests`.
     public var arrivals: Int { state.withLock { $0.arrivals } }
-    /// The most requests that had arrived and were not yet answered at one moment (since the
-    /// last `clearRequests`): how many callers were waiting for Apple at once.
+    /// The most requests that had arrived and whose answer was not yet made at one moment
+    /// (since the last `clearRequests`): how many callers were waiting for Apple at once.
     public var mostInFlight: Int { state.withLock { $0.mostInFlight } }
     /// Waits until a request has arrived, or `timeout` has passed; returns `arrivals`.
     @discardableResult
@@ -165,7 +166,8 @@ public final class FakeAppStoreServerAPI: Sendable {
         while arrivals == 0, ContinuousClock.now < giveUp { try await Task.sleep(for: .milliseconds(10)) }
         return arrivals
     }
-    /// Forgets the requests answered and the arrivals counted so far.
+    /// Forgets the requests answered and the arrivals counted so far; `mostInFlight` starts
+    /// again from the requests still waiting for their answer.
     public func clearRequests() {
         state.withLock { state in
             state.requests.removeAll()

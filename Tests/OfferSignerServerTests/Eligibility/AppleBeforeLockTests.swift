@@ -72,8 +72,8 @@ struct AppleBeforeLockTests {
                                     body: #"{"productID":"pro.monthly","offerID":"wb_apple","appAccountToken":"\#(user.appAccountToken!)","transactionID":"\#(user.originalTransactionID)"}"#,
                                     // Apple's time budget (30 s), then the wait for the lock place
                                     // and the decision's audit commit (each up to the store
-                                    // timeout, 100 s): a stalled store is answered 503 before this
-                                    // read gives up.
+                                    // timeout, 100 s): a store stalled in either is answered 503
+                                    // before this read gives up.
                                     timeout: .seconds(240)
                                 )
                             }
@@ -112,7 +112,9 @@ struct AppleBeforeLockTests {
                     // the lock would have had one customer's requests waiting for Apple at a time
                     // (its history and its subscription statuses, asked together: 2, as seen with
                     // the ask moved under the lock); asked before it, the users wait for Apple
-                    // together (about 100 requests here), however slowly the lock's queue drains.
+                    // together (up to 64 requests here: the API client's 32 lookups at once, two
+                    // calls each), however slowly the lock's queue drains. The bound holds for one
+                    // lock place (a pool of 4); with more places it would be 2 × places + 1.
                     #expect(fake.mostInFlight >= 3, "at most \(fake.mostInFlight) request(s) waited for Apple at once: Apple was asked under the customer lock")
                     #expect(answered.allSatisfy { $0 == 403 || $0 == 201 }, "every user answered, none 503: \(Dictionary(grouping: answered, by: { $0 }).mapValues(\.count)) \(unexpected)")
                     // Subscribed customers are not eligible for a win-back offer: Apple's history decided.
