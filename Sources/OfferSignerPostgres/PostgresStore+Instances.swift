@@ -48,7 +48,8 @@ extension PostgresStore {
     }
 
     /// Rule: a customer lock holds a pooled connection for as long as its body runs (its ledger
-    /// and history reads go on that one), and the body needs another for its audit commit; so at most
+    /// and history reads go on that one), and a body that issues needs another for its audit
+    /// commit (a refusal is committed after the lock, see `SigningController.answer`); so at most
     /// ``customerLockHolders(poolSize:)`` customer locks are held at once, and a request beyond
     /// them waits for its turn within the same timeout. (Before, as many concurrent requests as
     /// the pool had connections each held one for its lock and waited for a second: none could

@@ -12,8 +12,10 @@ import OfferSignerStorage
 /// never holds two database connections waiting for the same customer.
 ///
 /// Waiters are served in arrival order, each for at most the time it is given. Other customers,
-/// and signing without rules, never wait. The lock is held for one ledger read, one decision
-/// commit, the signing and one commit.
+/// and signing without rules, never wait. The lock is held for one ledger read and the decision,
+/// and for an issuance the signing and its one commit (the decision's record with the
+/// signatures'); a refusal's record is committed after the lock is given back (it adds nothing to
+/// the ledger; see `SigningController.answer`).
 typealias CustomerSigningLocks = InProcessLocks
 
 extension InProcessLocks {

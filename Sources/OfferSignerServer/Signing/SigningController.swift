@@ -17,12 +17,14 @@ import OfferSignerStorage
 /// eligibility (`intro-eligibility`, asked alone) is signed for API clients only, never for a
 /// user JWT (it overrides Apple's own eligibility decision), and names the customer's transaction
 /// and the decision (`allowIntroductoryOffer`); Apple's word, when an offer's rules ask for it, is
-/// asked before any lock is taken; an offer with eligibility rules is decided
-/// (and the decision audited) one request at a time per customer, through its commit, so
-/// concurrent requests cannot all pass a rule that counts issued signatures (in this process, and
-/// through the store's customer lock in every process on the same database); then each format is
-/// signed with the bundle's active key and every signature's audit record is durably committed
-/// before the 201 is sent. If the audit cannot be written, or the store does not answer within
+/// asked before any lock is taken; an offer with eligibility rules is decided one request at a
+/// time per customer, an issuance through its commit, so concurrent requests cannot all pass a
+/// rule that counts issued signatures (in this process, and through the store's customer lock in
+/// every process on the same database). A customer refused is answered 403 once the decision's
+/// record is committed, after the lock is given back (a refusal adds nothing to the ledger the
+/// rules count; a client revoked or narrowed meanwhile gets 401 or 403 for that, not the
+/// reasons). Otherwise each format is signed with the bundle's active key and every signature's
+/// audit record is durably committed before the 201 is sent. If the audit cannot be written, or the store does not answer within
 /// `storeTimeout`, the answer is 503 and no signature leaves. Each issuance keeps the customer's
 /// subscription and environment as Apple's history or the app's verified evidence proved them
 /// (see `EligibilityOutcome.subscription`; for an end user's JWS, the subscription of the
@@ -114,33 +116,40 @@ struct SigningController: Sendable {
                 nil
             }
 
-        // Eligibility, for offers whose catalog entry has rules: decided and committed one request
-        // at a time per customer, since the rules count the signatures already in the customer's
-        // ledger (a request without an appAccountToken has no ledger, so nothing to wait for). An
+        // Eligibility, for offers whose catalog entry has rules: decided one request at a time per
+        // customer, an issuance through its commit, since the rules count the signatures already in
+        // the customer's ledger (a request without an appAccountToken has no ledger, so nothing to
+        // wait for; a refusal adds nothing to it, and is committed after the lock, see `answer`). An
         // introductory-offer eligibility carries Apple's introductory-offer decision, not the
         // promotional offer the request names: that offer's rules do not apply to it, and the
         // ledger does not count it (`LedgerIssuance.introEligibilityFormat`).
         if let eligibility, let offer, !formats.contains(.introEligibility) {
-            let decideAndIssue = { (prefetched: PrefetchedAppleAnswer?) in
+            let decideAndIssue = { (prefetched: PrefetchedAppleAnswer?) async throws -> LockedDecision in
                 // Under the customer's lock, right before deciding: a client revoked while its
                 // request waited (its body, Apple's API, the lock) gets no decision, neither
                 // audited nor answered (a 403's reasons tell a customer's subscription state).
                 let ring = keyRing.ring
                 try Self.checkClientStillAllowed(principal, bundleID: bundleID, ring: ring)
-                let (decision, subscription) = try await checkEligibility(
+                switch try await checkEligibility(
                     offer, request: signatureRequest, bundleID: bundleID, token: token, principal: principal,
-                    eligibility: eligibility, prefetched: prefetched, ring: ring, context: context)
-                return try await issue(
-                    signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, context: context,
-                    decision: decision, subscription: provenSubscription ?? subscription)
+                    eligibility: eligibility, prefetched: prefetched, ring: ring)
+                {
+                case .refused(let refusal):
+                    return .refused(refusal)
+                case .eligible(let decision, let subscription):
+                    return .issued(
+                        try await issue(
+                            signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, context: context,
+                            decision: decision, subscription: provenSubscription ?? subscription))
+                }
             }
-            guard let token else { return try await decideAndIssue(prefetched) }
+            guard let token else { return try await answer(decideAndIssue(prefetched), principal: principal, bundleID: bundleID, context: context) }
             let customer = token.lowercasedString
             let lock = StoreLock.customer(bundleID: bundleID, appAccountToken: customer)
             do {
                 if let historyWithLock, let transactionID = signatureRequest.transactionID {
                     do {
-                        return try await customerLocks.withLock(CustomerSigningLocks.key(bundleID: bundleID, appAccountToken: customer), timeout: storeTimeout) {
+                        let decided = try await customerLocks.withLock(CustomerSigningLocks.key(bundleID: bundleID, appAccountToken: customer), timeout: storeTimeout) {
                             try await store.withExclusiveLock(lock, timeout: storeTimeout, readingHistory: historyWithLock) {
                                 guard let answer = try await eligibility.storedAnswerWithLock(offer, bundleID: bundleID, transactionID: transactionID, now: Date())
                                 else { throw StoredHistoryMovedUnderLock() }
@@ -148,6 +157,7 @@ struct SigningController: Sendable {
                                 return try await decideAndIssue(answer)
                             }
                         }
+                        return try await answer(decided, principal: principal, bundleID: bundleID, context: context)
                     } catch is StoredHistoryMovedUnderLock {
                         metrics.storedHistoryWithLock("moved")
                         // Decided the usual way: Apple's word (stored or asked) before the lock.
@@ -155,9 +165,10 @@ struct SigningController: Sendable {
                     }
                 }
                 let answered = prefetched
-                return try await customerLocks.withLock(CustomerSigningLocks.key(bundleID: bundleID, appAccountToken: customer), timeout: storeTimeout) {
+                let decided = try await customerLocks.withLock(CustomerSigningLocks.key(bundleID: bundleID, appAccountToken: customer), timeout: storeTimeout) {
                     try await store.withExclusiveLock(lock, timeout: storeTimeout) { try await decideAndIssue(answered) }
                 }
+                return try await answer(decided, principal: principal, bundleID: bundleID, context: context)
             } catch is CustomerSigningLocks.WaitTimedOut {
                 throw APIProblem.customerBusy
             }
@@ -315,13 +326,56 @@ struct SigningController: Sendable {
         issued.map { AuditAppend(entry: $0.auditEntry, signatures: [$0]) }
     }
 
-    /// Decides eligibility. A customer who does not qualify is refused (403 `not_eligible` with the
-    /// reasons) once the decision is durably audited; for one who does, the decision's audit
+    /// What a decision made under the customer's lock came to.
+    enum LockedDecision: Sendable {
+        /// Signed, every record committed (under the lock: the next decision for the customer
+        /// counts these signatures).
+        case issued(Response)
+        /// Not eligible: nothing signed, the decision's record not committed yet (see ``answer``).
+        case refused(EligibilityRefusal)
+    }
+
+    /// A customer who does not qualify: the decision's audit record, and the 403 it is answered
+    /// with once that record is committed.
+    struct EligibilityRefusal: Sendable {
+        let record: AuditAppend
+        let problem: APIProblem
+    }
+
+    /// Answers a decision made under the customer's lock, after the lock is given back. A refusal's
+    /// record is committed here, not under the lock: it adds no signature to the ledger the rules
+    /// count (only `signature.issued` records carry ledger rows), so the customer's next decision
+    /// has nothing to wait for, and on PostgreSQL the lock's pooled connection (one of the
+    /// store's few lock places) is not held through a group commit for it. The refusal is still
+    /// durably audited before its 403 exists; a 503 `audit_unavailable` if it cannot be. (So the
+    /// records of one customer's concurrent requests may be committed in another order than
+    /// they were decided in; a client that waits for each answer sees them in order.)
+    private func answer(_ decided: LockedDecision, principal: Principal, bundleID: String, context: some RequestContext) async throws -> Response {
+        switch decided {
+        case .issued(let response):
+            return response
+        case .refused(let refusal):
+            do {
+                _ = try await committer.commit(refusal.record, within: storeTimeout)
+            } catch {
+                context.logger.error("eligibility decision not audited", metadata: ["error": "\(error)"])
+                throw APIProblem(.serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")
+            }
+            // The reasons tell the customer's subscription state: not to a client revoked while the
+            // refusal was committed (it stays audited: it was decided while the client was allowed).
+            try Self.checkClientStillAllowed(principal, bundleID: bundleID, ring: keyRing.ring)
+            throw refusal.problem
+        }
+    }
+
+    /// Decides eligibility. A customer who does not qualify is refused: the decision's record and
+    /// its 403 (`not_eligible` with the reasons) are returned, to be committed and answered by
+    /// ``answer`` once the customer's lock is given back; for one who does, the decision's audit
     /// record is returned, to be committed with the signatures (one group commit, not two).
     private func checkEligibility(
         _ offer: OfferDefinition, request: SignatureRequest, bundleID: String, token: UUID?, principal: Principal,
-        eligibility: EligibilityService, prefetched: PrefetchedAppleAnswer?, ring: KeyRing, context: some RequestContext
-    ) async throws -> (AuditAppend, subscription: ProvenSubscription?) {
+        eligibility: EligibilityService, prefetched: PrefetchedAppleAnswer?, ring: KeyRing
+    ) async throws -> EligibilityCheck {
         guard offer.productIDs.isEmpty || offer.productIDs.contains(request.productID) else {
             throw APIProblem.badRequest("product_not_in_offer", "offer '\(offer.offerID)' does not apply to product '\(request.productID)'")
         }
@@ -338,16 +392,7 @@ struct SigningController: Sendable {
         let entry = EligibilityService.auditEntry(
             outcome, bundleID: bundleID, productID: request.productID, appAccountToken: token, transactionID: request.transactionID,
             principal: principal.identity, at: now)
-        if decision.eligible { return (AuditAppend(entry: entry), outcome.subscription) }
-        do {
-            _ = try await committer.commit(AuditAppend(entry: entry), within: storeTimeout)
-        } catch {
-            context.logger.error("eligibility decision not audited", metadata: ["error": "\(error)"])
-            throw APIProblem(.serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")
-        }
-        // The reasons tell the customer's subscription state: not to a client revoked while the
-        // refusal was committed (it stays audited: it was decided while the client was allowed).
-        try Self.checkClientStillAllowed(principal, bundleID: bundleID, ring: keyRing.ring)
+        if decision.eligible { return .eligible(AuditAppend(entry: entry), subscription: outcome.subscription) }
         var extensions = ["reasons": EligibilityService.reasonsJSON(decision.reasons)]
         if let source = outcome.source { extensions["historySource"] = JSONObjectWriter.quoted(source.rawValue) }
         if let eligibleFrom = decision.eligibleFrom { extensions["eligibleFrom"] = JSONObjectWriter.quoted(Date.rfc3339(milliseconds: eligibleFrom.unixMilliseconds)) }
@@ -355,7 +400,15 @@ struct SigningController: Sendable {
         let reasons = decision.reasons.map(\.rawValue).joined(separator: ", ")
         var detail = "the customer is not eligible for '\(offer.offerID)': \(reasons)"
         if let failure = decision.evidenceFailures.first { detail += " (\(failure))" }
-        throw APIProblem(.forbidden, code: "not_eligible", detail: detail, extensions: extensions)
+        return .refused(
+            EligibilityRefusal(record: AuditAppend(entry: entry), problem: APIProblem(.forbidden, code: "not_eligible", detail: detail, extensions: extensions)))
+    }
+
+    /// What ``checkEligibility`` decided.
+    enum EligibilityCheck: Sendable {
+        /// Eligible: the decision's record, to be committed with the signatures.
+        case eligible(AuditAppend, subscription: ProvenSubscription?)
+        case refused(EligibilityRefusal)
     }
 
     static func formats(_ requested: [String]?) throws(APIProblem) -> [SignatureFormat] {
