@@ -30,12 +30,20 @@ stop_throwaway_postgres() {
     fi
 }
 # CPU ticks (user + system) of every process of the throw-away cluster: the postmaster and its
-# children (backends, WAL writer, checkpointer). "n/a" for a database given by POSTGRES_URL.
+# children (backends, WAL writer, checkpointer), those that exited included (a process's ticks
+# vanish from /proc with it; without its parent's count, a run in which an autovacuum worker ended
+# once printed -37% of a core). "n/a" for a database given by POSTGRES_URL.
 postgres_ticks() {
     if [ -z "$PG_DATA" ] || [ ! -f "$PG_DATA/postmaster.pid" ]; then echo n/a; return; fi
     local master
     master=$(head -n 1 "$PG_DATA/postmaster.pid")
-    { echo "$master"; ps -o pid= --ppid "$master"; } | while read -r pid; do
-        awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || true
-    done | awk '{ total += $1 } END { print total + 0 }'
+    # The postmaster's own CPU and its reaped children's (fields 16 and 17: a backend or an
+    # autovacuum worker that exited during the run), then each living child's (one that exits
+    # between the two reads is counted in neither: a few ticks at most).
+    {
+        awk '{print $14 + $15 + $16 + $17}' "/proc/$master/stat" 2>/dev/null || true
+        { ps -o pid= --ppid "$master" || true; } | while read -r pid; do
+            awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || true
+        done
+    } | awk '{ total += $1 } END { print total + 0 }'
 }
