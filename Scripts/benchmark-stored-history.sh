@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Offers decided on Apple's history that App Store Server Notifications V2 already put in the
 # store (no App Store Server API call on the way):
-#   1. signing under rules (historySource apple, apps.<bundle>.notificationHistory) at saturation;
+#   1. signing under rules (historySource apple, apps.<bundle>.notificationHistory) at saturation
+#      (DECISION=refuse: a win-back offer every subscriber is refused, 403 not_eligible, instead);
 #   2. Retention Messaging requests (POST /v1/apple/retention, each signed by an Apple-like chain,
 #      each with a new requestIdentifier) at a fixed offered load.
 # The store is seeded first: CUSTOMERS subscribers, six notifications each.
@@ -10,7 +11,7 @@
 # goals: at least 5,000 signatures/s; retention p99 at most 10 ms at 500 requests/s.
 #
 # Usage:   Scripts/benchmark-stored-history.sh
-# Env:     DURATION=10 (seconds per run)  CONNECTIONS=32  THREADS=2  CUSTOMERS=2000
+# Env:     DURATION=10 (seconds per run)  CONNECTIONS=32  THREADS=2  CUSTOMERS=2000  DECISION=issue
 #          RETENTION_RATE=500  RETENTION_CONNECTIONS=16  PORT=18193
 #          STORE=sqlite (default) or postgres: a throw-away PostgreSQL cluster (initdb and pg_ctl
 #          from /usr/lib/postgresql/*/bin, run as the postgres user when root), or the empty
@@ -36,6 +37,12 @@ APP_APPLE_ID=1234567890
 case "$STORE_KIND" in
     sqlite | postgres) ;;
     *) echo "error: STORE='$STORE_KIND' is not sqlite or postgres" >&2; exit 2 ;;
+esac
+# The offer the signing run asks for, and the answer each of its requests must get.
+case "${DECISION:-issue}" in
+    issue) SIGN_OFFER=STORED_RULES; SIGN_STATUS=201 ;;
+    refuse) SIGN_OFFER=STORED_WINBACK; SIGN_STATUS=403 ;;
+    *) echo "error: DECISION='$DECISION' is not issue or refuse" >&2; exit 2 ;;
 esac
 
 for tool in wrk curl openssl python3; do
@@ -96,6 +103,8 @@ cat > "$WORK/offers.json" <<JSON
  "offers": [
   {"offerID": "STORED_RULES", "bundleID": "com.example.bench", "productIDs": ["com.example.bench.monthly"], "subscriptionGroupID": "BENCHGROUP",
    "kind": "retention", "historySource": "apple", "rules": {"minPaidMonths": 3}},
+  {"offerID": "STORED_WINBACK", "bundleID": "com.example.bench", "productIDs": ["com.example.bench.monthly"], "subscriptionGroupID": "BENCHGROUP",
+   "kind": "win-back", "historySource": "apple", "rules": {"minPaidMonths": 1, "lapsedMonths": {"min": 1}}},
   {"offerID": "RETAIN", "bundleID": "com.example.bench", "productIDs": ["com.example.bench.monthly"], "subscriptionGroupID": "BENCHGROUP",
    "kind": "retention", "historySource": "apple", "rules": {"minPaidMonths": 3}}]}
 JSON
@@ -120,8 +129,8 @@ SEED_SECONDS=$(awk -v a="$SEED_START" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1
 
 STATUS=$(curl -sS -o "$WORK/first.json" -w '%{http_code}' -X POST "$URL/v1/offers/signatures" -H 'Content-Type: application/json' \
     -H "Authorization: Bearer $SECRET" \
-    -d '{"productID":"com.example.bench.monthly","offerID":"STORED_RULES","transactionID":"600000000","appAccountToken":"00000000-0000-4000-8000-000000000000"}')
-[ "$STATUS" = 201 ] || { echo "error: a single request answered $STATUS:" >&2; cat "$WORK/first.json" >&2; exit 1; }
+    -d '{"productID":"com.example.bench.monthly","offerID":"'"$SIGN_OFFER"'","transactionID":"600000000","appAccountToken":"00000000-0000-4000-8000-000000000000"}')
+[ "$STATUS" = "$SIGN_STATUS" ] || { echo "error: a single request for $SIGN_OFFER answered $STATUS, not $SIGN_STATUS:" >&2; cat "$WORK/first.json" >&2; exit 1; }
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
@@ -131,7 +140,7 @@ run() {
     before=$(ticks "$SERVER_PID")
     pg_before=$(postgres_ticks)
     echo "==> $label: OFFER_SIGNER_BENCH_MODE=$label OFFER_SIGNER_BENCH_RATE=$rate wrk -t$THREADS -c$connections -d${DURATION}s --latency -s Scripts/benchmark-stored-history.lua"
-    OFFER_SIGNER_BENCH_MODE=$label OFFER_SIGNER_BENCH_RATE=$rate OFFER_SIGNER_BENCH_THREADS=$THREADS OFFER_SIGNER_BENCH_SECRET="$SECRET" \
+    OFFER_SIGNER_BENCH_MODE=$label OFFER_SIGNER_BENCH_RATE=$rate OFFER_SIGNER_BENCH_THREADS=$THREADS OFFER_SIGNER_BENCH_SECRET="$SECRET" OFFER_SIGNER_BENCH_OFFER="$SIGN_OFFER" \
         OFFER_SIGNER_BENCH_CUSTOMERS="$CUSTOMERS" OFFER_SIGNER_BENCH_BODIES="$WORK/retention.jsonl" \
         wrk -t"$THREADS" -c"$connections" -d"${DURATION}s" --timeout 10s --latency -s Scripts/benchmark-stored-history.lua "$URL" > "$WORK/$label.txt"
     echo "$(( $(ticks "$SERVER_PID") - before ))" > "$WORK/$label-cpu.txt"
@@ -160,13 +169,21 @@ curl -fsS -H "Authorization: Bearer $(cat "$OPERATOR_TOKEN_FILE")" "$URL/metrics
 echo
 echo "== offer-signer deciding on stored history ($(nproc) cores, shared machine, store $STORE_KIND; $CUSTOMERS subscribers seeded in $SEED_SECONDS s)"
 report sign
-echo "           (saturation, $CONNECTIONS connections; offer under rules, historySource apple)"
+echo "           (saturation, $CONNECTIONS connections; offer $SIGN_OFFER under rules, historySource apple; each answer must be $SIGN_STATUS)"
 report retention
 echo "           (fixed load: $RETENTION_RATE requests/s offered, $RETENTION_CONNECTIONS connections)"
 echo "App Store Server API lookups (must be none): $(grep -c '^app_store_server_api_lookups_total' "$WORK/metrics.txt" || true)"
 grep -E '^retention_(requests|fallbacks)_total' "$WORK/metrics.txt" | sed 's/^/  /' || true
+grep -E '^http_requests_total\{.*route="/v1/offers/signatures"' "$WORK/metrics.txt" | sed 's/^/  /' || true
+# Every signing answer must be the one the decision gives: a 503 (a lock or commit that timed out)
+# is not a refusal.
+OTHER_ANSWERS=$({ grep -E '^http_requests_total\{.*route="/v1/offers/signatures"' "$WORK/metrics.txt" || true; } \
+    | { grep -v "status=\"$SIGN_STATUS\"" || true; } | awk '{ total += $NF } END { print total + 0 }')
+[ "$OTHER_ANSWERS" = 0 ] && echo "every signing answer $SIGN_STATUS: PASS" || echo "every signing answer $SIGN_STATUS: MISS ($OTHER_ANSWERS others)"
 SIGN_RPS=$(field "$WORK/sign.txt" rps)
 RETENTION_P99=$(field "$WORK/retention.txt" p99_ms)
-awk -v r="$SIGN_RPS" 'BEGIN { exit !(r >= 5000) }' && echo "goal >= 5,000 signatures/s: PASS ($SIGN_RPS)" || echo "goal >= 5,000 signatures/s: MISS ($SIGN_RPS)"
+if [ "$SIGN_STATUS" = 201 ]; then
+    awk -v r="$SIGN_RPS" 'BEGIN { exit !(r >= 5000) }' && echo "goal >= 5,000 signatures/s: PASS ($SIGN_RPS)" || echo "goal >= 5,000 signatures/s: MISS ($SIGN_RPS)"
+fi
 awk -v p="$RETENTION_P99" 'BEGIN { exit !(p <= 10) }' && echo "goal retention p99 <= 10 ms at $RETENTION_RATE/s: PASS ($RETENTION_P99 ms)" \
     || echo "goal retention p99 <= 10 ms at $RETENTION_RATE/s: MISS ($RETENTION_P99 ms)"
