@@ -38,8 +38,8 @@ postgres_ticks() {
     local master
     master=$(head -n 1 "$PG_DATA/postmaster.pid")
     # The postmaster's own CPU and its reaped children's (fields 16 and 17: a backend or an
-    # autovacuum worker that exited during the run), then each living child's (one that exits
-    # between the two reads is counted in neither: a few ticks at most).
+    # autovacuum worker that exited during the run), then each living child's (one that exits in
+    # the few milliseconds between the two reads is counted in neither, all its CPU lost).
     {
         awk '{print $14 + $15 + $16 + $17}' "/proc/$master/stat" 2>/dev/null || true
         { ps -o pid= --ppid "$master" || true; } | while read -r pid; do

@@ -5,8 +5,10 @@ import Synchronization
 /// A lock that several serving processes on one database take to act as one service.
 public enum StoreLock: Sendable, Hashable {
     /// One customer (appAccountToken) of one app: held from the read of the customer's ledger
-    /// until the audit commit of what was decided from it has returned, so that a rule counting
-    /// the signatures already issued holds however many instances serve the customer.
+    /// until what was decided from it that adds to the ledger (an issuance's records) is
+    /// committed, so that a rule counting the signatures already issued holds however many
+    /// instances serve the customer (a refusal is committed after it is given back, see
+    /// `SigningController.answer`).
     case customer(bundleID: String, appAccountToken: String)
     /// The writer of signed audit checkpoints: held while one instance checks whether a
     /// checkpoint is due and signs it, so the deployment keeps one checkpoint per interval.

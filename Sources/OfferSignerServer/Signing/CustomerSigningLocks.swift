@@ -5,7 +5,8 @@ import OfferSignerStorage
 ///
 /// Rule: a signature whose eligibility depends on our ledger (`waitBetweenOffersMonths`,
 /// `maxRedemptions` count the signatures already issued) is decided and committed while no other
-/// such request for the same customer is between its ledger read and its commit. Without it,
+/// such request for the same customer is between its ledger read and the end of its decision (for
+/// an issuance, its commit). Without it,
 /// concurrent requests all read the ledger before any of them commits, and all pass: twelve
 /// parallel requests got twelve signatures for an offer allowed once a year. Across processes on
 /// one database, the store's lock (`StoreLock.customer`) is taken inside this one, so a process

@@ -143,7 +143,9 @@ struct SigningController: Sendable {
                             decision: decision, subscription: provenSubscription ?? subscription))
                 }
             }
-            guard let token else { return try await answer(decideAndIssue(prefetched), principal: principal, bundleID: bundleID, context: context) }
+            guard let token else {
+                return try await answer(decideAndIssue(prefetched), principal: principal, bundleID: bundleID, context: context)
+            }
             let customer = token.lowercasedString
             let lock = StoreLock.customer(bundleID: bundleID, appAccountToken: customer)
             do {
@@ -151,10 +153,10 @@ struct SigningController: Sendable {
                     do {
                         let decided = try await customerLocks.withLock(CustomerSigningLocks.key(bundleID: bundleID, appAccountToken: customer), timeout: storeTimeout) {
                             try await store.withExclusiveLock(lock, timeout: storeTimeout, readingHistory: historyWithLock) {
-                                guard let answer = try await eligibility.storedAnswerWithLock(offer, bundleID: bundleID, transactionID: transactionID, now: Date())
+                                guard let stored = try await eligibility.storedAnswerWithLock(offer, bundleID: bundleID, transactionID: transactionID, now: Date())
                                 else { throw StoredHistoryMovedUnderLock() }
                                 metrics.storedHistoryWithLock("decided")
-                                return try await decideAndIssue(answer)
+                                return try await decideAndIssue(stored)
                             }
                         }
                         return try await answer(decided, principal: principal, bundleID: bundleID, context: context)
@@ -350,7 +352,9 @@ struct SigningController: Sendable {
     /// durably audited before its 403 exists; a 503 `audit_unavailable` if it cannot be. (So the
     /// records of one customer's concurrent requests may be committed in another order than
     /// they were decided in; a client that waits for each answer sees them in order.)
-    private func answer(_ decided: LockedDecision, principal: Principal, bundleID: String, context: some RequestContext) async throws -> Response {
+    private func answer(
+        _ decided: LockedDecision, principal: Principal, bundleID: String, context: some RequestContext
+    ) async throws -> Response {
         switch decided {
         case .issued(let response):
             return response
@@ -400,8 +404,8 @@ struct SigningController: Sendable {
         let reasons = decision.reasons.map(\.rawValue).joined(separator: ", ")
         var detail = "the customer is not eligible for '\(offer.offerID)': \(reasons)"
         if let failure = decision.evidenceFailures.first { detail += " (\(failure))" }
-        return .refused(
-            EligibilityRefusal(record: AuditAppend(entry: entry), problem: APIProblem(.forbidden, code: "not_eligible", detail: detail, extensions: extensions)))
+        let problem = APIProblem(.forbidden, code: "not_eligible", detail: detail, extensions: extensions)
+        return .refused(EligibilityRefusal(record: AuditAppend(entry: entry), problem: problem))
     }
 
     /// What ``checkEligibility`` decided.

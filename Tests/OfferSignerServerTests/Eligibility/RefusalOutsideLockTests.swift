@@ -10,6 +10,7 @@ import TestChildProcess
 import TestPostgres
 import Testing
 import SwiftASN1
+import Synchronization
 import X509
 
 /// A refused decision adds nothing to the ledger the rules count, so its audit record is committed
@@ -62,9 +63,10 @@ struct RefusalOutsideLockTests {
                 let application = try await buildApplication(configuration: configuration, store: store)
                 try await application.test(.live) { client in
                     let port = try #require(client.port)
-                    let ask = { (customer: SubscriptionFixture) in
+                    let ask = { (customer: SubscriptionFixture, answered: Answered) in
                         Task {
-                            try await onOwnThread {
+                            defer { answered.set() }
+                            return try await onOwnThread {
                                 try RawSocket.request(
                                     port: port, method: "POST", path: "/v1/offers/signatures",
                                     headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"],
@@ -86,7 +88,8 @@ struct RefusalOutsideLockTests {
                     let head = try await TestPostgres.holdLock("SELECT seq FROM audit_head WHERE id = 1 FOR UPDATE", database: database.name)
                     var released = false
                     do {
-                        let refused = ask(subscriber)
+                        let refusalAnswered = Answered()
+                        let refused = ask(subscriber, refusalAnswered)
                         let refusalWaiting = try await Self.poll(within: .seconds(60)) {
                             try await TestPostgres.scalar(commitsWaiting, database: database.name) ?? 0 >= 1
                         }
@@ -106,7 +109,7 @@ struct RefusalOutsideLockTests {
 
                         // The contrast, and proof the lock is seen: an issuance keeps its lock until
                         // its records are committed (they wait behind the refusal's group).
-                        let issued = ask(lapsed)
+                        let issued = ask(lapsed, Answered())
                         let issuanceHolding = try await Self.poll(within: .seconds(60)) {
                             try await TestPostgres.scalar(customerLocks, database: database.name) == 1
                         }
@@ -114,6 +117,8 @@ struct RefusalOutsideLockTests {
                         try await Task.sleep(for: .milliseconds(500))
                         #expect(try await TestPostgres.scalar(customerLocks, database: database.name) == 1, "the issuance gave its lock back before its commit")
 
+                        // Its 403 waits for the commit: the audit first.
+                        #expect(!refusalAnswered.isSet, "the refusal was answered before its record was committed")
                         try await head.release()
                         released = true
                         let refusal = try await refused.value
@@ -128,10 +133,21 @@ struct RefusalOutsideLockTests {
                     let decisions = try await store.auditRecords(after: 0, limit: 100).filter { $0.kind == "eligibility.decided" }
                     #expect(decisions.count == 2, "\(decisions.map(\.body))")
                     #expect(decisions.contains { $0.body.contains(subscriber.appAccountToken!) && $0.body.contains(#""eligible":false"#) }, "\(decisions.map(\.body))")
-                    #expect(try await TestPostgres.scalar(customerLocks, database: database.name) == 0)
+                    // The issuance's unlock is sent as its decision ends, and may follow its 201.
+                    let allGivenBack = try await Self.poll(within: .seconds(30)) {
+                        try await TestPostgres.scalar(customerLocks, database: database.name) == 0
+                    }
+                    #expect(allGivenBack, "a customer lock was still held after both answers")
                 }
             }
         }
+    }
+
+    /// Whether a request has been answered (or has failed).
+    final class Answered: Sendable {
+        private let answered = Mutex(false)
+        func set() { answered.withLock { $0 = true } }
+        var isSet: Bool { answered.withLock { $0 } }
     }
 
     /// Whether `condition` held within `limit`, looked at every 50 ms.
