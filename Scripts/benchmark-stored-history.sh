@@ -175,11 +175,11 @@ report retention
 echo "           (fixed load: $RETENTION_RATE requests/s offered, $RETENTION_CONNECTIONS connections)"
 echo "App Store Server API lookups (must be none): $(grep -c '^app_store_server_api_lookups_total' "$WORK/metrics.txt" || true)"
 grep -E '^retention_(requests|fallbacks)_total' "$WORK/metrics.txt" | sed 's/^/  /' || true
-grep -E '^http_requests_total\{.*route="/v1/offers/signatures"' "$WORK/metrics.txt" | sed 's/^/  /' || true
+SIGN_ANSWERS=$(grep -E '^http_requests_total\{.*route="/v1/offers/signatures"' "$WORK/metrics.txt" || true)
+[ -z "$SIGN_ANSWERS" ] || echo "$SIGN_ANSWERS" | sed 's/^/  /'
 # Every signing answer must be the one the decision gives: a 503 (a lock or commit that timed out)
 # is not a refusal.
-OTHER_ANSWERS=$({ grep -E '^http_requests_total\{.*route="/v1/offers/signatures"' "$WORK/metrics.txt" || true; } \
-    | { grep -v "status=\"$SIGN_STATUS\"" || true; } | awk '{ total += $NF } END { print total + 0 }')
+OTHER_ANSWERS=$(echo "$SIGN_ANSWERS" | { grep -v "status=\"$SIGN_STATUS\"" || true; } | awk 'NF { total += $NF } END { print total + 0 }')
 [ "$OTHER_ANSWERS" = 0 ] && echo "every signing answer $SIGN_STATUS: PASS" || echo "every signing answer $SIGN_STATUS: MISS ($OTHER_ANSWERS others)"
 SIGN_RPS=$(field "$WORK/sign.txt" rps)
 RETENTION_P99=$(field "$WORK/retention.txt" p99_ms)

@@ -91,6 +91,11 @@ public struct APIProblem: Error, HTTPResponseError, Sendable, Equatable {
         detail: "another request for this customer is still being decided; no signature was issued; retry in 1 s",
         extensions: ["retryAfter": "1"], headers: [.retryAfter: "1"])
 
+    /// 503 `audit_unavailable`: a decision's or a signature's audit record could not be committed,
+    /// so nothing was issued.
+    static let auditUnavailable = APIProblem(
+        .serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")
+
     /// 503 `store_unavailable`: the store failed or did not answer in time; nothing was issued.
     static func storeUnavailable(_ error: StoreError) -> APIProblem {
         let reason = error.code == .timeout ? "the store did not answer in time" : "the store cannot be reached or written"

@@ -24,14 +24,14 @@ import OfferSignerStorage
 /// record is committed, after the lock is given back (a refusal adds nothing to the ledger the
 /// rules count; a client revoked or narrowed meanwhile gets 401 or 403 for that, not the
 /// reasons). Otherwise each format is signed with the bundle's active key and every signature's
-/// audit record is durably committed before the 201 is sent. If the audit cannot be written, or the store does not answer within
-/// `storeTimeout`, the answer is 503 and no signature leaves. Each issuance keeps the customer's
-/// subscription and environment as Apple's history or the app's verified evidence proved them
-/// (see `EligibilityOutcome.subscription`; for an end user's JWS, the subscription of the
-/// transaction the request proves is theirs, with or without rules, see
-/// `UserSigningPolicy.checkTransactionOwned`), else the `environment` the request declares (Apple's
-/// spelling, 400 `unknown_environment` otherwise), marked declared: not verified, it never keeps a
-/// redemption from matching (see `IssuanceEnvironmentSchema`).
+/// audit record is durably committed before the 201 is sent. If the audit cannot be written, or
+/// the store does not answer within `storeTimeout`, the answer is 503 and no signature leaves.
+/// Each issuance keeps the customer's subscription and environment as Apple's history or the
+/// app's verified evidence proved them (see `EligibilityOutcome.subscription`; for an end user's
+/// JWS, the subscription of the transaction the request proves is theirs, with or without rules,
+/// see `UserSigningPolicy.checkTransactionOwned`), else the `environment` the request declares
+/// (Apple's spelling, 400 `unknown_environment` otherwise), marked declared: not verified, it
+/// never keeps a redemption from matching (see `IssuanceEnvironmentSchema`).
 struct SigningController: Sendable {
     let keyRing: KeyRingHolder
     let committer: AuditCommitter
@@ -192,7 +192,7 @@ struct SigningController: Sendable {
             return try await signAndCommit(
                 signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, context: context,
                 decision: decision, subscription: subscription)
-        } catch let problem as APIProblem where problem.code != "audit_unavailable" {
+        } catch let problem as APIProblem where problem.code != APIProblem.auditUnavailable.code {
             // Refused before the commit (no usable key, a field that cannot be signed, a client
             // revoked since the decision): the eligibility decision, made while the client was
             // allowed, is still audited, on its own.
@@ -303,7 +303,7 @@ struct SigningController: Sendable {
             _ = try await committer.commit(appends, within: storeTimeout)
         } catch {
             context.logger.error("signature withheld: audit record not written", metadata: ["error": "\(error)"])
-            throw APIProblem(.serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")
+            throw APIProblem.auditUnavailable
         }
         for signature in issued { metrics.signatureIssued(format: signature.format, keyID: signature.keyID) }
         metrics.offerIssued(bundleID: bundleID, offerID: signatureRequest.offerID)
@@ -363,7 +363,7 @@ struct SigningController: Sendable {
                 _ = try await committer.commit(refusal.record, within: storeTimeout)
             } catch {
                 context.logger.error("eligibility decision not audited", metadata: ["error": "\(error)"])
-                throw APIProblem(.serviceUnavailable, code: "audit_unavailable", detail: "the audit record could not be written, so no signature was issued; retry later")
+                throw APIProblem.auditUnavailable
             }
             // The reasons tell the customer's subscription state: not to a client revoked while the
             // refusal was committed (it stays audited: it was decided while the client was allowed).

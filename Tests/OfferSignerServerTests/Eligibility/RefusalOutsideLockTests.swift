@@ -30,12 +30,6 @@ struct RefusalOutsideLockTests {
         try await StoreFixture.with(.postgres, poolSize: 6) { fixture in
             let store = fixture.store
             let database = try #require(fixture.database)
-            let masterKey = MasterKey.generate().key
-            let key = try InAppPurchaseKey.generateForDevelopment(keyID: "REFUSAL001")
-            _ = try await KeyRegistry.importKey(
-                key, bundleID: Self.bundleID, issuerID: TestServer.issuerID, development: true, into: store, masterKey: masterKey, actor: "test", reason: nil)
-            let secret = try await APIClientCredentials.create(in: store, name: "backend", bundleIDs: [], actor: "test", masterKey: masterKey).secret
-            let fake = FakeAppStoreServerAPI(bundleID: Self.bundleID, keyID: key.keyID, issuerID: TestServer.issuerID, publicKey: key.publicKey)
             // A current subscriber (not eligible for a win-back offer) and one who lapsed about two
             // months ago (eligible), as Apple's API states them (status 1 active, 2 expired).
             let subscriber = SubscriptionFixture(
@@ -45,100 +39,88 @@ struct RefusalOutsideLockTests {
                 bundleID: Self.bundleID, productID: "pro.monthly", subscriptionGroupID: "G1", originalTransactionID: "620000001",
                 appAccountToken: UUID().uuidString.lowercased(),
                 periodStarts: SubscriptionFixture.monthlyStarts(count: 3, activeAt: now.addingTimeInterval(-75 * 86_400)))
-            fake.add(try subscriber.customer(chain, now: now, status: 1))
-            fake.add(try lapsed.customer(chain, now: now, status: 2))
-            let root = try chain.root.serializeAsPEM().pemString
-            try await fake.run { applePort in
-                var configuration = ServerConfiguration(masterKey: masterKey, logger: StoreFixture.quietLogger)
-                configuration.operatorToken = TestServer.operatorToken
-                configuration.host = "127.0.0.1"
-                configuration.port = 0
-                configuration.clientRateLimit = .unlimited
-                configuration.appAccountTokenRateLimit = .unlimited
-                configuration.storeTimeout = .seconds(60)
-                var eligibility = try EligibilityConfiguration(
-                    catalogJSON: Data(AppleHistorySourceTests.catalog(port: applePort).utf8), trustedRootPEMs: [root])
-                eligibility.appStoreServerAPI.timeBudget = .seconds(30)
-                configuration.eligibility = eligibility
-                let application = try await buildApplication(configuration: configuration, store: store)
-                try await application.test(.live) { client in
-                    let port = try #require(client.port)
-                    let ask = { (customer: SubscriptionFixture, answered: Answered) in
-                        Task {
-                            defer { answered.set() }
-                            return try await onOwnThread {
-                                try RawSocket.request(
-                                    port: port, method: "POST", path: "/v1/offers/signatures",
-                                    headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"],
-                                    body: #"{"productID":"pro.monthly","offerID":"wb_apple","appAccountToken":"\#(customer.appAccountToken!)","transactionID":"\#(customer.originalTransactionID)"}"#,
-                                    timeout: .seconds(120))
-                            }
+            try await fixture.withAppleBackedServer(
+                keyID: "REFUSAL001", chain: chain, storeTimeout: .seconds(60),
+                prepare: { fake in
+                    fake.add(try subscriber.customer(chain, now: now, status: 1))
+                    fake.add(try lapsed.customer(chain, now: now, status: 2))
+                }
+            ) { port, secret, _ in
+                let ask = { (customer: SubscriptionFixture, answered: Answered) in
+                    Task {
+                        defer { answered.set() }
+                        return try await onOwnThread {
+                            try RawSocket.request(
+                                port: port, method: "POST", path: "/v1/offers/signatures",
+                                headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"],
+                                body: #"{"productID":"pro.monthly","offerID":"wb_apple","appAccountToken":"\#(customer.appAccountToken!)","transactionID":"\#(customer.originalTransactionID)"}"#,
+                                timeout: .seconds(120))
                         }
                     }
-                    let customerLocks =
-                        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = \(0x6F73_0001) AND granted "
-                        + "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                    // A group commit waiting for the head row (both ways of appending name
-                    // audit_head: the one-statement append and the locking transaction).
-                    let commitsWaiting =
-                        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                        + "AND wait_event_type = 'Lock' AND query LIKE '%audit_head%'"
+                }
+                let customerLocks =
+                    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = \(0x6F73_0001) AND granted "
+                    + "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                // A group commit waiting for the head row (both ways of appending name
+                // audit_head: the one-statement append and the locking transaction).
+                let commitsWaiting =
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    + "AND wait_event_type = 'Lock' AND query LIKE '%audit_head%'"
 
-                    // Every group commit moves the chain's head: with its row locked, none can end.
-                    let head = try await TestPostgres.holdLock("SELECT seq FROM audit_head WHERE id = 1 FOR UPDATE", database: database.name)
-                    var released = false
-                    do {
-                        let refusalAnswered = Answered()
-                        let refused = ask(subscriber, refusalAnswered)
-                        let refusalWaiting = try await Self.poll(within: .seconds(60)) {
-                            try await TestPostgres.scalar(commitsWaiting, database: database.name) ?? 0 >= 1
-                        }
-                        #expect(refusalWaiting, "the refusal's audit commit never reached the database")
-                        // Its commit is waiting now, and stays waiting while the head is locked:
-                        // the lock it was decided under is given back (the unlock is sent by the
-                        // lock's holder as the decision ends, so it may reach the database just
-                        // after the commit does) and stays so.
-                        let lockGivenBack = try await Self.poll(within: .seconds(30)) {
-                            try await TestPostgres.scalar(customerLocks, database: database.name) == 0
-                        }
-                        #expect(lockGivenBack, "a customer lock was held while the refusal's record waited for its commit")
-                        try await Task.sleep(for: .milliseconds(500))
-                        let locksDuringRefusal = try await TestPostgres.scalar(customerLocks, database: database.name)
-                        #expect(locksDuringRefusal == 0, "a customer lock was taken again while the refusal's record waited: \(String(describing: locksDuringRefusal))")
-                        #expect(try await TestPostgres.scalar(commitsWaiting, database: database.name) ?? 0 >= 1, "the refusal's commit ended with the head locked")
-
-                        // The contrast, and proof the lock is seen: an issuance keeps its lock until
-                        // its records are committed (they wait behind the refusal's group).
-                        let issued = ask(lapsed, Answered())
-                        let issuanceHolding = try await Self.poll(within: .seconds(60)) {
-                            try await TestPostgres.scalar(customerLocks, database: database.name) == 1
-                        }
-                        #expect(issuanceHolding, "the issuance never held its customer's lock")
-                        try await Task.sleep(for: .milliseconds(500))
-                        #expect(try await TestPostgres.scalar(customerLocks, database: database.name) == 1, "the issuance gave its lock back before its commit")
-
-                        // Its 403 waits for the commit: the audit first.
-                        #expect(!refusalAnswered.isSet, "the refusal was answered before its record was committed")
-                        try await head.release()
-                        released = true
-                        let refusal = try await refused.value
-                        #expect(refusal.status == 403 && refusal.json["code"] as? String == "not_eligible", "\(refusal.status) \(refusal.body)")
-                        let issuance = try await issued.value
-                        #expect(issuance.status == 201, "\(issuance.status) \(issuance.body)")
-                    } catch {
-                        if !released { try? await head.release() }
-                        throw error
+                // Every group commit moves the chain's head: with its row locked, none can end.
+                let head = try await TestPostgres.holdLock("SELECT seq FROM audit_head WHERE id = 1 FOR UPDATE", database: database.name)
+                var released = false
+                do {
+                    let refusalAnswered = Answered()
+                    let refused = ask(subscriber, refusalAnswered)
+                    let refusalWaiting = try await Self.poll(within: .seconds(60)) {
+                        try await TestPostgres.scalar(commitsWaiting, database: database.name) ?? 0 >= 1
                     }
-                    // Both decisions are in the audit, the refusal's before its 403 was sent.
-                    let decisions = try await store.auditRecords(after: 0, limit: 100).filter { $0.kind == "eligibility.decided" }
-                    #expect(decisions.count == 2, "\(decisions.map(\.body))")
-                    #expect(decisions.contains { $0.body.contains(subscriber.appAccountToken!) && $0.body.contains(#""eligible":false"#) }, "\(decisions.map(\.body))")
-                    // The issuance's unlock is sent as its decision ends, and may follow its 201.
-                    let allGivenBack = try await Self.poll(within: .seconds(30)) {
+                    #expect(refusalWaiting, "the refusal's audit commit never reached the database")
+                    // Its commit is waiting now, and stays waiting while the head is locked:
+                    // the lock it was decided under is given back (the unlock is sent by the
+                    // lock's holder as the decision ends, so it may reach the database just
+                    // after the commit does) and stays so.
+                    let lockGivenBack = try await Self.poll(within: .seconds(30)) {
                         try await TestPostgres.scalar(customerLocks, database: database.name) == 0
                     }
-                    #expect(allGivenBack, "a customer lock was still held after both answers")
+                    #expect(lockGivenBack, "a customer lock was held while the refusal's record waited for its commit")
+                    try await Task.sleep(for: .milliseconds(500))
+                    let locksDuringRefusal = try await TestPostgres.scalar(customerLocks, database: database.name)
+                    #expect(locksDuringRefusal == 0, "a customer lock was taken again while the refusal's record waited: \(String(describing: locksDuringRefusal))")
+                    #expect(try await TestPostgres.scalar(commitsWaiting, database: database.name) ?? 0 >= 1, "the refusal's commit ended with the head locked")
+
+                    // The contrast, and proof the lock is seen: an issuance keeps its lock until
+                    // its records are committed (they wait behind the refusal's group).
+                    let issued = ask(lapsed, Answered())
+                    let issuanceHolding = try await Self.poll(within: .seconds(60)) {
+                        try await TestPostgres.scalar(customerLocks, database: database.name) == 1
+                    }
+                    #expect(issuanceHolding, "the issuance never held its customer's lock")
+                    try await Task.sleep(for: .milliseconds(500))
+                    #expect(try await TestPostgres.scalar(customerLocks, database: database.name) == 1, "the issuance gave its lock back before its commit")
+
+                    // Its 403 waits for the commit: the audit first.
+                    #expect(!refusalAnswered.isSet, "the refusal was answered before its record was committed")
+                    try await head.release()
+                    released = true
+                    let refusal = try await refused.value
+                    #expect(refusal.status == 403 && refusal.json["code"] as? String == "not_eligible", "\(refusal.status) \(refusal.body)")
+                    let issuance = try await issued.value
+                    #expect(issuance.status == 201, "\(issuance.status) \(issuance.body)")
+                } catch {
+                    if !released { try? await head.release() }
+                    throw error
                 }
+                // Both decisions are in the audit, the refusal's before its 403 was sent.
+                let decisions = try await store.auditRecords(after: 0, limit: 100).filter { $0.kind == "eligibility.decided" }
+                #expect(decisions.count == 2, "\(decisions.map(\.body))")
+                #expect(decisions.contains { $0.body.contains(subscriber.appAccountToken!) && $0.body.contains(#""eligible":false"#) }, "\(decisions.map(\.body))")
+                // The issuance's unlock is sent as its decision ends, and may follow its 201.
+                let allGivenBack = try await Self.poll(within: .seconds(30)) {
+                    try await TestPostgres.scalar(customerLocks, database: database.name) == 0
+                }
+                #expect(allGivenBack, "a customer lock was still held after both answers")
             }
         }
     }
