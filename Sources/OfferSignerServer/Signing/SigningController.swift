@@ -23,7 +23,8 @@ import OfferSignerStorage
 /// every process on the same database). A customer refused is answered 403 once the decision's
 /// record is committed, after the lock is given back (a refusal adds nothing to the ledger the
 /// rules count; a client revoked or narrowed meanwhile gets 401 or 403 for that, not the
-/// reasons). Otherwise each format is signed with the bundle's active key and every signature's
+/// reasons); so is an eligible decision that cannot be signed (no active key, say), answered with
+/// why. Otherwise each format is signed with the bundle's active key and every signature's
 /// audit record is durably committed before the 201 is sent. If the audit cannot be written, or
 /// the store does not answer within `storeTimeout`, the answer is 503 and no signature leaves.
 /// Each issuance keeps the customer's subscription and environment as Apple's history or the
@@ -119,7 +120,8 @@ struct SigningController: Sendable {
         // Eligibility, for offers whose catalog entry has rules: decided one request at a time per
         // customer, an issuance through its commit, since the rules count the signatures already in
         // the customer's ledger (a request without an appAccountToken has no ledger, so nothing to
-        // wait for; a refusal adds nothing to it, and is committed after the lock, see `answer`). An
+        // wait for; a decision without a signature adds nothing to it, and is committed after the
+        // lock, see `answer`). An
         // introductory-offer eligibility carries Apple's introductory-offer decision, not the
         // promotional offer the request names: that offer's rules do not apply to it, and the
         // ledger does not count it (`LedgerIssuance.introEligibilityFormat`).
@@ -135,12 +137,20 @@ struct SigningController: Sendable {
                     eligibility: eligibility, prefetched: prefetched, ring: ring)
                 {
                 case .refused(let refusal):
-                    return .refused(refusal)
+                    return .unsigned(refusal)
                 case .eligible(let decision, let subscription):
-                    return .issued(
-                        try await issue(
-                            signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, context: context,
-                            decision: decision, subscription: provenSubscription ?? subscription))
+                    do {
+                        return .issued(
+                            try await signAndCommit(
+                                signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, context: context,
+                                decision: decision, subscription: provenSubscription ?? subscription))
+                    } catch let problem as APIProblem where problem.code != APIProblem.auditUnavailable.code {
+                        // Not signed, before any commit (no usable key, a field that cannot be
+                        // signed, a client revoked since the decision): nothing joins the ledger,
+                        // and the decision, made while the client was allowed, is committed on
+                        // its own after the lock, then answered with why (see `answer`).
+                        return .unsigned(UnsignedDecision(record: decision, problem: problem))
+                    }
                 }
             }
             guard let token else {
@@ -175,32 +185,9 @@ struct SigningController: Sendable {
                 throw APIProblem.customerBusy
             }
         }
-        return try await issue(
+        return try await signAndCommit(
             signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, context: context,
-            subscription: provenSubscription)
-    }
-
-    /// Signs each format with the bundle's active key and commits every signature's audit record
-    /// (after the eligibility decision's, in the same group commit, when there is one) before the
-    /// response exists.
-    private func issue(
-        _ signatureRequest: SignatureRequest, formats: [SignatureFormat], bundleID: String, token: UUID?, principal: Principal,
-        context: some RequestContext, decision: AuditAppend? = nil,
-        subscription: ProvenSubscription? = nil
-    ) async throws -> Response {
-        do {
-            return try await signAndCommit(
-                signatureRequest, formats: formats, bundleID: bundleID, token: token, principal: principal, context: context,
-                decision: decision, subscription: subscription)
-        } catch let problem as APIProblem where problem.code != APIProblem.auditUnavailable.code {
-            // Refused before the commit (no usable key, a field that cannot be signed, a client
-            // revoked since the decision): the eligibility decision, made while the client was
-            // allowed, is still audited, on its own.
-            if let decision {
-                _ = try? await committer.commit(decision, within: storeTimeout)
-            }
-            throw problem
-        }
+            decision: nil, subscription: provenSubscription)
     }
 
     /// The environment a request declares, as Apple spells it (`AppleEnvironment`), or nil when
@@ -217,6 +204,10 @@ struct SigningController: Sendable {
         return environment
     }
 
+    /// Signs each format with the bundle's active key and commits every signature's audit record
+    /// (after the eligibility decision's, in the same group commit, when there is one) before the
+    /// response exists. Every failure is an `APIProblem`; any other than `audit_unavailable` comes
+    /// before the commit, so nothing of the request was committed.
     private func signAndCommit(
         _ signatureRequest: SignatureRequest, formats: [SignatureFormat], bundleID: String, token: UUID?, principal: Principal,
         context: some RequestContext, decision: AuditAppend?,
@@ -333,24 +324,28 @@ struct SigningController: Sendable {
         /// Signed, every record committed (under the lock: the next decision for the customer
         /// counts these signatures).
         case issued(Response)
-        /// Not eligible: nothing signed, the decision's record not committed yet (see ``answer``).
-        case refused(EligibilityRefusal)
+        /// Nothing signed (the customer does not qualify, or qualifies but the request could not
+        /// be signed), the decision's record not committed yet (see ``answer``).
+        case unsigned(UnsignedDecision)
     }
 
-    /// A customer who does not qualify: the decision's audit record, and the 403 it is answered
-    /// with once that record is committed.
-    struct EligibilityRefusal: Sendable {
+    /// A decision that ends without a signature: its audit record, and the problem it is
+    /// answered with once that record is committed (403 `not_eligible` with the reasons for a
+    /// customer who does not qualify; for one who does, why nothing was signed, such as 503
+    /// `no_active_key`).
+    struct UnsignedDecision: Sendable {
         let record: AuditAppend
         let problem: APIProblem
     }
 
-    /// Answers a decision made under the customer's lock, after the lock is given back. A refusal's
-    /// record is committed here, not under the lock: it adds no signature to the ledger the rules
-    /// count (only `signature.issued` records carry ledger rows), so the customer's next decision
-    /// has nothing to wait for, and on PostgreSQL the lock's pooled connection (one of the
-    /// store's few lock places) is not held through a group commit for it. The refusal is still
-    /// durably audited before its 403 exists; a 503 `audit_unavailable` if it cannot be. (So the
-    /// records of one customer's concurrent requests may be committed in another order than
+    /// Answers a decision made under the customer's lock, after the lock is given back. The record
+    /// of a decision without a signature is committed here, not under the lock: it adds no
+    /// signature to the ledger the rules count (only `signature.issued` records carry ledger
+    /// rows), so the customer's next decision has nothing to wait for, and on PostgreSQL the
+    /// lock's pooled connection (one of the store's few lock places) is not held through a group
+    /// commit for it. It is still durably audited before its answer exists; a 503
+    /// `audit_unavailable` if it cannot be (the decision's outcome never leaves unaudited). (So
+    /// the records of one customer's concurrent requests may be committed in another order than
     /// they were decided in; a client that waits for each answer sees them in order.)
     private func answer(
         _ decided: LockedDecision, principal: Principal, bundleID: String, context: some RequestContext
@@ -358,17 +353,18 @@ struct SigningController: Sendable {
         switch decided {
         case .issued(let response):
             return response
-        case .refused(let refusal):
+        case .unsigned(let unsigned):
             do {
-                _ = try await committer.commit(refusal.record, within: storeTimeout)
+                _ = try await committer.commit(unsigned.record, within: storeTimeout)
             } catch {
                 context.logger.error("eligibility decision not audited", metadata: ["error": "\(error)"])
                 throw APIProblem.auditUnavailable
             }
-            // The reasons tell the customer's subscription state: not to a client revoked while the
-            // refusal was committed (it stays audited: it was decided while the client was allowed).
+            // A refusal's reasons tell the customer's subscription state: not to a client revoked
+            // while the decision was committed (it stays audited: it was decided while the client
+            // was allowed).
             try Self.checkClientStillAllowed(principal, bundleID: bundleID, ring: keyRing.ring)
-            throw refusal.problem
+            throw unsigned.problem
         }
     }
 
@@ -405,14 +401,14 @@ struct SigningController: Sendable {
         var detail = "the customer is not eligible for '\(offer.offerID)': \(reasons)"
         if let failure = decision.evidenceFailures.first { detail += " (\(failure))" }
         let problem = APIProblem(.forbidden, code: "not_eligible", detail: detail, extensions: extensions)
-        return .refused(EligibilityRefusal(record: AuditAppend(entry: entry), problem: problem))
+        return .refused(UnsignedDecision(record: AuditAppend(entry: entry), problem: problem))
     }
 
     /// What ``checkEligibility`` decided.
     enum EligibilityCheck: Sendable {
         /// Eligible: the decision's record, to be committed with the signatures.
         case eligible(AuditAppend, subscription: ProvenSubscription?)
-        case refused(EligibilityRefusal)
+        case refused(UnsignedDecision)
     }
 
     static func formats(_ requested: [String]?) throws(APIProblem) -> [SignatureFormat] {

@@ -193,7 +193,8 @@ struct RetentionController: Sendable {
         return (app, plan)
     }
 
-    /// History, lock, ledger, decision, signature and commit, each within the job's deadline.
+    /// History, lock, ledger, decision, signature and commit, each within the job's deadline (an
+    /// answer without an offer is committed once the lock is given back).
     private func decideAndIssue(_ job: Job) async -> Outcome {
         let verified = job.verified
         guard let history = await history(verified, app: job.app) else { return .fallback(reason: "history_unavailable") }
@@ -203,15 +204,21 @@ struct RetentionController: Sendable {
         let remaining = job.deadline - ContinuousClock.now
         guard remaining > .zero else { return .fallback(reason: "deadline") }
         do {
-            return try await customerLocks.withLock(CustomerSigningLocks.key(bundleID: bundleID, appAccountToken: customer), timeout: remaining) { () async throws -> Outcome in
-                try await store.withExclusiveLock(.customer(bundleID: bundleID, appAccountToken: customer), timeout: remaining) { () async throws -> Outcome in
-                    guard job.claim.isOpen else { return .fallback(reason: "deadline") }
+            let locked = try await customerLocks.withLock(CustomerSigningLocks.key(bundleID: bundleID, appAccountToken: customer), timeout: remaining) {
+                () async throws -> LockedAnswer in
+                try await store.withExclusiveLock(.customer(bundleID: bundleID, appAccountToken: customer), timeout: remaining) { () async throws -> LockedAnswer in
+                    guard job.claim.isOpen else { return .done(.fallback(reason: "deadline")) }
                     let now = Date()
                     let left = max(job.deadline - ContinuousClock.now, .milliseconds(1))
                     let ledger = try await eligibility.ledger(customer: customer, bundleID: bundleID, timeout: left)
                     let decision = RetentionDecider.decide(plan: job.productPlan, catalog: catalog, bundleID: bundleID, history: history, ledger: ledger, now: now)
-                    return try await issue(decision, job: job, customer: customer, token: token, now: now)
+                    guard let choice = decision.offer else { return .withoutOffer(decision, decidedAt: now) }
+                    return .done(try await issue(decision, choice: choice, job: job, customer: customer, token: token, now: now))
                 }
+            }
+            switch locked {
+            case .done(let outcome): return outcome
+            case .withoutOffer(let decision, let now): return try await answerWithoutOffer(decision, job: job, now: now)
             }
         } catch is CustomerSigningLocks.WaitTimedOut {
             return .fallback(reason: "deadline")
@@ -242,23 +249,43 @@ struct RetentionController: Sendable {
         return nil
     }
 
-    private func issue(_ decision: RetentionDecision, job: Job, customer: String, token: UUID?, now: Date) async throws -> Outcome {
+    /// What the work under the customer's lock came to.
+    private enum LockedAnswer: Sendable {
+        /// An offer signed and committed (under the lock: the ledger row is the customer's until a
+        /// late commit's withdrawal, which also runs under it), or a fallback with nothing to commit.
+        case done(Outcome)
+        /// No offer: the `retention.answered` record is committed after the lock is given back
+        /// (see ``answerWithoutOffer(_:job:now:)``).
+        case withoutOffer(RetentionDecision, decidedAt: Date)
+    }
+
+    /// The fallback (or nothing) for a subscriber no offer was chosen for, once its
+    /// `retention.answered` record is committed within the job's deadline. It runs after the
+    /// customer's lock is given back: the record carries no signature and adds no ledger row, so
+    /// no decision waits for it, and on PostgreSQL no lock place (a pooled connection) is held
+    /// through its group commit. Past the deadline the record, if still queued, is withdrawn and
+    /// the fallback answered as for any other deadline.
+    private func answerWithoutOffer(_ decision: RetentionDecision, job: Job, now: Date) async throws -> Outcome {
+        let answer = job.productPlan.fallback == nil ? "nothing" : "fallback"
+        let queued = committer.queue([answeredEntry(job.verified, bundleID: job.app.bundleID, decision: decision, answer: answer, now: now)], until: job.deadline)
+        guard job.claim.register(queued) else {
+            committer.withdraw(queued)
+            return .fallback(reason: "deadline")
+        }
+        do {
+            _ = try await queued.value()
+        } catch is AuditCommitter.Withdrawn {
+            return .fallback(reason: "deadline")
+        }
+        return .fallback(reason: decision.fallbackReason ?? "not_eligible")
+    }
+
+    /// Signs `choice` (the decision's offer) and commits its records under the customer's lock.
+    private func issue(
+        _ decision: RetentionDecision, choice: RetentionOfferChoice, job: Job, customer: String, token: UUID?, now: Date
+    ) async throws -> Outcome {
         let verified = job.verified
         let bundleID = job.app.bundleID
-        guard let choice = decision.offer else {
-            let answer = job.productPlan.fallback == nil ? "nothing" : "fallback"
-            let queued = committer.queue([answeredEntry(verified, bundleID: bundleID, decision: decision, answer: answer, now: now)], until: job.deadline)
-            guard job.claim.register(queued) else {
-                committer.withdraw(queued)
-                return .fallback(reason: "deadline")
-            }
-            do {
-                _ = try await queued.value()
-            } catch is AuditCommitter.Withdrawn {
-                return .fallback(reason: "deadline")
-            }
-            return .fallback(reason: decision.fallbackReason ?? "not_eligible")
-        }
         guard let active = keyRing.ring.activeKeys[bundleID] else { return .fallback(reason: "no_active_key") }
         guard let nonce = UUID(uuidString: verified.requestIdentifier) else { return .fallback(reason: "internal") }
         var offer = JSONObjectWriter()

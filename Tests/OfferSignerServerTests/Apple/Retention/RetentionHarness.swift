@@ -31,14 +31,15 @@ struct RetentionHarness: Sendable {
 
     var store: any OfferSignerStore { fixture.store }
 
-    /// Runs `body` against a live server on `backend`; `catalog` gets the fake App Store Server
-    /// API's port.
+    /// Runs `body` against a live server on `backend` (PostgreSQL: a pool of `poolSize`
+    /// connections); `catalog` gets the fake App Store Server API's port.
     static func run(
-        _ backend: StoreBackend, catalog: @escaping @Sendable (Int) -> String, configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in },
+        _ backend: StoreBackend, poolSize: Int = 4, catalog: @escaping @Sendable (Int) -> String,
+        configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in },
         _ body: @escaping @Sendable (RetentionHarness) async throws -> Void
     ) async throws {
         let chain = try TestAppleChain()
-        try await StoreFixture.with(backend) { fixture in
+        try await StoreFixture.with(backend, poolSize: poolSize) { fixture in
             let masterKey = MasterKey.generate().key
             let key = try InAppPurchaseKey.generateForDevelopment(keyID: "RETKEY0001")
             _ = try await KeyRegistry.importKey(

@@ -1,0 +1,92 @@
+import AppleTestChain
+import FakeAppStoreServerAPI
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import OfferSignerServer
+import OfferSignerStorage
+import TestPostgres
+import Testing
+
+/// A Retention Messaging answer without an offer adds nothing to the ledger the rules count (its
+/// `retention.answered` record carries no signature), so that record is committed after the
+/// customer's lock is given back: on PostgreSQL a slow commit keeps no lock place (a pooled
+/// connection). An answer with an offer holds the lock through its commit (a late commit is
+/// withdrawn under it). Either answer leaves only once its record is committed.
+@Suite(
+    "Retention Messaging: an answer without an offer is committed after the customer lock (PostgreSQL)", .serialized,
+    .enabled(if: TestPostgres.isEnabled, "no PostgreSQL: apt-get install -y postgresql, or set OFFER_SIGNER_TEST_POSTGRES_URL"))
+struct RetentionLockTests {
+    @Test("With the audit chain's head row locked: the fallback's commit waits with no customer lock held and nothing answered; an offer's waits holding its lock; once the head is free, the fallback and the offer, both answers audited")
+    func fallbackCommitsAfterTheLock() async throws {
+        try await RetentionHarness.run(.postgres, poolSize: 6, catalog: RetentionDeadlineTests.catalog(port:)) { h in
+            let database = try #require(h.fixture.database)
+            // Two paid months (the offer asks for three): the fallback. Six: the offer.
+            let short = h.subscriber(months: 2, id: "700000001", token: "22222222-aaaa-4aaa-8aaa-000000000001")
+            let long = h.subscriber(months: 6, id: "700000002", token: "22222222-aaaa-4aaa-8aaa-000000000002")
+            try await h.notify(short)
+            try await h.notify(long)
+            let shortID = UUID().uuidString.lowercased()
+            let longID = UUID().uuidString.lowercased()
+            let shortBody = try h.request(short.originalTransactionID, requestIdentifier: shortID)
+            let longBody = try h.request(long.originalTransactionID, requestIdentifier: longID)
+            let ask = { (body: String, answered: RefusalOutsideLockTests.Answered) in
+                Task {
+                    defer { answered.set() }
+                    return try await h.postConcurrently(body)
+                }
+            }
+            let customerLocks =
+                "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = \(0x6F73_0001) AND granted "
+                + "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            let commitsWaiting =
+                "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                + "AND wait_event_type = 'Lock' AND query LIKE '%audit_head%'"
+
+            let head = try await TestPostgres.holdLock("SELECT seq FROM audit_head WHERE id = 1 FOR UPDATE", database: database.name)
+            var released = false
+            do {
+                let fallbackAnswered = RefusalOutsideLockTests.Answered()
+                let fallback = ask(shortBody, fallbackAnswered)
+                let waiting = try await RefusalOutsideLockTests.poll(within: .seconds(20)) {
+                    try await TestPostgres.scalar(commitsWaiting, database: database.name) ?? 0 >= 1
+                }
+                #expect(waiting, "the fallback's audit commit never reached the database")
+                let givenBack = try await RefusalOutsideLockTests.poll(within: .seconds(10)) {
+                    try await TestPostgres.scalar(customerLocks, database: database.name) == 0
+                }
+                #expect(givenBack, "a customer lock was held while the fallback's record waited for its commit")
+                try await Task.sleep(for: .milliseconds(300))
+                let locks = try await TestPostgres.scalar(customerLocks, database: database.name)
+                #expect(locks == 0, "a customer lock was taken again while the fallback's record waited: \(String(describing: locks))")
+
+                // The contrast: an offer's commit keeps its customer's lock.
+                let offer = ask(longBody, RefusalOutsideLockTests.Answered())
+                let holding = try await RefusalOutsideLockTests.poll(within: .seconds(20)) {
+                    try await TestPostgres.scalar(customerLocks, database: database.name) == 1
+                }
+                #expect(holding, "the offer's decision never held its customer's lock")
+                #expect(!fallbackAnswered.isSet, "the fallback was answered before its record was committed")
+
+                try await head.release()
+                released = true
+                let fallbackAnswer = try await fallback.value
+                #expect(fallbackAnswer.status == .ok && Array(fallbackAnswer.json.keys) == ["message"], "\(fallbackAnswer.status) \(fallbackAnswer.text)")
+                let offerAnswer = try await offer.value
+                #expect(offerAnswer.status == .ok && Array(offerAnswer.json.keys) == ["promotionalOffer"], "\(offerAnswer.status) \(offerAnswer.text)")
+            } catch {
+                if !released { try? await head.release() }
+                throw error
+            }
+            let answered = try await h.audited("retention.answered")
+            let fallbackRecord = answered.first { $0["requestIdentifier"] as? String == shortID }
+            #expect(fallbackRecord?["answer"] as? String == "fallback", "\(answered)")
+            #expect(answered.first { $0["requestIdentifier"] as? String == longID }?["answer"] as? String == "promotionalOffer", "\(answered)")
+            let allGivenBack = try await RefusalOutsideLockTests.poll(within: .seconds(10)) {
+                try await TestPostgres.scalar(customerLocks, database: database.name) == 0
+            }
+            #expect(allGivenBack, "a customer lock was still held after both answers")
+            #expect(try await h.store.verifiedChain().isIntact)
+        }
+    }
+}
