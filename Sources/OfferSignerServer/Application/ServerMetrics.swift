@@ -256,8 +256,8 @@ final class ServerMetrics: Sendable {
         counter(MetricFamily.retentionFallbacks, labels: [("reason", reason)]).increment()
     }
 
-    /// A signing decision on a stored history whose version was read with the customer lock:
-    /// `decided` under the lock, or `moved` (decided again before the lock).
+    /// A signing decision or Retention Messaging answer on a stored history whose version was read
+    /// with the customer lock: `decided` under the lock, or `moved` (decided again before the lock).
     func storedHistoryWithLock(_ outcome: String) {
         counter(MetricFamily.storedHistoryWithLock, labels: [("outcome", outcome)]).increment()
     }

@@ -314,6 +314,12 @@ final class DecodedHistoryCache: Sendable {
         }
     }
 
+    /// The history decoded last for `subscription`, at whatever version it was decoded (it may
+    /// have moved since): a hint only, to be confirmed with ``history(at:)``.
+    func latest(_ subscription: AppleSubscriptionKey) -> VerifiedHistory? {
+        entries.withLock { $0[subscription]?.history }
+    }
+
     /// A current history of `transactionID` was decided on.
     func noteDecided(bundleID: String, transactionID: String) {
         let key = bundleID + "\n" + transactionID

@@ -194,20 +194,54 @@ struct RetentionController: Sendable {
     }
 
     /// History, lock, ledger, decision, signature and commit, each within the job's deadline (an
-    /// answer without an offer is committed once the lock is given back).
+    /// answer without an offer is committed once the lock is given back). A stored history
+    /// decoded before is confirmed with the lock (its version read in the lock's round trip on
+    /// PostgreSQL, see `EligibilityService.retentionHistoryReadWithLock`); one that moved is read
+    /// before the lock as for a first request.
     private func decideAndIssue(_ job: Job) async -> Outcome {
         let verified = job.verified
+        var narrowed = job.app
+        narrowed.environments = [verified.environment]
+        let environmentApp = narrowed
+        if let known = eligibility.retentionHistoryReadWithLock(originalTransactionID: verified.originalTransactionID, app: environmentApp) {
+            let (customer, token) = RetentionDecider.customerKey(history: known.history, originalTransactionID: verified.originalTransactionID)
+            let decided = await decideUnderLock(job, customer: customer, token: token, readingHistory: known.read) { left in
+                guard let history = try await eligibility.storedHistoryWithLock(
+                        transactionID: verified.originalTransactionID, app: environmentApp, now: Date(), timeout: left),
+                    RetentionDecider.customerKey(history: history, originalTransactionID: verified.originalTransactionID).key == customer
+                else { throw StoredHistoryMovedUnderLock() }
+                return history
+            }
+            if let decided {
+                metrics.storedHistoryWithLock("decided")
+                return decided
+            }
+            metrics.storedHistoryWithLock("moved")
+        }
         guard let history = await history(verified, app: job.app) else { return .fallback(reason: "history_unavailable") }
         guard job.claim.isOpen else { return .fallback(reason: "deadline") }
         let (customer, token) = RetentionDecider.customerKey(history: history, originalTransactionID: verified.originalTransactionID)
+        return await decideUnderLock(job, customer: customer, token: token, readingHistory: nil) { _ in history } ?? .fallback(reason: "internal")
+    }
+
+    /// Under `customer`'s lock (taken with `readingHistory`'s reads): the subscription's history
+    /// (`history`, given the time left), the ledger, the decision, and an offer's signature and
+    /// commit; an answer without an offer is committed after the lock. Nil when `history` throws
+    /// `StoredHistoryMovedUnderLock`: nothing was decided or committed, the lock is given back.
+    private func decideUnderLock(
+        _ job: Job, customer: String, token: UUID?, readingHistory: CustomerLockHistoryRead?,
+        history: @escaping @Sendable (_ left: Duration) async throws -> VerifiedHistory
+    ) async -> Outcome? {
         let bundleID = job.app.bundleID
         let remaining = job.deadline - ContinuousClock.now
         guard remaining > .zero else { return .fallback(reason: "deadline") }
         do {
             let locked = try await customerLocks.withLock(CustomerSigningLocks.key(bundleID: bundleID, appAccountToken: customer), timeout: remaining) {
                 () async throws -> LockedAnswer in
-                try await store.withExclusiveLock(.customer(bundleID: bundleID, appAccountToken: customer), timeout: remaining) { () async throws -> LockedAnswer in
+                try await store.withExclusiveLock(.customer(bundleID: bundleID, appAccountToken: customer), timeout: remaining, readingHistory: readingHistory) {
+                    () async throws -> LockedAnswer in
                     guard job.claim.isOpen else { return .done(.fallback(reason: "deadline")) }
+                    let history = try await history(max(job.deadline - ContinuousClock.now, .milliseconds(1)))
                     let now = Date()
                     let left = max(job.deadline - ContinuousClock.now, .milliseconds(1))
                     let ledger = try await eligibility.ledger(customer: customer, bundleID: bundleID, timeout: left)
@@ -220,6 +254,8 @@ struct RetentionController: Sendable {
             case .done(let outcome): return outcome
             case .withoutOffer(let decision, let now): return try await answerWithoutOffer(decision, job: job, now: now)
             }
+        } catch is StoredHistoryMovedUnderLock {
+            return nil
         } catch is CustomerSigningLocks.WaitTimedOut {
             return .fallback(reason: "deadline")
         } catch let error as StoreError where error.code == .timeout {

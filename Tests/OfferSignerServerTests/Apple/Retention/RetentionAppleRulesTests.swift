@@ -184,6 +184,48 @@ struct RetentionAppleRulesTests {
         }
     }
 
+    @Test(
+        "A stored history decided on before: the next page views read its version with the customer lock (one round trip on PostgreSQL) and decide there; once a notification changed it, the page view is decided again before the lock, on the new history",
+        arguments: StoreBackend.testedCases)
+    func storedHistoryVersionReadWithTheLock(_ backend: StoreBackend) async throws {
+        try await RetentionHarness.run(backend, catalog: Self.catalog(port:)) { h in
+            let customer = h.subscriber(months: 6, id: "721000001", token: "55555555-aaaa-4aaa-8aaa-000721000001")
+            try await h.notify(customer)
+            func withLock() async throws -> String {
+                let metrics = try await h.client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
+                return metrics.split(separator: "\n").filter { $0.hasPrefix("offer_signer_stored_history_with_lock_total{") }.joined(separator: "; ")
+            }
+            // The first page view reads and verifies the history before the lock.
+            let first = try await h.post(try h.request(customer.originalTransactionID))
+            #expect(RetentionHarness.members(first) == ["promotionalOffer"], "\(first.text)")
+            #expect(try await withLock() == "")
+            // Decoded before: its version comes with the lock, and the decoded history decides
+            // (a page view is no redemption: the offer again).
+            for attempt in 1...2 {
+                let again = try await h.post(try h.request(customer.originalTransactionID))
+                #expect(RetentionHarness.members(again) == ["promotionalOffer"], "attempt \(attempt): \(again.text)")
+            }
+            #expect(try await withLock() == #"offer_signer_stored_history_with_lock_total{outcome="decided"} 2"#)
+            // Apple's next notification: the offer was accepted for the next renewal. The version
+            // read with the lock has moved, so the page view is decided again before the lock, on
+            // the new history, which counts the redemption.
+            let last = customer.periodStarts.count - 1
+            let accepted = try h.notification(customer, index: last, renewalInfo: [
+                "offerType": 2, "offerIdentifier": "retain_50", "offerDiscountType": "PAY_UP_FRONT", "offerPeriod": "P1M",
+                "renewalDate": TestAppleChain.milliseconds(customer.expiry(last)), "signedDate": TestAppleChain.milliseconds(h.now),
+            ])
+            #expect(try await h.client.postJSON("/v1/apple/notifications", accepted).status == .ok)
+            let next = try await h.post(try h.request(customer.originalTransactionID))
+            #expect(RetentionHarness.members(next) == ["alternateProduct"], "the fallback, not another offer: \(next.text)")
+            let counts = try await withLock()
+            #expect(counts.contains(#"{outcome="decided"} 2"#) && counts.contains(#"{outcome="moved"} 1"#), "\(counts)")
+            // Decided on the new history since: with the lock again.
+            let later = try await h.post(try h.request(customer.originalTransactionID))
+            #expect(RetentionHarness.members(later) == ["alternateProduct"], "\(later.text)")
+            #expect(try await withLock().contains(#"{outcome="decided"} 3"#))
+        }
+    }
+
     @Test("appAppleId is checked in Production only, as Apple's SignedDataVerifier does", arguments: StoreBackend.testedCases)
     func appAppleIDInProductionOnly(_ backend: StoreBackend) async throws {
         try await RetentionHarness.run(backend, catalog: Self.catalog(port:)) { h in
