@@ -49,7 +49,8 @@ extension PostgresStore {
 
     /// Rule: a customer lock holds a pooled connection for as long as its body runs (its ledger
     /// and history reads go on that one), and a body that issues needs another for its audit
-    /// commit (a refusal is committed after the lock, see `SigningController.answer`); so at most
+    /// commit (a decision without a signature is committed after the lock, see
+    /// `SigningController.answer`); so at most
     /// ``customerLockHolders(poolSize:)`` customer locks are held at once, and a request beyond
     /// them waits for its turn within the same timeout. (Before, as many concurrent requests as
     /// the pool had connections each held one for its lock and waited for a second: none could

@@ -93,7 +93,7 @@ struct MetricFamily: Sendable {
         help: "Scheduled notification catch-up rounds that held the lock, by bundle, environment and outcome: asked (Apple was asked), skipped_recent_round (a last run within 0.9 interval: expected on all but one of several instances), skipped_last_run_ahead (a last run up to 60 s after the round's time: clock skew, or a database writer skipping rounds)")
     static let storedHistoryWithLock = MetricFamily(
         metricName: "offer_signer_stored_history_with_lock", unit: "total", type: "counter",
-        help: "Signing decisions and Retention Messaging answers on a stored history decoded before, its version read with the customer lock: decided there (decided), or decided again before the lock because the history had moved (moved)")
+        help: "Signing decisions and Retention Messaging answers on a stored history decoded before, its version read with the customer lock: decided there (decided), or decided again before the lock because the history had moved or was no longer current or complete (moved)")
     static let rateLimitBurst = MetricFamily(
         metricName: "offer_signer_rate_limit_burst", unit: "", type: "gauge",
         help: "Configured burst per key, enforced per instance: with N instances the effective burst is N times this")

@@ -51,39 +51,52 @@ extension EligibilityService {
 /// ledger), as for signing above.
 ///
 /// Rules: the customer (the lock's key) is found in the history decoded last for the request's
-/// subscription and environment; under the lock the history is used only if the store reports it
-/// at exactly that decoded version, complete and current (`StoredHistoryFreshness`), and it names
-/// the same customer. Otherwise nothing is decided under the lock: the caller gives it back and
-/// reads the history before the lock as before (`RetentionController.history`), which then
-/// decides what to lock.
+/// subscription and environment; under the lock that history is used only if the store reports
+/// the subscription's history at exactly the version it was decoded at, complete and current
+/// (`StoredHistoryFreshness`). Otherwise nothing is decided under the lock: the caller gives it
+/// back and reads the history before the lock as before (`RetentionController.history`), which
+/// then decides what to lock. Nothing is committed before that choice.
 extension EligibilityService {
-    /// The history decoded last for the subscription `originalTransactionID` in `app`'s one
-    /// environment, with the versions to read with the customer's lock; nil when the app's
-    /// notifications do not keep its history or none was decoded.
-    func retentionHistoryReadWithLock(originalTransactionID: String, app: AppStoreAppSettings) -> (history: VerifiedHistory, read: CustomerLockHistoryRead)? {
+    /// What a Retention Messaging answer reads with the customer's lock: the history decoded last
+    /// for the subscription `originalTransactionID` in `app`'s one environment, the version it was
+    /// decoded at, and the versions to read with the lock; nil when the app's notifications do not
+    /// keep its history or none was decoded.
+    func retentionHistoryReadWithLock(originalTransactionID: String, app: AppStoreAppSettings) -> RetentionHistoryHint? {
         guard app.notificationHistory, app.environments.count == 1, let environment = app.environments.first else { return nil }
         let subscription = AppleSubscriptionKey(bundleID: app.bundleID, environment: environment.rawValue, originalTransactionID: originalTransactionID)
-        guard let history = decodedHistories.latest(subscription) else { return nil }
-        return (history, CustomerLockHistoryRead(transactionID: originalTransactionID, environments: [environment.rawValue]))
+        guard let (history, updatedAt) = decodedHistories.latest(subscription) else { return nil }
+        return RetentionHistoryHint(
+            subscription: subscription, history: history, decodedAt: updatedAt,
+            read: CustomerLockHistoryRead(transactionID: originalTransactionID, environments: [environment.rawValue]))
     }
 
-    /// Under the customer's lock: the stored history of `transactionID` in `app`'s environments,
-    /// if the store reports it (read with the lock) at a version decoded before, complete and
+    /// Under the customer's lock: `hint`'s history, if the store reports its subscription's
+    /// history (read with the lock) at exactly the version it was decoded at, complete and
     /// current; nil otherwise (see the rules above). The read is bounded by `timeout`.
-    func storedHistoryWithLock(transactionID: String, app: AppStoreAppSettings, now: Date, timeout: Duration) async throws -> VerifiedHistory? {
-        for environment in app.environments {
-            let version = try await StoreDeadline.run("stored history read", timeout: timeout) { [store] in
-                try await store.appleHistoryVersion(bundleID: app.bundleID, environment: environment.rawValue, transactionID: transactionID)
-            }
-            guard let version, version.isComplete else { continue }
-            guard let decoded = decodedHistories.history(at: version), StoredHistoryFreshness.isCurrent(decoded, updatedAt: version.updatedAt, now: now)
-            else { return nil }
-            return decoded
+    func storedHistoryWithLock(_ hint: RetentionHistoryHint, now: Date, timeout: Duration) async throws -> VerifiedHistory? {
+        let subscription = hint.subscription
+        let version = try await StoreDeadline.run("stored history read", timeout: timeout) { [store] in
+            try await store.appleHistoryVersion(
+                bundleID: subscription.bundleID, environment: subscription.environment, transactionID: subscription.originalTransactionID)
         }
-        return nil
+        guard let version, version.isComplete, version.subscription == subscription, version.updatedAt == hint.decodedAt,
+            StoredHistoryFreshness.isCurrent(hint.history, updatedAt: version.updatedAt, now: now)
+        else { return nil }
+        return hint.history
     }
 }
 
+/// The history a Retention Messaging answer expects to decide on under the customer's lock (see
+/// `EligibilityService.retentionHistoryReadWithLock`).
+struct RetentionHistoryHint: Sendable {
+    let subscription: AppleSubscriptionKey
+    let history: VerifiedHistory
+    /// The store's version (`updatedAt`) the history was decoded at.
+    let decodedAt: Date
+    let read: CustomerLockHistoryRead
+}
+
 /// The stored history a decision under a customer's lock counted on no longer decides there:
-/// the request is decided again the usual way (see `EligibilityService.storedAnswerWithLock`).
+/// the request is decided again the usual way (see `EligibilityService.storedAnswerWithLock` and
+/// `storedHistoryWithLock`).
 struct StoredHistoryMovedUnderLock: Error {}

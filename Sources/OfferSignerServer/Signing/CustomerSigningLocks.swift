@@ -15,8 +15,10 @@ import OfferSignerStorage
 /// Waiters are served in arrival order, each for at most the time it is given. Other customers,
 /// and signing without rules, never wait. The lock is held for one ledger read and the decision,
 /// and for an issuance the signing and its one commit (the decision's record with the
-/// signatures'); a refusal's record is committed after the lock is given back (it adds nothing to
-/// the ledger; see `SigningController.answer`).
+/// signatures'); the record of a decision without a signature (a refusal, an eligible request that
+/// could not be signed, a Retention Messaging answer without an offer) is committed after the lock
+/// is given back (it adds nothing to the ledger; see `SigningController.answer` and
+/// `RetentionController.answerWithoutOffer`).
 typealias CustomerSigningLocks = InProcessLocks
 
 extension InProcessLocks {

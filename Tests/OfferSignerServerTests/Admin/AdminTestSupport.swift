@@ -120,7 +120,7 @@ struct DashboardHarness: Sendable {
                 serving.eligibility = eligibility
                 let application = try await buildApplication(configuration: serving, store: fixture.store)
                 try await application.test(.live) { client in
-                    let apple = RetentionHarness(fixture: fixture, chain: chain, key: key, client: client, now: Date())
+                    let apple = RetentionHarness(fixture: fixture, chain: chain, key: key, masterKey: masterKey, client: client, now: Date())
                     try await body(
                         DashboardHarness(
                             apple: apple, masterKey: masterKey, masterKeyBase64: masterKeyBase64, clientSecret: secret, clientHash: record.secretHash))

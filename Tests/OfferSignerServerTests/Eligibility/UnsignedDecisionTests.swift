@@ -1,5 +1,6 @@
 import AppleTestChain
 import Foundation
+import GRDB
 import HTTPTypes
 import HummingbirdTesting
 import OfferSignerCore
@@ -80,6 +81,28 @@ struct UnsignedDecisionTests {
             #expect(!kinds.contains("signature.issued"), "\(kinds)")
             #expect(try await fixture.count("issued_signatures") == 0)
             #expect(try await fixture.store.verifiedChain().isIntact)
+        }
+    }
+
+    @Test("SQLite, audit writes held by another connection: the unsignable eligible decision cannot be committed in time, so 503 audit_unavailable, not the decision's answer")
+    func auditUnavailableOnSQLite() async throws {
+        let chain = try TestAppleChain()
+        let body = try Self.signingBody(chain)
+        try await StoreFixture.with(.sqlite) { fixture in
+            try await Self.withServerWithoutActiveKey(fixture, chain: chain, storeTimeout: .seconds(3)) { client, _, secret in
+                var configuration = GRDB.Configuration()
+                configuration.allowsUnsafeTransactions = true  // the transaction outlives the access that opens it
+                let holder = try DatabaseQueue(path: try #require(fixture.sqlitePath), configuration: configuration)
+                try await holder.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE TRANSACTION") }
+                let started = ContinuousClock.now
+                let response = try await client.postJSON("/v1/offers/signatures", body, bearer: secret)
+                let took = ContinuousClock.now - started
+                try await holder.writeWithoutTransaction { db in try db.execute(sql: "ROLLBACK TRANSACTION") }
+                try holder.close()
+                expectProblem(response, .serviceUnavailable, "audit_unavailable")
+                #expect(took >= .milliseconds(2_900), "answered before the commit's time bound: \(took)")
+            }
+            #expect(try await fixture.count("issued_signatures") == 0)
         }
     }
 

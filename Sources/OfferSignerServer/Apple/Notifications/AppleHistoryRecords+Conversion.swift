@@ -314,10 +314,10 @@ final class DecodedHistoryCache: Sendable {
         }
     }
 
-    /// The history decoded last for `subscription`, at whatever version it was decoded (it may
-    /// have moved since): a hint only, to be confirmed with ``history(at:)``.
-    func latest(_ subscription: AppleSubscriptionKey) -> VerifiedHistory? {
-        entries.withLock { $0[subscription]?.history }
+    /// The history decoded last for `subscription`, with the version (`updatedAt`) it was decoded
+    /// at (the store's may have moved since): a hint only, to be confirmed with ``history(at:)``.
+    func latest(_ subscription: AppleSubscriptionKey) -> (history: VerifiedHistory, updatedAt: Date)? {
+        entries.withLock { entries in entries[subscription].map { ($0.history, $0.updatedAt) } }
     }
 
     /// A current history of `transactionID` was decided on.

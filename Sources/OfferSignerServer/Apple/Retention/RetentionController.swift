@@ -206,16 +206,11 @@ struct RetentionController: Sendable {
         if let known = eligibility.retentionHistoryReadWithLock(originalTransactionID: verified.originalTransactionID, app: environmentApp) {
             let (customer, token) = RetentionDecider.customerKey(history: known.history, originalTransactionID: verified.originalTransactionID)
             let decided = await decideUnderLock(job, customer: customer, token: token, readingHistory: known.read) { left in
-                guard let history = try await eligibility.storedHistoryWithLock(
-                        transactionID: verified.originalTransactionID, app: environmentApp, now: Date(), timeout: left),
-                    RetentionDecider.customerKey(history: history, originalTransactionID: verified.originalTransactionID).key == customer
-                else { throw StoredHistoryMovedUnderLock() }
+                guard let history = try await eligibility.storedHistoryWithLock(known, now: Date(), timeout: left) else { throw StoredHistoryMovedUnderLock() }
+                metrics.storedHistoryWithLock("decided")
                 return history
             }
-            if let decided {
-                metrics.storedHistoryWithLock("decided")
-                return decided
-            }
+            if let decided { return decided }
             metrics.storedHistoryWithLock("moved")
         }
         guard let history = await history(verified, app: job.app) else { return .fallback(reason: "history_unavailable") }
@@ -247,7 +242,7 @@ struct RetentionController: Sendable {
                     let ledger = try await eligibility.ledger(customer: customer, bundleID: bundleID, timeout: left)
                     let decision = RetentionDecider.decide(plan: job.productPlan, catalog: catalog, bundleID: bundleID, history: history, ledger: ledger, now: now)
                     guard let choice = decision.offer else { return .withoutOffer(decision, decidedAt: now) }
-                    return .done(try await issue(decision, choice: choice, job: job, customer: customer, token: token, now: now))
+                    return try await issue(decision, choice: choice, job: job, customer: customer, token: token, now: now)
                 }
             }
             switch locked {
@@ -271,7 +266,11 @@ struct RetentionController: Sendable {
     private func history(_ request: VerifiedRetentionRequest, app: AppStoreAppSettings) async -> VerifiedHistory? {
         var environmentApp = app
         environmentApp.environments = [request.environment]
-        if app.notificationHistory, let stored = try? await eligibility.storedHistory(transactionID: request.originalTransactionID, app: environmentApp, now: Date()) {
+        // The stored history of the subscription the request names, never another one a row of
+        // the store points the ID to (Apple's request names the original transaction ID).
+        if app.notificationHistory, let stored = try? await eligibility.storedHistory(transactionID: request.originalTransactionID, app: environmentApp, now: Date()),
+            stored.transactions.contains(where: { $0.originalTransactionID == request.originalTransactionID })
+        {
             return stored
         }
         guard let client = eligibility.appleHistory else { return nil }
@@ -290,8 +289,8 @@ struct RetentionController: Sendable {
         /// An offer signed and committed (under the lock: the ledger row is the customer's until a
         /// late commit's withdrawal, which also runs under it), or a fallback with nothing to commit.
         case done(Outcome)
-        /// No offer: the `retention.answered` record is committed after the lock is given back
-        /// (see ``answerWithoutOffer(_:job:now:)``).
+        /// No offer (none chosen, or the one chosen could not be signed): the `retention.answered`
+        /// record is committed after the lock is given back (see ``answerWithoutOffer(_:job:now:)``).
         case withoutOffer(RetentionDecision, decidedAt: Date)
     }
 
@@ -317,20 +316,28 @@ struct RetentionController: Sendable {
     }
 
     /// Signs `choice` (the decision's offer) and commits its records under the customer's lock.
+    /// An offer that cannot be signed (no active key, no issuer ID for V2, a signing failure) is
+    /// answered with the fallback, its decision audited like any answer without an offer.
     private func issue(
         _ decision: RetentionDecision, choice: RetentionOfferChoice, job: Job, customer: String, token: UUID?, now: Date
-    ) async throws -> Outcome {
+    ) async throws -> LockedAnswer {
         let verified = job.verified
         let bundleID = job.app.bundleID
-        guard let active = keyRing.ring.activeKeys[bundleID] else { return .fallback(reason: "no_active_key") }
-        guard let nonce = UUID(uuidString: verified.requestIdentifier) else { return .fallback(reason: "internal") }
+        func unsigned(_ reason: String) -> LockedAnswer {
+            var withoutOffer = decision
+            withoutOffer.offer = nil
+            withoutOffer.fallbackReason = reason
+            return .withoutOffer(withoutOffer, decidedAt: now)
+        }
+        guard let active = keyRing.ring.activeKeys[bundleID] else { return unsigned("no_active_key") }
+        guard let nonce = UUID(uuidString: verified.requestIdentifier) else { return unsigned("internal") }
         var offer = JSONObjectWriter()
         offer.field("messageIdentifier", choice.message.identifier(for: verified.userLocale))
         let format: String
         do {
             switch job.plan.signatureVersion {
             case .v2:
-                guard let issuerID = active.issuerID else { return .fallback(reason: "issuer_id_missing") }
+                guard let issuerID = active.issuerID else { return unsigned("issuer_id_missing") }
                 let claims = try OfferJWSClaims.promotionalOffer(
                     issuerID: issuerID, bundleID: bundleID, productID: verified.productID, offerID: choice.offerID,
                     transactionID: verified.originalTransactionID, issuedAt: now, nonce: nonce)
@@ -354,7 +361,7 @@ struct RetentionController: Sendable {
             }
         } catch {
             job.logger.error("retention offer could not be signed", metadata: ["error": "\(error)"])
-            return .fallback(reason: "signing_failed")
+            return unsigned("signing_failed")
         }
         let signature = IssuedSignature(
             nonce: nonce.lowercasedString, issuedAt: now, client: Self.client, bundleID: bundleID, productID: verified.productID, offerID: choice.offerID,
@@ -365,25 +372,25 @@ struct RetentionController: Sendable {
         // at the deadline if the writer has not taken it.
         let queued = committer.queue(appends, until: job.deadline)
         guard job.claim.register(queued) else {
-            if committer.withdraw(queued) { return .fallback(reason: "deadline") }
-            return await settleLate(queued, signature: signature, job: job)
+            if committer.withdraw(queued) { return .done(.fallback(reason: "deadline")) }
+            return .done(await settleLate(queued, signature: signature, job: job))
         }
         do {
             _ = try await queued.value()
         } catch is AuditCommitter.Withdrawn {
-            return .fallback(reason: "deadline")
+            return .done(.fallback(reason: "deadline"))
         } catch let error as StoreError where error.code == .duplicate {
             // Another instance answered this requestIdentifier: a replay.
-            return .replayed
+            return .done(.replayed)
         }
         guard job.claim.claimAnswer() else {
             // Committed, but the deadline came first: the customer gets the fallback.
             await withdrawLate(signature, job: job)
-            return .fallback(reason: "deadline")
+            return .done(.fallback(reason: "deadline"))
         }
         var writer = JSONObjectWriter()
         writer.field("promotionalOffer", json: offer.finish())
-        return .offer(json: writer.finish(), format: format, keyID: active.keyID, offerID: choice.offerID)
+        return .done(.offer(json: writer.finish(), format: format, keyID: active.keyID, offerID: choice.offerID))
     }
 
     /// A commit the writer took before the deadline passed but the answer did not wait for:
@@ -430,7 +437,7 @@ struct RetentionController: Sendable {
         writer.field("productID", request.productID)
         writer.field("requestIdentifier", request.requestIdentifier)
         writer.field("answer", answer)
-        if let offer = decision.offer { writer.field("offerID", offer.offerID) }
+        if let offer = decision.offer { writer.field("offerID", offer.offerID) } else if let reason = decision.fallbackReason { writer.field("fallbackReason", reason) }
         let tried = decision.tried.map { tried in
             var item = JSONObjectWriter()
             item.field("offerID", tried.offerID)

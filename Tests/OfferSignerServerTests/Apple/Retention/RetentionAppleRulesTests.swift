@@ -4,6 +4,7 @@ import Foundation
 import HTTPTypes
 import HummingbirdTesting
 import NIOCore
+import OfferSignerCore
 import OfferSignerEligibility
 import OfferSignerServer
 import OfferSignerStorage
@@ -223,6 +224,38 @@ struct RetentionAppleRulesTests {
             let later = try await h.post(try h.request(customer.originalTransactionID))
             #expect(RetentionHarness.members(later) == ["alternateProduct"], "\(later.text)")
             #expect(try await withLock().contains(#"{outcome="decided"} 3"#))
+        }
+    }
+
+    @Test(
+        "An eligible subscriber whose offer cannot be signed (the app's key retired) gets the fallback, and the decision is audited with why; nothing is signed",
+        arguments: StoreBackend.testedCases)
+    func eligibleButUnsigned(_ backend: StoreBackend) async throws {
+        try await RetentionHarness.run(backend, catalog: Self.catalog(port:)) { h in
+            let customer = h.subscriber(months: 6, id: "722000001", token: "55555555-aaaa-4aaa-8aaa-000722000001")
+            try await h.notify(customer)
+            _ = try await h.store.transitionKey(
+                keyID: h.key.keyID, to: .retired, actor: "test", reason: nil, force: true, authenticator: h.masterKey.registryRows)
+            // The server reads the registry every 50 ms: ask until the retirement is in force.
+            var requestIdentifier = UUID().uuidString.lowercased()
+            var answer = try await h.post(try h.request(customer.originalTransactionID, requestIdentifier: requestIdentifier))
+            let deadline = ContinuousClock.now + .seconds(10)
+            while RetentionHarness.members(answer) == ["promotionalOffer"], ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+                requestIdentifier = UUID().uuidString.lowercased()
+                answer = try await h.post(try h.request(customer.originalTransactionID, requestIdentifier: requestIdentifier))
+            }
+            #expect(answer.status == .ok && RetentionHarness.members(answer) == ["alternateProduct"], "\(answer.text)")
+            let record = try #require(try await h.audited("retention.answered").first { $0["requestIdentifier"] as? String == requestIdentifier })
+            #expect(record["answer"] as? String == "fallback", "\(record)")
+            #expect(record["fallbackReason"] as? String == "no_active_key", "\(record)")
+            #expect(record["offerID"] == nil, "\(record)")
+            let decisions = try #require(record["decisions"] as? [[String: Any]])
+            #expect(decisions.first?["eligible"] as? Bool == true, "\(decisions)")
+            let issued = try await h.audited("signature.issued").filter { $0["retentionRequestIdentifier"] as? String == requestIdentifier }
+            #expect(issued.isEmpty, "\(issued)")
+            let metrics = try await h.client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
+            #expect(metrics.contains(#"retention_fallbacks_total{reason="no_active_key"}"#), "\(metrics.split(separator: "\n").filter { $0.contains("retention_fallbacks") })")
         }
     }
 

@@ -26,6 +26,8 @@ struct RetentionHarness: Sendable {
     let fixture: StoreFixture
     let chain: TestAppleChain
     let key: InAppPurchaseKey
+    /// The server's master key (for registry changes made through `store`).
+    let masterKey: MasterKey
     let client: any TestClientProtocol
     let now: Date
 
@@ -65,7 +67,7 @@ struct RetentionHarness: Sendable {
                 configure(&serving)
                 let application = try await buildApplication(configuration: serving, store: fixture.store)
                 try await application.test(.live) { client in
-                    try await body(RetentionHarness(fixture: fixture, chain: chain, key: key, client: client, now: Date()))
+                    try await body(RetentionHarness(fixture: fixture, chain: chain, key: key, masterKey: masterKey, client: client, now: Date()))
                 }
             }
         }

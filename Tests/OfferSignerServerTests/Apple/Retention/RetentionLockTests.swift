@@ -19,7 +19,8 @@ import Testing
 struct RetentionLockTests {
     @Test("With the audit chain's head row locked: the fallback's commit waits with no customer lock held and nothing answered; an offer's waits holding its lock; once the head is free, the fallback and the offer, both answers audited")
     func fallbackCommitsAfterTheLock() async throws {
-        try await RetentionHarness.run(.postgres, poolSize: 6, catalog: RetentionDeadlineTests.catalog(port:)) { h in
+        // A budget longer than every wait below, so no answer is the deadline's.
+        try await RetentionHarness.run(.postgres, poolSize: 6, catalog: RetentionDeadlineTests.catalog(port:), configure: { $0.retention.budget = .seconds(90) }) { h in
             let database = try #require(h.fixture.database)
             // Two paid months (the offer asks for three): the fallback. Six: the offer.
             let short = h.subscriber(months: 2, id: "700000001", token: "22222222-aaaa-4aaa-8aaa-000000000001")
