@@ -51,7 +51,8 @@ extension EligibilityService {
 /// ledger), as for signing above.
 ///
 /// Rules: the customer (the lock's key) is found in the history decoded last for the request's
-/// subscription and environment; under the lock that history is used only if the store reports
+/// subscription and environment, which must hold a transaction of that subscription (as before the
+/// lock); under the lock that history is used only if the store reports
 /// the subscription's history at exactly the version it was decoded at, complete and current
 /// (`StoredHistoryFreshness`). Otherwise nothing is decided under the lock: the caller gives it
 /// back and reads the history before the lock as before (`RetentionController.history`), which
@@ -64,7 +65,10 @@ extension EligibilityService {
     func retentionHistoryReadWithLock(originalTransactionID: String, app: AppStoreAppSettings) -> RetentionHistoryHint? {
         guard app.notificationHistory, app.environments.count == 1, let environment = app.environments.first else { return nil }
         let subscription = AppleSubscriptionKey(bundleID: app.bundleID, environment: environment.rawValue, originalTransactionID: originalTransactionID)
-        guard let (history, updatedAt) = decodedHistories.latest(subscription) else { return nil }
+        // The subscription's own history (as `RetentionController.history` requires before the lock).
+        guard let (history, updatedAt) = decodedHistories.latest(subscription),
+            history.transactions.contains(where: { $0.originalTransactionID == originalTransactionID })
+        else { return nil }
         return RetentionHistoryHint(
             subscription: subscription, history: history, decodedAt: updatedAt,
             read: CustomerLockHistoryRead(transactionID: originalTransactionID, environments: [environment.rawValue]))

@@ -37,7 +37,9 @@ public enum RetentionSimulation {
         if app.notificationHistory,
             let stored = try await store.appleHistory(bundleID: app.bundleID, environment: environment.rawValue, transactionID: originalTransactionID),
             stored.isComplete, let decoded = AppleHistoryConversion.history(stored),
-            StoredHistoryFreshness.isCurrent(decoded, updatedAt: stored.updatedAt, now: now)
+            StoredHistoryFreshness.isCurrent(decoded, updatedAt: stored.updatedAt, now: now),
+            // As the endpoint: the history of the subscription asked about, not one a row points to.
+            decoded.transactions.contains(where: { $0.originalTransactionID == originalTransactionID })
         {
             history = decoded
             source = "store"

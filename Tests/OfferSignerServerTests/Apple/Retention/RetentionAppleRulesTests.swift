@@ -259,6 +259,29 @@ struct RetentionAppleRulesTests {
         }
     }
 
+    @Test(
+        "A database writer deletes a subscription's transaction rows: its stored history holds none of the subscription's transactions, so no answer is decided on it, before the lock or with it (Apple is asked)",
+        arguments: StoreBackend.testedCases)
+    func storedHistoryWithoutTheSubscription(_ backend: StoreBackend) async throws {
+        try await RetentionHarness.run(backend, catalog: Self.catalog(port:)) { h in
+            let customer = h.subscriber(months: 6, id: "723000001", token: "55555555-aaaa-4aaa-8aaa-000723000001")
+            try await h.notify(customer)
+            try await h.fixture.execute("DELETE FROM apple_transactions WHERE original_transaction_id = '723000001'")
+            // Twice: the first reads the history before the lock (and keeps it decoded), the
+            // second would find it decoded and read its version with the lock.
+            for attempt in 1...2 {
+                let answer = try await h.post(try h.request(customer.originalTransactionID))
+                #expect(answer.status == .ok && RetentionHarness.members(answer) == ["alternateProduct"], "attempt \(attempt): \(answer.text)")
+            }
+            let metrics = try await h.client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
+            let fallbacks = metrics.split(separator: "\n").filter { $0.contains("retention_fallbacks_total{") }
+            // Apple's API (the fake knows no such customer) has no history either.
+            #expect(fallbacks.count == 1 && fallbacks.first?.hasSuffix(#"retention_fallbacks_total{reason="history_unavailable"} 2"#) == true, "\(fallbacks)")
+            #expect(try await h.audited("retention.answered").isEmpty, "nothing was decided")
+            #expect(!metrics.contains(#"offer_signer_stored_history_with_lock_total{outcome="decided"}"#))
+        }
+    }
+
     @Test("appAppleId is checked in Production only, as Apple's SignedDataVerifier does", arguments: StoreBackend.testedCases)
     func appAppleIDInProductionOnly(_ backend: StoreBackend) async throws {
         try await RetentionHarness.run(backend, catalog: Self.catalog(port:)) { h in
