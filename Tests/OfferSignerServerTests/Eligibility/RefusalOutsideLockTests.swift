@@ -10,7 +10,6 @@ import TestChildProcess
 import TestPostgres
 import Testing
 import SwiftASN1
-import Synchronization
 import X509
 
 /// A refused decision adds nothing to the ledger the rules count, so its audit record is committed
@@ -46,7 +45,7 @@ struct RefusalOutsideLockTests {
                     fake.add(try lapsed.customer(chain, now: now, status: 2))
                 }
             ) { port, secret, _ in
-                let ask = { (customer: SubscriptionFixture, answered: Answered) in
+                let ask = { (customer: SubscriptionFixture, answered: AuditHeadLock.Answered) in
                     Task {
                         defer { answered.set() }
                         return try await onOwnThread {
@@ -58,87 +57,56 @@ struct RefusalOutsideLockTests {
                         }
                     }
                 }
-                let customerLocks =
-                    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = \(0x6F73_0001) AND granted "
-                    + "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                // A group commit waiting for the head row (both ways of appending name
-                // audit_head: the one-statement append and the locking transaction).
-                let commitsWaiting =
-                    "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                    + "AND wait_event_type = 'Lock' AND query LIKE '%audit_head%'"
 
                 // Every group commit moves the chain's head: with its row locked, none can end.
-                let head = try await TestPostgres.holdLock("SELECT seq FROM audit_head WHERE id = 1 FOR UPDATE", database: database.name)
-                var released = false
-                do {
-                    let refusalAnswered = Answered()
+                try await AuditHeadLock.holding(database: database.name) { head in
+                    let refusalAnswered = AuditHeadLock.Answered()
                     let refused = ask(subscriber, refusalAnswered)
-                    let refusalWaiting = try await Self.poll(within: .seconds(60)) {
-                        try await TestPostgres.scalar(commitsWaiting, database: database.name) ?? 0 >= 1
+                    let refusalWaiting = try await AuditHeadLock.poll(within: .seconds(60)) {
+                        try await AuditHeadLock.commitsWaiting(in: database.name) >= 1
                     }
                     #expect(refusalWaiting, "the refusal's audit commit never reached the database")
                     // Its commit is waiting now, and stays waiting while the head is locked:
                     // the lock it was decided under is given back (the unlock is sent by the
                     // lock's holder as the decision ends, so it may reach the database just
                     // after the commit does) and stays so.
-                    let lockGivenBack = try await Self.poll(within: .seconds(30)) {
-                        try await TestPostgres.scalar(customerLocks, database: database.name) == 0
+                    let lockGivenBack = try await AuditHeadLock.poll(within: .seconds(30)) {
+                        try await AuditHeadLock.customerLocks(in: database.name) == 0
                     }
                     #expect(lockGivenBack, "a customer lock was held while the refusal's record waited for its commit")
                     try await Task.sleep(for: .milliseconds(500))
-                    let locksDuringRefusal = try await TestPostgres.scalar(customerLocks, database: database.name)
+                    let locksDuringRefusal = try await AuditHeadLock.customerLocks(in: database.name)
                     #expect(locksDuringRefusal == 0, "a customer lock was taken again while the refusal's record waited: \(String(describing: locksDuringRefusal))")
-                    #expect(try await TestPostgres.scalar(commitsWaiting, database: database.name) ?? 0 >= 1, "the refusal's commit ended with the head locked")
+                    #expect(try await AuditHeadLock.commitsWaiting(in: database.name) >= 1, "the refusal's commit ended with the head locked")
 
                     // The contrast, and proof the lock is seen: an issuance keeps its lock until
                     // its records are committed (they wait behind the refusal's group).
-                    let issued = ask(lapsed, Answered())
-                    let issuanceHolding = try await Self.poll(within: .seconds(60)) {
-                        try await TestPostgres.scalar(customerLocks, database: database.name) == 1
+                    let issued = ask(lapsed, AuditHeadLock.Answered())
+                    let issuanceHolding = try await AuditHeadLock.poll(within: .seconds(60)) {
+                        try await AuditHeadLock.customerLocks(in: database.name) == 1
                     }
                     #expect(issuanceHolding, "the issuance never held its customer's lock")
                     try await Task.sleep(for: .milliseconds(500))
-                    #expect(try await TestPostgres.scalar(customerLocks, database: database.name) == 1, "the issuance gave its lock back before its commit")
+                    #expect(try await AuditHeadLock.customerLocks(in: database.name) == 1, "the issuance gave its lock back before its commit")
 
                     // Its 403 waits for the commit: the audit first.
                     #expect(!refusalAnswered.isSet, "the refusal was answered before its record was committed")
                     try await head.release()
-                    released = true
                     let refusal = try await refused.value
                     #expect(refusal.status == 403 && refusal.json["code"] as? String == "not_eligible", "\(refusal.status) \(refusal.body)")
                     let issuance = try await issued.value
                     #expect(issuance.status == 201, "\(issuance.status) \(issuance.body)")
-                } catch {
-                    if !released { try? await head.release() }
-                    throw error
                 }
                 // Both decisions are in the audit, the refusal's before its 403 was sent.
                 let decisions = try await store.auditRecords(after: 0, limit: 100).filter { $0.kind == "eligibility.decided" }
                 #expect(decisions.count == 2, "\(decisions.map(\.body))")
                 #expect(decisions.contains { $0.body.contains(subscriber.appAccountToken!) && $0.body.contains(#""eligible":false"#) }, "\(decisions.map(\.body))")
                 // The issuance's unlock is sent as its decision ends, and may follow its 201.
-                let allGivenBack = try await Self.poll(within: .seconds(30)) {
-                    try await TestPostgres.scalar(customerLocks, database: database.name) == 0
+                let allGivenBack = try await AuditHeadLock.poll(within: .seconds(30)) {
+                    try await AuditHeadLock.customerLocks(in: database.name) == 0
                 }
                 #expect(allGivenBack, "a customer lock was still held after both answers")
             }
         }
-    }
-
-    /// Whether a request has been answered (or has failed).
-    final class Answered: Sendable {
-        private let answered = Mutex(false)
-        func set() { answered.withLock { $0 = true } }
-        var isSet: Bool { answered.withLock { $0 } }
-    }
-
-    /// Whether `condition` held within `limit`, looked at every 50 ms.
-    static func poll(within limit: Duration, _ condition: () async throws -> Bool) async throws -> Bool {
-        let deadline = ContinuousClock.now + limit
-        while ContinuousClock.now < deadline {
-            if try await condition() { return true }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        return false
     }
 }

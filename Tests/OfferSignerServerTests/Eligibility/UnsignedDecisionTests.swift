@@ -44,13 +44,7 @@ struct UnsignedDecisionTests {
         _ = try await fixture.store.transitionKey(
             keyID: key.keyID, to: .retired, actor: "test", reason: nil, force: true, authenticator: masterKey.registryRows)
         let secret = try await APIClientCredentials.create(in: fixture.store, name: "backend", bundleIDs: [], actor: "test", masterKey: masterKey).secret
-        var configuration = ServerConfiguration(masterKey: masterKey, logger: StoreFixture.quietLogger)
-        configuration.operatorToken = TestServer.operatorToken
-        configuration.host = "127.0.0.1"
-        configuration.port = 0
-        configuration.clientRateLimit = .unlimited
-        configuration.appAccountTokenRateLimit = .unlimited
-        configuration.storeTimeout = storeTimeout
+        var configuration = StoreFixture.serverConfiguration(masterKey: masterKey, storeTimeout: storeTimeout)
         configuration.eligibility = try EligibilityConfiguration(
             catalogJSON: Data(EligibilityIntegrationTests.catalog.utf8), trustedRootPEMs: [try chain.root.serializeAsPEM().pemString])
         let application = try await buildApplication(configuration: configuration, store: fixture.store)
@@ -124,16 +118,8 @@ struct UnsignedDecisionTests {
             // The commit's wait for the head row ends with the store's time bound: long enough for
             // the checks below on a loaded machine, short enough for the test.
             try await Self.withServerWithoutActiveKey(fixture, chain: chain, storeTimeout: .seconds(10)) { _, port, secret in
-                let customerLocks =
-                    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = \(0x6F73_0001) AND granted "
-                    + "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                let commitsWaiting =
-                    "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                    + "AND wait_event_type = 'Lock' AND query LIKE '%audit_head%'"
-                let head = try await TestPostgres.holdLock("SELECT seq FROM audit_head WHERE id = 1 FOR UPDATE", database: database.name)
-                var released = false
-                do {
-                    let answered = RefusalOutsideLockTests.Answered()
+                try await AuditHeadLock.holding(database: database.name) { _ in
+                    let answered = AuditHeadLock.Answered()
                     let started = ContinuousClock.now
                     let request = Task {
                         defer { answered.set() }
@@ -143,18 +129,18 @@ struct UnsignedDecisionTests {
                                 headers: ["Authorization": "Bearer \(secret)", "Content-Type": "application/json"], body: body, timeout: .seconds(120))
                         }
                     }
-                    let waiting = try await RefusalOutsideLockTests.poll(within: .seconds(60)) {
-                        try await TestPostgres.scalar(commitsWaiting, database: database.name) ?? 0 >= 1
+                    let waiting = try await AuditHeadLock.poll(within: .seconds(60)) {
+                        try await AuditHeadLock.commitsWaiting(in: database.name) >= 1
                     }
                     #expect(waiting, "the decision's audit commit never reached the database")
                     // Well within the commit's 10 s bound (a lock held through the commit would be
                     // given back only when that bound ends it).
-                    let lockGivenBack = try await RefusalOutsideLockTests.poll(within: .seconds(5)) {
-                        try await TestPostgres.scalar(customerLocks, database: database.name) == 0
+                    let lockGivenBack = try await AuditHeadLock.poll(within: .seconds(5)) {
+                        try await AuditHeadLock.customerLocks(in: database.name) == 0
                     }
                     #expect(lockGivenBack, "a customer lock was held while the decision's record waited for its commit")
                     try await Task.sleep(for: .milliseconds(300))
-                    let locks = try await TestPostgres.scalar(customerLocks, database: database.name)
+                    let locks = try await AuditHeadLock.customerLocks(in: database.name)
                     #expect(locks == 0, "a customer lock was taken again while the decision's record waited: \(String(describing: locks))")
                     #expect(!answered.isSet, "answered before the decision's record was committed")
 
@@ -163,11 +149,6 @@ struct UnsignedDecisionTests {
                     let response = try await request.value
                     #expect(response.status == 503 && response.json["code"] as? String == "audit_unavailable", "\(response.status) \(response.body)")
                     #expect(ContinuousClock.now - started >= .seconds(9), "answered before the commit's time bound: \(ContinuousClock.now - started)")
-                    try await head.release()
-                    released = true
-                } catch {
-                    if !released { try? await head.release() }
-                    throw error
                 }
                 let issued = try await TestPostgres.scalar("SELECT COUNT(*) FROM issued_signatures", database: database.name)
                 #expect(issued == 0, "a ledger row without a signature: \(String(describing: issued))")

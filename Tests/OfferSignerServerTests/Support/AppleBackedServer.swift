@@ -11,6 +11,19 @@ import Testing
 import X509
 
 extension StoreFixture {
+    /// A quiet server on a free loopback port, with the test operator token, no rate limits and
+    /// `storeTimeout`.
+    static func serverConfiguration(masterKey: MasterKey, storeTimeout: Duration) -> ServerConfiguration {
+        var configuration = ServerConfiguration(masterKey: masterKey, logger: quietLogger)
+        configuration.operatorToken = TestServer.operatorToken
+        configuration.host = "127.0.0.1"
+        configuration.port = 0
+        configuration.clientRateLimit = .unlimited
+        configuration.appAccountTokenRateLimit = .unlimited
+        configuration.storeTimeout = storeTimeout
+        return configuration
+    }
+
     /// Runs a live server on this fixture's store that decides offers on Apple's history: one
     /// development key (`keyID`) for the app `AppleHistorySourceTests.catalog` configures, one API
     /// client, no rate limits, and that catalog pointed at a fake App Store Server API that knows
@@ -31,13 +44,7 @@ extension StoreFixture {
         try prepare(fake)
         let root = try chain.root.serializeAsPEM().pemString
         try await fake.run { applePort in
-            var configuration = ServerConfiguration(masterKey: masterKey, logger: StoreFixture.quietLogger)
-            configuration.operatorToken = TestServer.operatorToken
-            configuration.host = "127.0.0.1"
-            configuration.port = 0
-            configuration.clientRateLimit = .unlimited
-            configuration.appAccountTokenRateLimit = .unlimited
-            configuration.storeTimeout = storeTimeout
+            var configuration = StoreFixture.serverConfiguration(masterKey: masterKey, storeTimeout: storeTimeout)
             var eligibility = try EligibilityConfiguration(catalogJSON: Data(AppleHistorySourceTests.catalog(port: applePort).utf8), trustedRootPEMs: [root])
             eligibility.appStoreServerAPI.timeBudget = .seconds(30)
             configuration.eligibility = eligibility

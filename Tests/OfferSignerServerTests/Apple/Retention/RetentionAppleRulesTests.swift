@@ -193,7 +193,7 @@ struct RetentionAppleRulesTests {
             let customer = h.subscriber(months: 6, id: "721000001", token: "55555555-aaaa-4aaa-8aaa-000721000001")
             try await h.notify(customer)
             func withLock() async throws -> String {
-                let metrics = try await h.client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
+                let metrics = try await h.metrics()
                 return metrics.split(separator: "\n").filter { $0.hasPrefix("offer_signer_stored_history_with_lock_total{") }.joined(separator: "; ")
             }
             // The first page view reads and verifies the history before the lock.
@@ -254,7 +254,7 @@ struct RetentionAppleRulesTests {
             #expect(decisions.first?["eligible"] as? Bool == true, "\(decisions)")
             let issued = try await h.audited("signature.issued").filter { $0["retentionRequestIdentifier"] as? String == requestIdentifier }
             #expect(issued.isEmpty, "\(issued)")
-            let metrics = try await h.client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
+            let metrics = try await h.metrics()
             #expect(metrics.contains(#"retention_fallbacks_total{reason="no_active_key"}"#), "\(metrics.split(separator: "\n").filter { $0.contains("retention_fallbacks") })")
         }
     }
@@ -273,7 +273,7 @@ struct RetentionAppleRulesTests {
                 let answer = try await h.post(try h.request(customer.originalTransactionID))
                 #expect(answer.status == .ok && RetentionHarness.members(answer) == ["alternateProduct"], "attempt \(attempt): \(answer.text)")
             }
-            let metrics = try await h.client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
+            let metrics = try await h.metrics()
             let fallbacks = metrics.split(separator: "\n").filter { $0.contains("retention_fallbacks_total{") }
             // Apple's API (the fake knows no such customer) has no history either.
             #expect(fallbacks.count == 1 && fallbacks.first?.hasSuffix(#"retention_fallbacks_total{reason="history_unavailable"} 2"#) == true, "\(fallbacks)")

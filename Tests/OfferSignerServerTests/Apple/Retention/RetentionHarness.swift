@@ -126,6 +126,11 @@ struct RetentionHarness: Sendable {
         }
     }
 
+    /// The server's `/metrics` text.
+    func metrics() async throws -> String {
+        try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(TestServer.operatorSecret)"]).text
+    }
+
     func post(_ body: String) async throws -> TestResponse {
         try await client.postJSON("/v1/apple/retention", body)
     }

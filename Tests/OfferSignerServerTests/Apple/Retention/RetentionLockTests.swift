@@ -31,60 +31,48 @@ struct RetentionLockTests {
             let longID = UUID().uuidString.lowercased()
             let shortBody = try h.request(short.originalTransactionID, requestIdentifier: shortID)
             let longBody = try h.request(long.originalTransactionID, requestIdentifier: longID)
-            let ask = { (body: String, answered: RefusalOutsideLockTests.Answered) in
+            let ask = { (body: String, answered: AuditHeadLock.Answered) in
                 Task {
                     defer { answered.set() }
                     return try await h.postConcurrently(body)
                 }
             }
-            let customerLocks =
-                "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = \(0x6F73_0001) AND granted "
-                + "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            let commitsWaiting =
-                "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                + "AND wait_event_type = 'Lock' AND query LIKE '%audit_head%'"
 
-            let head = try await TestPostgres.holdLock("SELECT seq FROM audit_head WHERE id = 1 FOR UPDATE", database: database.name)
-            var released = false
-            do {
-                let fallbackAnswered = RefusalOutsideLockTests.Answered()
+            try await AuditHeadLock.holding(database: database.name) { head in
+                let fallbackAnswered = AuditHeadLock.Answered()
                 let fallback = ask(shortBody, fallbackAnswered)
-                let waiting = try await RefusalOutsideLockTests.poll(within: .seconds(20)) {
-                    try await TestPostgres.scalar(commitsWaiting, database: database.name) ?? 0 >= 1
+                let waiting = try await AuditHeadLock.poll(within: .seconds(20)) {
+                    try await AuditHeadLock.commitsWaiting(in: database.name) >= 1
                 }
                 #expect(waiting, "the fallback's audit commit never reached the database")
-                let givenBack = try await RefusalOutsideLockTests.poll(within: .seconds(10)) {
-                    try await TestPostgres.scalar(customerLocks, database: database.name) == 0
+                let givenBack = try await AuditHeadLock.poll(within: .seconds(10)) {
+                    try await AuditHeadLock.customerLocks(in: database.name) == 0
                 }
                 #expect(givenBack, "a customer lock was held while the fallback's record waited for its commit")
                 try await Task.sleep(for: .milliseconds(300))
-                let locks = try await TestPostgres.scalar(customerLocks, database: database.name)
+                let locks = try await AuditHeadLock.customerLocks(in: database.name)
                 #expect(locks == 0, "a customer lock was taken again while the fallback's record waited: \(String(describing: locks))")
 
                 // The contrast: an offer's commit keeps its customer's lock.
-                let offer = ask(longBody, RefusalOutsideLockTests.Answered())
-                let holding = try await RefusalOutsideLockTests.poll(within: .seconds(20)) {
-                    try await TestPostgres.scalar(customerLocks, database: database.name) == 1
+                let offer = ask(longBody, AuditHeadLock.Answered())
+                let holding = try await AuditHeadLock.poll(within: .seconds(20)) {
+                    try await AuditHeadLock.customerLocks(in: database.name) == 1
                 }
                 #expect(holding, "the offer's decision never held its customer's lock")
                 #expect(!fallbackAnswered.isSet, "the fallback was answered before its record was committed")
 
                 try await head.release()
-                released = true
                 let fallbackAnswer = try await fallback.value
                 #expect(fallbackAnswer.status == .ok && Array(fallbackAnswer.json.keys) == ["message"], "\(fallbackAnswer.status) \(fallbackAnswer.text)")
                 let offerAnswer = try await offer.value
                 #expect(offerAnswer.status == .ok && Array(offerAnswer.json.keys) == ["promotionalOffer"], "\(offerAnswer.status) \(offerAnswer.text)")
-            } catch {
-                if !released { try? await head.release() }
-                throw error
             }
             let answered = try await h.audited("retention.answered")
             let fallbackRecord = answered.first { $0["requestIdentifier"] as? String == shortID }
             #expect(fallbackRecord?["answer"] as? String == "fallback", "\(answered)")
             #expect(answered.first { $0["requestIdentifier"] as? String == longID }?["answer"] as? String == "promotionalOffer", "\(answered)")
-            let allGivenBack = try await RefusalOutsideLockTests.poll(within: .seconds(10)) {
-                try await TestPostgres.scalar(customerLocks, database: database.name) == 0
+            let allGivenBack = try await AuditHeadLock.poll(within: .seconds(10)) {
+                try await AuditHeadLock.customerLocks(in: database.name) == 0
             }
             #expect(allGivenBack, "a customer lock was still held after both answers")
             #expect(try await h.store.verifiedChain().isIntact)
