@@ -124,7 +124,7 @@ extension StoreCommandTests {
                 let created = try await run(["clients", "create", "--store", fixture.storeArgument, "--master-key-file", fixture.masterKey.path, "--name", "backend", "--json"])
                 try expectSuccess(created)
                 let secret = try #require(try jsonObject(created.stdout.trimmingCharacters(in: .newlines))["secret"] as? String)
-                let port = try Self.freePort()
+                let port = try LoopbackPort.free()
                 let server = try ChildProcess.spawn(
                     try CLIExecutable.url().path,
                     ["serve", "--store", fixture.storeArgument, "--store-pool-size", "4", "--master-key-file", fixture.masterKey.path, "--port", "\(port)"],
@@ -173,25 +173,6 @@ extension StoreCommandTests {
             }
             let (data, response) = try await URLSession.shared.data(for: request)
             return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
-        }
-
-        /// A loopback port nothing listens on right now.
-        static func freePort() throws -> Int {
-            let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            try #require(descriptor >= 0)
-            defer { close(descriptor) }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            let bound = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-            try #require(bound == 0)
-            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            _ = withUnsafeMutablePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
-            }
-            return Int(UInt16(bigEndian: address.sin_port))
         }
     }
 }

@@ -75,10 +75,10 @@ import Glibc
     func idleTimeoutClosesIdleConnections(_ byFlag: Bool) async throws {
         try await withTemporaryDirectory { directory in
             let (_, serve) = try await Self.fixture(in: directory)
-            let port = try Self.freePort()
+            let port = try LoopbackPort.free()
             let process = try ChildProcess.spawn(
                 try CLIExecutable.url().path, serve + ["--port", "\(port)"] + (byFlag ? ["--idle-timeout-seconds", "1"] : []),
-                environment: childEnvironment(byFlag ? [:] : ["OFFER_SIGNER_IDLE_TIMEOUT_SECONDS": "1"]), captureOutput: false)
+                environment: childEnvironment(byFlag ? [:] : ["OFFER_SIGNER_IDLE_TIMEOUT_SECONDS": "1"]), captureOutput: true)
             try await process.stopped {
                 // Until the server accepts connections (a loaded machine can take a while to start it).
                 let deadline = ContinuousClock.now + .seconds(60)
@@ -86,6 +86,10 @@ import Glibc
                 while socket < 0 && ContinuousClock.now < deadline && process.isRunning {
                     socket = Self.connect(port: port)
                     if socket < 0 { try await Task.sleep(for: .milliseconds(100)) }
+                }
+                if socket < 0, !process.isRunning {
+                    let ended = await process.exited()
+                    Issue.record("serve exited (status \(ended.status)) before accepting connections: \(ended.stderrText.suffix(2000))")
                 }
                 try #require(socket >= 0, "serve did not accept connections within 60 s (running: \(process.isRunning))")
                 defer { close(socket) }
@@ -106,24 +110,6 @@ import Glibc
                 #expect(after >= .milliseconds(950), "closed after \(after), before the 1 s timeout")
             }
         }
-    }
-
-    /// A loopback port nothing listens on right now.
-    static func freePort() throws -> Int {
-        let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(socketFD) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr = in_addr(s_addr: inet_addr("127.0.0.1"))
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(socketFD, pointer, length) == 0 && getsockname(socketFD, pointer, &length) == 0
-            }
-        }
-        try #require(bound, "could not find a free port: errno \(errno)")
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     /// A connection to 127.0.0.1:`port`, or -1.

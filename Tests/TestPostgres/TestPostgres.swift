@@ -355,7 +355,7 @@ enum ThrowAwayCluster {
         // with PostgreSQL's defaults.
         var lastError: (any Error)?
         for _ in 0..<3 {
-            let port = try freePort()
+            let port = try LoopbackPort.free()
             do {
                 try run(
                     binaries, "pg_ctl",
@@ -407,26 +407,5 @@ enum ThrowAwayCluster {
         guard result.status == 0 else {
             throw TestPostgres.Unavailable(description: "\(tool) failed (status \(result.status)): \(result.stderrText.suffix(2000))")
         }
-    }
-
-    /// A loopback port nothing listens on right now.
-    private static func freePort() throws -> Int {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { throw TestPostgres.Unavailable(description: "socket() failed") }
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0 else { throw TestPostgres.Unavailable(description: "bind() failed") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
-        }
-        guard named == 0 else { throw TestPostgres.Unavailable(description: "getsockname() failed") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 }

@@ -63,7 +63,7 @@ struct PostgresKillTests {
         let executable = try Self.executable()
         var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("OFFER_SIGNER_") }
         environment["OFFER_SIGNER_STORE"] = database.url
-        let ports = [try ControlledPostgres.freePort(), try ControlledPostgres.freePort()]
+        let ports = [try LoopbackPort.free(), try LoopbackPort.free()]
         let servers = try ports.map { port in
             try ChildProcess.spawn(
                 executable,

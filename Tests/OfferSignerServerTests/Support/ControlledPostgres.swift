@@ -38,7 +38,7 @@ final class ControlledPostgres: Sendable {
         if asPostgres, let entry = getpwnam("postgres") {
             _ = chown(directory, entry.pointee.pw_uid, entry.pointee.pw_gid)
         }
-        port = try Self.freePort()
+        port = try LoopbackPort.free()
         try await run("initdb", ["-D", "\(directory)/data", "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"], timeout: .seconds(120))
         try await start()
     }
@@ -85,17 +85,5 @@ final class ControlledPostgres: Sendable {
         guard result.status == 0 else {
             throw Failure(description: "\(tool) \(arguments.joined(separator: " ")) failed (\(result.status)): \(result.stderrText.suffix(1500))")
         }
-    }
-
-    static func freePort() throws -> Int {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) } }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 }
