@@ -86,7 +86,7 @@ struct RetentionSimulateCommand: AsyncParsableCommand {
             }
             let outcome = try await RetentionSimulation.simulate(
                 store: opened, catalog: catalog, app: app, originalTransactionID: originalTransactionID, productID: productID,
-                environment: environment, now: time, apple: apple, userLocale: userLocale)
+                environment: environment, now: time, apple: apple, trustedRoots: configuration.trustedRoots, userLocale: userLocale)
             try? await apple?.client.shutdown()
             await opened.close()
             print(json ? Self.json(outcome) : Self.text(outcome), terminator: "")

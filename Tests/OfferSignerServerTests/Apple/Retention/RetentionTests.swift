@@ -173,18 +173,57 @@ struct RetentionTests {
             try await notify(customer, client: client)
             let catalog = try #require(server.configuration.eligibility?.catalog)
             let app = catalog.appSettings(bundleID: Self.bundleID)
+            let roots = try #require(server.configuration.eligibility?.trustedRoots)
             let before = try await RetentionSimulation.simulate(
                 store: server.store, catalog: catalog, app: app, originalTransactionID: customer.originalTransactionID, productID: "pro.monthly",
-                environment: .production, now: Date(), apple: nil)
+                environment: .production, now: Date(), apple: nil, trustedRoots: roots)
             #expect(before.answer == "promotionalOffer" && before.historySource == "store")
             #expect(try await issuedRecords(server).isEmpty, "a simulation signs nothing")
             #expect(try await client.postJSON("/v1/apple/retention", try request(customer.originalTransactionID)).status == .ok)
             let after = try await RetentionSimulation.simulate(
                 store: server.store, catalog: catalog, app: app, originalTransactionID: customer.originalTransactionID, productID: "pro.monthly",
-                environment: .production, now: Date(), apple: nil)
+                environment: .production, now: Date(), apple: nil, trustedRoots: roots)
             // The answered request was a page view, not a redemption: still the offer.
             #expect(after.answer == "promotionalOffer", "\(String(describing: after.decision?.tried))")
             #expect(after.fallbackReason == nil)
+        }
+    }
+
+    @Test("retention simulate believes the stored JWS, not the decoded column: a row whose JWS was swapped for one another chain signed leaves no stored history to decide on; and an offer no active key could sign is reported as the endpoint answers it (the fallback, no_active_key)")
+    func simulationAsTheEndpoint() async throws {
+        let customer = subscriber(id: "500000014")
+        try await withServer { server, _, client in
+            try await notify(customer, client: client)
+            let catalog = try #require(server.configuration.eligibility?.catalog)
+            let app = catalog.appSettings(bundleID: Self.bundleID)
+            let roots = try #require(server.configuration.eligibility?.trustedRoots)
+            func simulate() async throws -> RetentionSimulation.Outcome {
+                try await RetentionSimulation.simulate(
+                    store: server.store, catalog: catalog, app: app, originalTransactionID: customer.originalTransactionID, productID: "pro.monthly",
+                    environment: .production, now: Date(), apple: nil, trustedRoots: roots)
+            }
+            #expect(try await simulate().answer == "promotionalOffer")
+
+            // A database writer retires the key behind the service's back: nothing could sign the offer.
+            let key = try #require(server.keys[Self.bundleID])
+            _ = try await server.store.transitionKey(
+                keyID: key.keyID, to: .retired, actor: "test", reason: nil, force: true, authenticator: server.masterKey.registryRows)
+            let unsigned = try await simulate()
+            #expect(unsigned.answer == "message", "the plan's fallback: \(unsigned.answer)")
+            #expect(unsigned.fallbackReason == "no_active_key")
+            #expect(unsigned.historySource == "store")
+            #expect(unsigned.decision?.fallbackReason == "no_active_key")
+
+            // A database writer swaps one stored transaction's JWS for one signed by another chain,
+            // the decoded column untouched: the stored history is refused, as the endpoint refuses it.
+            let forged = try TestAppleChain().signJWS(customer.transactionPayload(5))
+            let queue = try DatabaseQueue(path: server.storePath)
+            try await queue.write { db in
+                try db.execute(sql: "UPDATE apple_transactions SET jws = ? WHERE transaction_id = ?", arguments: [forged, customer.transactionID(5)])
+            }
+            let tampered = try await simulate()
+            #expect(tampered.historySource == "none", "decided on a stored history whose JWS does not verify")
+            #expect(tampered.fallbackReason == "history_unavailable")
         }
     }
 
