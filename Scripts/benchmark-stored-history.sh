@@ -14,6 +14,9 @@
 # Usage:   Scripts/benchmark-stored-history.sh
 # Env:     DURATION=10 (seconds per run)  CONNECTIONS=32  THREADS=2  CUSTOMERS=2000  DECISION=issue
 #          RETENTION_RATE=500  RETENTION_CONNECTIONS=16  PORT=18193
+#          RETENTION_SUBSCRIPTIONS=CUSTOMERS (how many subscriptions the retention requests name,
+#          in turn; 1 is Apple's performance test: every request for the one original transaction
+#          ID given to Initiate Performance Test)
 #          STORE=sqlite (default) or postgres: a throw-away PostgreSQL cluster (initdb and pg_ctl
 #          from /usr/lib/postgresql/*/bin, run as the postgres user when root), or the empty
 #          database POSTGRES_URL names; PostgreSQL's CPU is then printed beside the service's
@@ -32,6 +35,7 @@ THREADS=${THREADS:-2}
 CUSTOMERS=${CUSTOMERS:-2000}
 RETENTION_RATE=${RETENTION_RATE:-500}
 RETENTION_CONNECTIONS=${RETENTION_CONNECTIONS:-16}
+RETENTION_SUBSCRIPTIONS=${RETENTION_SUBSCRIPTIONS:-$CUSTOMERS}
 PORT=${PORT:-18193}
 STORE_KIND=${STORE:-sqlite}
 APP_APPLE_ID=1234567890
@@ -163,7 +167,7 @@ report() {
 run sign "$CONNECTIONS" 0
 # Fresh requests (signed now; the service answers those at most 5 minutes old), one per send.
 python3 Scripts/stored-history-fixtures.py retention "$WORK/chain.json" "$WORK/retention.jsonl" \
-    "$(( RETENTION_RATE * DURATION * 12 / 10 + 1000 ))" "$CUSTOMERS" "$APP_APPLE_ID"
+    "$(( RETENTION_RATE * DURATION * 12 / 10 + 1000 ))" "$RETENTION_SUBSCRIPTIONS" "$APP_APPLE_ID"
 run retention "$RETENTION_CONNECTIONS" "$RETENTION_RATE"
 curl -fsS -H "Authorization: Bearer $(cat "$OPERATOR_TOKEN_FILE")" "$URL/metrics" > "$WORK/metrics.txt"
 
@@ -174,7 +178,7 @@ echo "           (saturation, $CONNECTIONS connections; offer $SIGN_OFFER under 
 report retention
 echo "           (fixed load: $RETENTION_RATE requests/s offered, $RETENTION_CONNECTIONS connections)"
 echo "App Store Server API lookups (must be none): $(grep -c '^app_store_server_api_lookups_total' "$WORK/metrics.txt" || true)"
-grep -E '^retention_(requests|fallbacks)_total' "$WORK/metrics.txt" | sed 's/^/  /' || true
+grep -E '^retention_(requests|fallbacks)_total|^http_requests_total\{route="/v1/apple/retention"' "$WORK/metrics.txt" | sed 's/^/  /' || true
 SIGN_ANSWERS=$(grep -E '^http_requests_total\{.*route="/v1/offers/signatures"' "$WORK/metrics.txt" || true)
 [ -z "$SIGN_ANSWERS" ] || echo "$SIGN_ANSWERS" | sed 's/^/  /'
 # Every signing answer must be the one the decision gives: a 503 (a lock or commit that timed out)

@@ -83,6 +83,8 @@ struct ServeCommand: AsyncParsableCommand {
     var appleAPICacheSeconds: Int?
     @Option(help: "Deadline of an answer to Apple's Retention Messaging request, from arrival to last byte (Apple's sandbox performance test expects about 700 ms; no documented production limit); past it, the product's fallback is answered and nothing is counted. Env: OFFER_SIGNER_RETENTION_BUDGET_MS. Default 500.")
     var retentionBudgetMs: Int?
+    @Option(help: "Most requests each endpoint Apple calls (notifications, Retention Messaging) handles at once; the next is answered 503 overloaded. Set it to at least Apple's maxConcurrentRequests (Initiate Performance Test's PerformanceTestConfig). Env: OFFER_SIGNER_APPLE_ENDPOINT_CONCURRENCY. Default 32.")
+    var appleEndpointConcurrency: Int?
     @Option(help: "NIO event loop threads (socket I/O and HTTP parsing; request handling runs on Swift's concurrency pool and the audit writer on its own thread). Env: OFFER_SIGNER_EVENT_LOOP_THREADS. Default: NIO's, one per core.")
     var eventLoopThreads: Int?
     @Option(help: "Bundle ID of the development key (--dev). Default com.example.app.")
@@ -213,6 +215,10 @@ struct ServeCommand: AsyncParsableCommand {
         if let value = try retentionBudgetMs ?? Self.number("OFFER_SIGNER_RETENTION_BUDGET_MS", Int.self) {
             guard (1...10_000).contains(value) else { throw ValidationError("--retention-budget-ms must be between 1 and 10000") }
             configuration.retention.budget = .milliseconds(value)
+        }
+        if let value = try appleEndpointConcurrency ?? Self.number("OFFER_SIGNER_APPLE_ENDPOINT_CONCURRENCY", Int.self) {
+            guard (1...4096).contains(value) else { throw ValidationError("--apple-endpoint-concurrency must be between 1 and 4096") }
+            configuration.appleEndpointConcurrency = value
         }
         if var eligibility = configuration.eligibility {
             try applyAppleAPIOptions(to: &eligibility.appStoreServerAPI)

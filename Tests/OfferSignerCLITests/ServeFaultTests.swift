@@ -48,20 +48,49 @@ import Glibc
         }
     }
 
-    @Test("--apple-api-* settings out of range, or without an offers catalog, stop serve before it starts", arguments: [
+    @Test("--apple-api-*, --retention-budget-ms and --apple-endpoint-concurrency out of range, or --apple-api-* without an offers catalog, stop serve before it starts", arguments: [
         (["--apple-api-time-budget-ms", "0"], "between 1 and 60000"),
         (["--apple-api-connections", "1"], "between 2 and 1024"),
         (["--apple-api-cache-seconds=-5"], "between 0 and 86400"),
         (["--retention-budget-ms", "0"], "between 1 and 10000"),
+        (["--apple-endpoint-concurrency", "0"], "between 1 and 4096"),
+        (["--apple-endpoint-concurrency", "4097"], "between 1 and 4096"),
     ])
     func badAppleAPISettings(_ arguments: [String], _ message: String) async throws {
         try await withTemporaryDirectory { directory in
             let (_, serve) = try await Self.fixture(in: directory)
             let catalog = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../offers.example.json").standardizedFileURL.path
             expectCleanFailure(try await run(serve + ["--port", "0", "--offers", catalog] + arguments), mentions: [message])
-            if !arguments[0].hasPrefix("--retention") {
+            if arguments[0].hasPrefix("--apple-api") {
                 expectCleanFailure(try await run(serve + ["--port", "0"] + arguments), mentions: ["need an offers catalog"])
             }
+        }
+    }
+
+    @Test("--apple-endpoint-concurrency and OFFER_SIGNER_APPLE_ENDPOINT_CONCURRENCY reach the running server (said in its listening line); 32 without either", arguments: [
+        (["--apple-endpoint-concurrency", "96"], [String: String](), "96"),
+        ([], ["OFFER_SIGNER_APPLE_ENDPOINT_CONCURRENCY": "7"], "7"),
+        ([], [:], "32"),
+    ])
+    func appleEndpointConcurrencyReachesTheServer(_ arguments: [String], _ environment: [String: String], _ expected: String) async throws {
+        try await withTemporaryDirectory { directory in
+            let (_, serve) = try await Self.fixture(in: directory)
+            let port = try LoopbackPort.free()
+            let process = try ChildProcess.spawn(
+                try CLIExecutable.url().path, serve + ["--port", "\(port)"] + arguments, environment: childEnvironment(environment), captureOutput: true)
+            let deadline = ContinuousClock.now + .seconds(60)
+            var socket: Int32 = -1
+            while socket < 0 && ContinuousClock.now < deadline && process.isRunning {
+                socket = Self.connect(port: port)
+                if socket < 0 { try await Task.sleep(for: .milliseconds(100)) }
+            }
+            if socket >= 0 { close(socket) }
+            process.terminate()
+            let ended = await process.exited(timeout: .seconds(60))
+            let output = ended.stdoutText + ended.stderrText
+            #expect(socket >= 0, "serve did not accept connections: \(output.suffix(2000))")
+            let listening = output.split(separator: "\n").first { $0.contains("offer-signer listening") } ?? ""
+            #expect(listening.contains("apple_endpoint_concurrency=\(expected)"), "\(listening)")
         }
     }
 

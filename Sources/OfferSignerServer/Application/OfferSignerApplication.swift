@@ -245,7 +245,12 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     return Application(
         router: router, server: server, configuration: applicationConfiguration, services: services,
         onServerRunning: { channel in
-            logger.notice("offer-signer listening", metadata: ["address": "\(channel.localAddress?.description ?? "?")", "dev": "\(configuration.developmentMode)"])
+            logger.notice(
+                "offer-signer listening",
+                metadata: [
+                    "address": "\(channel.localAddress?.description ?? "?")", "dev": "\(configuration.developmentMode)",
+                    "apple_endpoint_concurrency": "\(configuration.appleEndpointConcurrency)",
+                ])
         },
         logger: logger)
 }
