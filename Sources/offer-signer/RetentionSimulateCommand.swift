@@ -23,8 +23,9 @@ struct RetentionSimulateCommand: AsyncParsableCommand {
         abstract: "Print what the Retention Messaging endpoint would answer for a subscription, and why; signs nothing.",
         discussion: """
             The history is the store's (complete, from notifications or an earlier fetch); with --ask-apple and \
-            --master-key-file, the App Store Server API is asked when the store has none. Exit 0 when an answer \
-            was decided, 1 when the input cannot be used.
+            --master-key-file, the App Store Server API is asked when the store has none. With --master-key-file the \
+            app's key is checked as the service loads it; without it, the store's key row is taken as it is. Exit 0 \
+            when an answer was decided, 1 when the input cannot be used.
             """
     )
 
@@ -66,7 +67,7 @@ struct RetentionSimulateCommand: AsyncParsableCommand {
         guard let app = bundleID.map({ catalog.appSettings(bundleID: $0) }) ?? (planned.count == 1 ? planned.first : nil) else {
             throw CLIFailure(planned.isEmpty ? "the catalog has no app with a retention plan (apps.<bundle>.retention)" : "several apps have a retention plan; give --bundle-id")
         }
-        let key: MasterKey? = askApple ? try masterKey.load() : nil
+        let key: MasterKey? = askApple || masterKey.isGiven ? try masterKey.load() : nil
         let opened = try await store.open()
         var apple: (client: AppStoreServerAPIClient, credentials: AppStoreServerAPICredentials?)?
         do {
@@ -86,7 +87,7 @@ struct RetentionSimulateCommand: AsyncParsableCommand {
             }
             let outcome = try await RetentionSimulation.simulate(
                 store: opened, catalog: catalog, app: app, originalTransactionID: originalTransactionID, productID: productID,
-                environment: environment, now: time, apple: apple, trustedRoots: configuration.trustedRoots, userLocale: userLocale)
+                environment: environment, now: time, apple: apple, trustedRoots: configuration.trustedRoots, masterKey: key, userLocale: userLocale)
             try? await apple?.client.shutdown()
             await opened.close()
             print(json ? Self.json(outcome) : Self.text(outcome), terminator: "")
@@ -94,6 +95,10 @@ struct RetentionSimulateCommand: AsyncParsableCommand {
             try? await apple?.client.shutdown()
             await opened.close()
             throw CLIFailure(error.message)
+        } catch let error as RetentionSimulation.RegistryRefused {
+            try? await apple?.client.shutdown()
+            await opened.close()
+            throw CLIFailure(error.description)
         }
     }
 
@@ -105,6 +110,9 @@ struct RetentionSimulateCommand: AsyncParsableCommand {
             lines.append("offer \(tried.offerID): \(tried.eligible ? "eligible" : "not eligible (\(tried.reasons.map(\.rawValue).joined(separator: ", ")))")")
         }
         if let reason = outcome.fallbackReason { lines.append("no offer: \(reason)") }
+        if outcome.answer == "promotionalOffer" || ["no_active_key", "issuer_id_missing"].contains(outcome.fallbackReason) {
+            lines.append(outcome.keyChecked ? "key: checked with the master key" : "key: the store's row, not checked (give --master-key-file to check it as the service loads it)")
+        }
         return lines.joined(separator: "\n") + "\n"
     }
 
@@ -122,6 +130,7 @@ struct RetentionSimulateCommand: AsyncParsableCommand {
         }
         writer.field("decisions", json: "[" + tried.joined(separator: ",") + "]")
         if let reason = outcome.fallbackReason { writer.field("fallbackReason", reason) }
+        writer.field("keyChecked", outcome.keyChecked)
         return writer.finish() + "\n"
     }
 }

@@ -108,6 +108,9 @@ struct MasterKeyOptions: ParsableArguments {
     /// The master key's file, when it comes from one.
     var path: String? { masterKeyFile ?? Environment.value("OFFER_SIGNER_MASTER_KEY_FILE") }
 
+    /// Whether a master key is given at all (a file or the environment).
+    var isGiven: Bool { path != nil || Environment.value("OFFER_SIGNER_MASTER_KEY") != nil }
+
     func load() throws -> MasterKey {
         if let path {
             do {

@@ -78,14 +78,16 @@ import Glibc
             let port = try LoopbackPort.free()
             let process = try ChildProcess.spawn(
                 try CLIExecutable.url().path, serve + ["--port", "\(port)"] + arguments, environment: childEnvironment(environment), captureOutput: true)
-            let deadline = ContinuousClock.now + .seconds(60)
-            var socket: Int32 = -1
-            while socket < 0 && ContinuousClock.now < deadline && process.isRunning {
-                socket = Self.connect(port: port)
-                if socket < 0 { try await Task.sleep(for: .milliseconds(100)) }
+            let socket = try await process.stopped {
+                let deadline = ContinuousClock.now + .seconds(60)
+                var socket: Int32 = -1
+                while socket < 0 && ContinuousClock.now < deadline && process.isRunning {
+                    socket = Self.connect(port: port)
+                    if socket < 0 { try await Task.sleep(for: .milliseconds(100)) }
+                }
+                if socket >= 0 { close(socket) }
+                return socket
             }
-            if socket >= 0 { close(socket) }
-            process.terminate()
             let ended = await process.exited(timeout: .seconds(60))
             let output = ended.stdoutText + ended.stderrText
             #expect(socket >= 0, "serve did not accept connections: \(output.suffix(2000))")

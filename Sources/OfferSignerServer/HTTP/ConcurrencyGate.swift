@@ -6,7 +6,8 @@ import Synchronization
 /// Rule: the unauthenticated Apple endpoints (`/v1/apple/notifications`, `/v1/apple/retention`)
 /// verify certificate chains and signatures for anyone who calls, so a flood of them could take
 /// every core. Beyond the limit the answer is 503 `overloaded` with `Retry-After: 1`, before the
-/// body is read: Apple retries a notification that was not answered 200 (App Store Server
+/// payload is verified (the body is read before the gate, within its own deadline, so a slow body
+/// holds no place): Apple retries a notification that was not answered 200 (App Store Server
 /// Notifications V2, "Responding to App Store Server Notifications"), and shows its default
 /// message when a Retention Messaging request is not answered (Apple's Retention Messaging API
 /// documentation); neither loses anything that a later request cannot bring.

@@ -1,10 +1,11 @@
 import AppStoreServerAPI
 import Foundation
-import X509
+import Logging
 import OfferSignerCore
 import OfferSignerEligibility
 import OfferSignerEvidence
 import OfferSignerStorage
+import X509
 
 /// What `POST /v1/apple/retention` would answer for a subscription, and why, signing nothing
 /// (`offer-signer retention simulate`).
@@ -19,6 +20,26 @@ public enum RetentionSimulation {
         public var decision: RetentionDecision?
         /// Why no offer is answered, when none is.
         public var fallbackReason: String?
+        /// Whether the app's key was checked as the service loads it (its row authenticated and
+        /// the key unsealed with the master key); false when the simulation had no master key.
+        public var keyChecked = false
+    }
+
+    /// The store's key registry is refused as a running service refuses it (its manifest does
+    /// not vouch for its rows): the service would not start on it, so nothing is simulated.
+    public struct RegistryRefused: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// Whether the endpoint answers a request for `app` in `environment` (``RetentionController/app(answering:catalog:)``):
+    /// Apple's request names the app's `appAppleID`, so the app must have one in Production; in
+    /// Sandbox an app without one is answered only as the one app with a plan that accepts Sandbox.
+    static func endpointAnswers(app: AppStoreAppSettings, environment: AppleEnvironment, catalog: OfferCatalog) -> Bool {
+        guard app.retention != nil, app.environments.contains(environment) else { return false }
+        if let appAppleID = app.appAppleID { return catalog.app(appAppleID: appAppleID)?.bundleID == app.bundleID }
+        guard environment != .production else { return false }
+        let candidates = catalog.apps.values.filter { $0.retention != nil && $0.environments.contains(environment) }
+        return candidates.count == 1 && candidates.first?.bundleID == app.bundleID
     }
 
     /// Decides for `originalTransactionID` and `productID` of the app: on the stored, complete
@@ -28,16 +49,24 @@ public enum RetentionSimulation {
     /// `trustedRoots` (``DecodedHistoryCache``: the `decoded` column, which a database writer
     /// could edit, is not believed); and an offer chosen is reported only when the app has an
     /// active key that could sign it (with an issuer ID for a V2 plan), otherwise the fallback with
-    /// `no_active_key` or `issuer_id_missing`, the reasons the endpoint audits. (Without the
-    /// master key the key row's own authentication is not checked here: a row the service would
-    /// refuse to load is still reported as a key that could sign.)
+    /// `no_active_key` or `issuer_id_missing`, the reasons the endpoint audits. With `masterKey`
+    /// the key is the one the service would load (the registry's manifest and the key's row
+    /// verified, the key unsealed: ``KeyRing``); without it the store's row is taken as it is
+    /// (`keyChecked` false): a database writer's edit of the key rows can then make the report
+    /// differ from the endpoint's answer either way. An app the endpoint would not answer for in
+    /// `environment` (see ``endpointAnswers(app:environment:catalog:)``) gets `nothing` with
+    /// `retention_request_foreign`, Apple's request being refused with 403 there.
+    /// (A running service keeps serving the last registry it verified; this reads the store's now.)
     public static func simulate(
         store: any OfferSignerStore, catalog: OfferCatalog, app: AppStoreAppSettings, originalTransactionID: String, productID: String,
         environment: AppleEnvironment, now: Date, apple: (client: AppStoreServerAPIClient, credentials: AppStoreServerAPICredentials?)?,
-        trustedRoots: [Certificate], userLocale: String? = nil
+        trustedRoots: [Certificate], masterKey: MasterKey?, userLocale: String? = nil
     ) async throws -> Outcome {
         guard let plan = app.retention else {
             return Outcome(answer: "nothing", json: nil, historySource: "none", decision: nil, fallbackReason: "no_retention_plan")
+        }
+        guard endpointAnswers(app: app, environment: environment, catalog: catalog) else {
+            return Outcome(answer: "nothing", json: nil, historySource: "none", decision: nil, fallbackReason: "retention_request_foreign")
         }
         guard let productPlan = plan.products[productID] else {
             return Outcome(answer: "nothing", json: nil, historySource: "none", decision: nil, fallbackReason: "unknown_product")
@@ -72,21 +101,38 @@ public enum RetentionSimulation {
             return fallback(productPlan.fallback, userLocale: userLocale, source: source, decision: decision, reason: decision.fallbackReason ?? "not_eligible")
         }
         // The key the endpoint would sign with (`RetentionController.issue`): the app's active one.
-        let active = try await store.listKeys().first { $0.bundleID == app.bundleID && $0.state == .active }
+        let issuerID: String??
+        if let masterKey {
+            let snapshot = try await store.registrySnapshot()
+            if let problem = RegistryManifest.problem(stored: snapshot.manifest, entries: snapshot.manifestEntries, authenticator: masterKey.registryRows) {
+                throw RegistryRefused(description: "the store's key registry is refused, as a starting service would refuse it: \(problem)")
+            }
+            let ring = KeyRing(snapshot: snapshot, masterKey: masterKey, logger: Logger(label: "offer-signer.retention-simulate"))
+            issuerID = ring.activeKeys[app.bundleID].map { $0.issuerID }
+        } else {
+            issuerID = try await store.listKeys().first { $0.bundleID == app.bundleID && $0.state == .active }.map { $0.issuerID }
+        }
         let unsignable: String? =
-            if active == nil { "no_active_key" } else if plan.signatureVersion == .v2, active?.issuerID == nil { "issuer_id_missing" } else { nil }
+            switch issuerID {
+            case nil: "no_active_key"
+            case .some(nil) where plan.signatureVersion == .v2: "issuer_id_missing"
+            default: nil
+            }
         if let unsignable {
             var withoutOffer = decision
             withoutOffer.offer = nil
             withoutOffer.fallbackReason = unsignable
-            return fallback(productPlan.fallback, userLocale: userLocale, source: source, decision: withoutOffer, reason: unsignable)
+            var outcome = fallback(productPlan.fallback, userLocale: userLocale, source: source, decision: withoutOffer, reason: unsignable)
+            outcome.keyChecked = masterKey != nil
+            return outcome
         }
         var offer = JSONObjectWriter()
         offer.field("messageIdentifier", choice.message.identifier(for: userLocale))
         offer.field(plan.signatureVersion == .v2 ? "promotionalOfferSignatureV2" : "promotionalOfferSignatureV1", "(signed by the service; not made here)")
         var writer = JSONObjectWriter()
         writer.field("promotionalOffer", json: offer.finish())
-        return Outcome(answer: "promotionalOffer", json: writer.finish(), historySource: source, decision: decision, fallbackReason: nil)
+        return Outcome(
+            answer: "promotionalOffer", json: writer.finish(), historySource: source, decision: decision, fallbackReason: nil, keyChecked: masterKey != nil)
     }
 
     private static func fallback(_ fallback: RetentionFallback?, userLocale: String?, source: String, decision: RetentionDecision?, reason: String) -> Outcome {

@@ -176,20 +176,21 @@ struct RetentionTests {
             let roots = try #require(server.configuration.eligibility?.trustedRoots)
             let before = try await RetentionSimulation.simulate(
                 store: server.store, catalog: catalog, app: app, originalTransactionID: customer.originalTransactionID, productID: "pro.monthly",
-                environment: .production, now: Date(), apple: nil, trustedRoots: roots)
+                environment: .production, now: Date(), apple: nil, trustedRoots: roots, masterKey: server.masterKey)
+            #expect(before.keyChecked)
             #expect(before.answer == "promotionalOffer" && before.historySource == "store")
             #expect(try await issuedRecords(server).isEmpty, "a simulation signs nothing")
             #expect(try await client.postJSON("/v1/apple/retention", try request(customer.originalTransactionID)).status == .ok)
             let after = try await RetentionSimulation.simulate(
                 store: server.store, catalog: catalog, app: app, originalTransactionID: customer.originalTransactionID, productID: "pro.monthly",
-                environment: .production, now: Date(), apple: nil, trustedRoots: roots)
+                environment: .production, now: Date(), apple: nil, trustedRoots: roots, masterKey: nil)
             // The answered request was a page view, not a redemption: still the offer.
             #expect(after.answer == "promotionalOffer", "\(String(describing: after.decision?.tried))")
             #expect(after.fallbackReason == nil)
         }
     }
 
-    @Test("retention simulate believes the stored JWS, not the decoded column: a row whose JWS was swapped for one another chain signed leaves no stored history to decide on; and an offer no active key could sign is reported as the endpoint answers it (the fallback, no_active_key)")
+    @Test("retention simulate decides as the endpoint: only on stored JWS that verify (not the decoded column), with the key the service would load (no_active_key, issuer_id_missing as the endpoint audits them), and nothing for an environment the app does not accept")
     func simulationAsTheEndpoint() async throws {
         let customer = subscriber(id: "500000014")
         try await withServer { server, _, client in
@@ -197,31 +198,90 @@ struct RetentionTests {
             let catalog = try #require(server.configuration.eligibility?.catalog)
             let app = catalog.appSettings(bundleID: Self.bundleID)
             let roots = try #require(server.configuration.eligibility?.trustedRoots)
-            func simulate() async throws -> RetentionSimulation.Outcome {
+            func simulate(checked: Bool, environment: AppleEnvironment = .production) async throws -> RetentionSimulation.Outcome {
                 try await RetentionSimulation.simulate(
                     store: server.store, catalog: catalog, app: app, originalTransactionID: customer.originalTransactionID, productID: "pro.monthly",
-                    environment: .production, now: Date(), apple: nil, trustedRoots: roots)
+                    environment: environment, now: Date(), apple: nil, trustedRoots: roots, masterKey: checked ? server.masterKey : nil)
             }
-            #expect(try await simulate().answer == "promotionalOffer")
+            /// The endpoint's answer, once the service's key ring shows `expected` (it reloads every 50 ms).
+            func endpoint(until expected: [String]) async throws -> [String] {
+                var answer: [String] = []
+                let deadline = ContinuousClock.now + .seconds(10)
+                repeat {
+                    answer = members(try await client.postJSON("/v1/apple/retention", try request(customer.originalTransactionID)))
+                    if answer == expected { break }
+                    try await Task.sleep(for: .milliseconds(50))
+                } while ContinuousClock.now < deadline
+                return answer
+            }
+            func lastFallbackReason() async throws -> String? {
+                let answered = try await server.store.auditRecords(after: 0, limit: 1000).filter { $0.kind == "retention.answered" }
+                guard let last = answered.last else { return nil }
+                let body = try JSONSerialization.jsonObject(with: Data(last.body.utf8)) as? [String: Any]
+                return body?["fallbackReason"] as? String
+            }
+            for checked in [true, false] {
+                let outcome = try await simulate(checked: checked)
+                #expect(outcome.answer == "promotionalOffer" && outcome.keyChecked == checked)
+            }
+            // The app accepts Production only: Apple's Sandbox request would be refused (403), so nothing.
+            let foreign = try await simulate(checked: true, environment: .sandbox)
+            #expect(foreign.answer == "nothing" && foreign.fallbackReason == "retention_request_foreign")
 
-            // A database writer retires the key behind the service's back: nothing could sign the offer.
+            // The operator retires the key: nothing could sign the offer; the endpoint agrees.
             let key = try #require(server.keys[Self.bundleID])
             _ = try await server.store.transitionKey(
                 keyID: key.keyID, to: .retired, actor: "test", reason: nil, force: true, authenticator: server.masterKey.registryRows)
-            let unsigned = try await simulate()
-            #expect(unsigned.answer == "message", "the plan's fallback: \(unsigned.answer)")
-            #expect(unsigned.fallbackReason == "no_active_key")
-            #expect(unsigned.historySource == "store")
-            #expect(unsigned.decision?.fallbackReason == "no_active_key")
+            for checked in [true, false] {
+                let unsigned = try await simulate(checked: checked)
+                #expect(unsigned.answer == "message", "the plan's fallback: \(unsigned.answer)")
+                #expect(unsigned.fallbackReason == "no_active_key" && unsigned.decision?.fallbackReason == "no_active_key")
+                #expect(unsigned.historySource == "store")
+            }
+            #expect(try await endpoint(until: ["message"]) == ["message"])
+            #expect(try await lastFallbackReason() == "no_active_key")
+
+            // A new key without an issuer ID (imported, it is the bundle's active key, there being
+            // none): a V2 plan cannot be signed; the endpoint agrees.
+            let issuerless = try InAppPurchaseKey.generateForDevelopment(keyID: "NOISSUER01")
+            let imported = try await KeyRegistry.importKey(
+                issuerless, bundleID: Self.bundleID, issuerID: nil, development: true, into: server.store, masterKey: server.masterKey, actor: "test", reason: nil)
+            #expect(imported.state == .active)
+            for checked in [true, false] {
+                #expect(try await simulate(checked: checked).fallbackReason == "issuer_id_missing")
+            }
+            _ = try await endpoint(until: ["message"])
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(try await endpoint(until: ["message"]) == ["message"])
+            #expect(try await lastFallbackReason() == "issuer_id_missing")
+
+            // A database writer gives that key an issuer ID by SQL (its MAC no longer matches): the
+            // service does not believe the row; neither does the simulation with the master key (no
+            // key it could load); without it, the row is taken as it is (said: keyChecked false).
+            let queue = try DatabaseQueue(path: server.storePath)
+            try await queue.write { db in
+                try db.execute(sql: "UPDATE signing_keys SET issuer_id = 'forged-issuer' WHERE key_id = 'NOISSUER01'")
+            }
+            let checkedAfterEdit = try await simulate(checked: true)
+            #expect(checkedAfterEdit.answer == "message" && checkedAfterEdit.fallbackReason == "no_active_key" && checkedAfterEdit.keyChecked)
+            let unchecked = try await simulate(checked: false)
+            #expect(unchecked.answer == "promotionalOffer" && !unchecked.keyChecked)
+            #expect(try await endpoint(until: ["message"]) == ["message"], "the service kept the last registry it verified")
+
+            // A database writer deletes the retired key's row: the manifest no longer vouches for
+            // the registry, which a starting service refuses, and so does the simulation.
+            try await queue.write { db in
+                try db.execute(sql: "DELETE FROM signing_keys WHERE key_id = ?", arguments: [key.keyID])
+            }
+            await #expect(throws: RetentionSimulation.RegistryRefused.self) { _ = try await simulate(checked: true) }
 
             // A database writer swaps one stored transaction's JWS for one signed by another chain,
             // the decoded column untouched: the stored history is refused, as the endpoint refuses it.
             let forged = try TestAppleChain().signJWS(customer.transactionPayload(5))
-            let queue = try DatabaseQueue(path: server.storePath)
             try await queue.write { db in
                 try db.execute(sql: "UPDATE apple_transactions SET jws = ? WHERE transaction_id = ?", arguments: [forged, customer.transactionID(5)])
             }
-            let tampered = try await simulate()
+            let tampered = try await simulate(checked: false)
             #expect(tampered.historySource == "none", "decided on a stored history whose JWS does not verify")
             #expect(tampered.fallbackReason == "history_unavailable")
         }
