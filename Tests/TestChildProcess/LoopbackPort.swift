@@ -18,18 +18,21 @@ public enum LoopbackPort {
         public let description: String
     }
 
-    /// A port on 127.0.0.1 that nothing is bound to now, outside the ephemeral range.
-    public static func free() throws -> Int {
+    /// A port on 127.0.0.1 that nothing is bound to now, outside the ephemeral range, and not one
+    /// of `excluding` (ports chosen before and not bound yet).
+    public static func free(excluding: Set<Int> = []) throws -> Int {
         let candidates = candidateRange()
         for _ in 0..<200 {
             let port = Int.random(in: candidates)
-            if isBindable(port) { return port }
+            if !excluding.contains(port), isBindable(port) { return port }
         }
         throw Failure(description: "no free loopback port in \(candidates) after 200 tries")
     }
 
     /// The ports to choose from: those below the ephemeral range down to 10000 or, when the range
-    /// starts too low for that, those above it.
+    /// starts too low for that, those above it. (A machine whose ephemeral range covers nearly all
+    /// ports, `1024 65535` say, leaves none outside it: then any port is a candidate, and the race
+    /// this type avoids is back, as with port 0.)
     static func candidateRange() -> ClosedRange<Int> {
         var ephemeral = 32768...60999
         if let text = try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8) {

@@ -63,7 +63,8 @@ struct PostgresKillTests {
         let executable = try Self.executable()
         var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("OFFER_SIGNER_") }
         environment["OFFER_SIGNER_STORE"] = database.url
-        let ports = [try LoopbackPort.free(), try LoopbackPort.free()]
+        let firstPort = try LoopbackPort.free()
+        let ports = [firstPort, try LoopbackPort.free(excluding: [firstPort])]
         let servers = try ports.map { port in
             try ChildProcess.spawn(
                 executable,
