@@ -91,14 +91,14 @@ struct RetentionSimulateCommand: AsyncParsableCommand {
             try? await apple?.client.shutdown()
             await opened.close()
             print(json ? Self.json(outcome) : Self.text(outcome), terminator: "")
-        } catch let error as StoreError {
+        } catch {
             try? await apple?.client.shutdown()
             await opened.close()
-            throw CLIFailure(error.message)
-        } catch let error as RetentionSimulation.RegistryRefused {
-            try? await apple?.client.shutdown()
-            await opened.close()
-            throw CLIFailure(error.description)
+            switch error {
+            case let error as StoreError: throw CLIFailure(error.message)
+            case let error as RetentionSimulation.RegistryRefused: throw CLIFailure(error.description)
+            default: throw error
+            }
         }
     }
 

@@ -79,12 +79,7 @@ import Glibc
             let process = try ChildProcess.spawn(
                 try CLIExecutable.url().path, serve + ["--port", "\(port)"] + arguments, environment: childEnvironment(environment), captureOutput: true)
             let socket = try await process.stopped {
-                let deadline = ContinuousClock.now + .seconds(60)
-                var socket: Int32 = -1
-                while socket < 0 && ContinuousClock.now < deadline && process.isRunning {
-                    socket = Self.connect(port: port)
-                    if socket < 0 { try await Task.sleep(for: .milliseconds(100)) }
-                }
+                let socket = try await Self.connectOnceServing(port: port, process: process)
                 if socket >= 0 { close(socket) }
                 return socket
             }
@@ -111,13 +106,7 @@ import Glibc
                 try CLIExecutable.url().path, serve + ["--port", "\(port)"] + (byFlag ? ["--idle-timeout-seconds", "1"] : []),
                 environment: childEnvironment(byFlag ? [:] : ["OFFER_SIGNER_IDLE_TIMEOUT_SECONDS": "1"]), captureOutput: true)
             try await process.stopped {
-                // Until the server accepts connections (a loaded machine can take a while to start it).
-                let deadline = ContinuousClock.now + .seconds(60)
-                var socket: Int32 = -1
-                while socket < 0 && ContinuousClock.now < deadline && process.isRunning {
-                    socket = Self.connect(port: port)
-                    if socket < 0 { try await Task.sleep(for: .milliseconds(100)) }
-                }
+                let socket = try await Self.connectOnceServing(port: port, process: process)
                 if socket < 0, !process.isRunning {
                     let ended = await process.exited()
                     Issue.record("serve exited (status \(ended.status)) before accepting connections: \(ended.stderrText.suffix(2000))")
@@ -141,6 +130,18 @@ import Glibc
                 #expect(after >= .milliseconds(950), "closed after \(after), before the 1 s timeout")
             }
         }
+    }
+
+    /// A connection to 127.0.0.1:`port` once `process` accepts connections there (a loaded
+    /// machine can take a while to start it), or -1 when it exits or 60 s pass first.
+    static func connectOnceServing(port: Int, process: ChildProcess) async throws -> Int32 {
+        let deadline = ContinuousClock.now + .seconds(60)
+        var socket: Int32 = -1
+        while socket < 0 && ContinuousClock.now < deadline && process.isRunning {
+            socket = connect(port: port)
+            if socket < 0 { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        return socket
     }
 
     /// A connection to 127.0.0.1:`port`, or -1.

@@ -37,17 +37,10 @@ struct PostgresInstancesTests {
             var stores: [PostgresStore] = []
             for _ in 0..<instances { stores.append(try await PostgresStore.open(configuration: storeConfiguration)) }
             let masterKey = MasterKey.generate().key
-            var logger = Logger(label: "offer-signer-test")
-            logger.logLevel = .critical
-            var configuration = ServerConfiguration(masterKey: masterKey, logger: logger)
-            configuration.operatorToken = TestServer.operatorToken
-            configuration.host = "127.0.0.1"
-            configuration.port = 0
-            configuration.clientRateLimit = .unlimited
-            configuration.appAccountTokenRateLimit = .unlimited
             // Generous: the full suite on a shared 2-core machine stalls store calls for seconds;
             // the outage tests set their own.
-            configuration.storeTimeout = .seconds(60)
+            var configuration = StoreFixture.serverConfiguration(masterKey: masterKey, storeTimeout: .seconds(60))
+            configuration.logger.logLevel = .critical
             configure(&configuration)
             var deployment = Deployment(database: database, stores: stores, masterKey: masterKey, configuration: configuration)
             let key = try key ?? InAppPurchaseKey.generateForDevelopment(keyID: "TESTKEY000")

@@ -183,12 +183,18 @@ struct RetentionController: Sendable {
     /// another), a request naming no catalog app goes to the one app with a plan that accepts
     /// Sandbox, if there is exactly one.
     static func app(answering request: VerifiedRetentionRequest, catalog: OfferCatalog) -> (app: AppStoreAppSettings, plan: RetentionPlan)? {
-        if let appAppleID = request.appAppleID, let named = catalog.app(appAppleID: appAppleID) {
-            guard let plan = named.retention, named.environments.contains(request.environment) else { return nil }
+        app(appAppleID: request.appAppleID, environment: request.environment, catalog: catalog)
+    }
+
+    /// The app a request naming `appAppleID` in `environment` is answered for (see
+    /// ``app(answering:catalog:)``; also `retention simulate`'s check).
+    static func app(appAppleID: Int64?, environment: AppleEnvironment, catalog: OfferCatalog) -> (app: AppStoreAppSettings, plan: RetentionPlan)? {
+        if let appAppleID, let named = catalog.app(appAppleID: appAppleID) {
+            guard let plan = named.retention, named.environments.contains(environment) else { return nil }
             return (named, plan)
         }
-        guard request.environment != .production else { return nil }
-        let candidates = catalog.apps.values.filter { $0.retention != nil && $0.environments.contains(request.environment) }
+        guard environment != .production else { return nil }
+        let candidates = catalog.apps.values.filter { $0.retention != nil && $0.environments.contains(environment) }
         guard candidates.count == 1, let app = candidates.first, let plan = app.retention else { return nil }
         return (app, plan)
     }

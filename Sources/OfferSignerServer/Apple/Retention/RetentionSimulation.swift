@@ -31,17 +31,6 @@ public enum RetentionSimulation {
         public let description: String
     }
 
-    /// Whether the endpoint answers a request for `app` in `environment` (``RetentionController/app(answering:catalog:)``):
-    /// Apple's request names the app's `appAppleID`, so the app must have one in Production; in
-    /// Sandbox an app without one is answered only as the one app with a plan that accepts Sandbox.
-    static func endpointAnswers(app: AppStoreAppSettings, environment: AppleEnvironment, catalog: OfferCatalog) -> Bool {
-        guard app.retention != nil, app.environments.contains(environment) else { return false }
-        if let appAppleID = app.appAppleID { return catalog.app(appAppleID: appAppleID)?.bundleID == app.bundleID }
-        guard environment != .production else { return false }
-        let candidates = catalog.apps.values.filter { $0.retention != nil && $0.environments.contains(environment) }
-        return candidates.count == 1 && candidates.first?.bundleID == app.bundleID
-    }
-
     /// Decides for `originalTransactionID` and `productID` of the app: on the stored, complete
     /// history, else (with `apple`) on Apple's answer, and the customer's ledger.
     ///
@@ -54,8 +43,9 @@ public enum RetentionSimulation {
     /// verified, the key unsealed: ``KeyRing``); without it the store's row is taken as it is
     /// (`keyChecked` false): a database writer's edit of the key rows can then make the report
     /// differ from the endpoint's answer either way. An app the endpoint would not answer for in
-    /// `environment` (see ``endpointAnswers(app:environment:catalog:)``) gets `nothing` with
-    /// `retention_request_foreign`, Apple's request being refused with 403 there.
+    /// `environment` (``RetentionController/app(appAppleID:environment:catalog:)`` with the app's
+    /// `appAppleID`, which Apple's request names) gets `nothing` with `retention_request_foreign`,
+    /// Apple's request being refused with 403 there.
     /// (A running service keeps serving the last registry it verified; this reads the store's now.)
     public static func simulate(
         store: any OfferSignerStore, catalog: OfferCatalog, app: AppStoreAppSettings, originalTransactionID: String, productID: String,
@@ -65,7 +55,7 @@ public enum RetentionSimulation {
         guard let plan = app.retention else {
             return Outcome(answer: "nothing", json: nil, historySource: "none", decision: nil, fallbackReason: "no_retention_plan")
         }
-        guard endpointAnswers(app: app, environment: environment, catalog: catalog) else {
+        guard RetentionController.app(appAppleID: app.appAppleID, environment: environment, catalog: catalog)?.app.bundleID == app.bundleID else {
             return Outcome(answer: "nothing", json: nil, historySource: "none", decision: nil, fallbackReason: "retention_request_foreign")
         }
         guard let productPlan = plan.products[productID] else {

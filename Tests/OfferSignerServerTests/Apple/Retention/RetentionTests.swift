@@ -166,24 +166,29 @@ struct RetentionTests {
         }
     }
 
+    /// `retention simulate` for the subscriber's product on the server's store and catalog, with
+    /// the server's master key (`checked`) or without.
+    func simulate(
+        _ customer: SubscriptionFixture, on server: TestServer, checked: Bool, environment: AppleEnvironment = .production
+    ) async throws -> RetentionSimulation.Outcome {
+        let eligibility = try #require(server.configuration.eligibility)
+        return try await RetentionSimulation.simulate(
+            store: server.store, catalog: eligibility.catalog, app: eligibility.catalog.appSettings(bundleID: Self.bundleID),
+            originalTransactionID: customer.originalTransactionID, productID: customer.productID, environment: environment, now: Date(),
+            apple: nil, trustedRoots: eligibility.trustedRoots, masterKey: checked ? server.masterKey : nil)
+    }
+
     @Test("retention simulate decides as the endpoint does, on the stored history and the ledger, and signs nothing")
     func simulation() async throws {
         let customer = subscriber(id: "500000004")
         try await withServer { server, _, client in
             try await notify(customer, client: client)
-            let catalog = try #require(server.configuration.eligibility?.catalog)
-            let app = catalog.appSettings(bundleID: Self.bundleID)
-            let roots = try #require(server.configuration.eligibility?.trustedRoots)
-            let before = try await RetentionSimulation.simulate(
-                store: server.store, catalog: catalog, app: app, originalTransactionID: customer.originalTransactionID, productID: "pro.monthly",
-                environment: .production, now: Date(), apple: nil, trustedRoots: roots, masterKey: server.masterKey)
+            let before = try await simulate(customer, on: server, checked: true)
             #expect(before.keyChecked)
             #expect(before.answer == "promotionalOffer" && before.historySource == "store")
             #expect(try await issuedRecords(server).isEmpty, "a simulation signs nothing")
             #expect(try await client.postJSON("/v1/apple/retention", try request(customer.originalTransactionID)).status == .ok)
-            let after = try await RetentionSimulation.simulate(
-                store: server.store, catalog: catalog, app: app, originalTransactionID: customer.originalTransactionID, productID: "pro.monthly",
-                environment: .production, now: Date(), apple: nil, trustedRoots: roots, masterKey: nil)
+            let after = try await simulate(customer, on: server, checked: false)
             // The answered request was a page view, not a redemption: still the offer.
             #expect(after.answer == "promotionalOffer", "\(String(describing: after.decision?.tried))")
             #expect(after.fallbackReason == nil)
@@ -195,13 +200,8 @@ struct RetentionTests {
         let customer = subscriber(id: "500000014")
         try await withServer { server, _, client in
             try await notify(customer, client: client)
-            let catalog = try #require(server.configuration.eligibility?.catalog)
-            let app = catalog.appSettings(bundleID: Self.bundleID)
-            let roots = try #require(server.configuration.eligibility?.trustedRoots)
             func simulate(checked: Bool, environment: AppleEnvironment = .production) async throws -> RetentionSimulation.Outcome {
-                try await RetentionSimulation.simulate(
-                    store: server.store, catalog: catalog, app: app, originalTransactionID: customer.originalTransactionID, productID: "pro.monthly",
-                    environment: environment, now: Date(), apple: nil, trustedRoots: roots, masterKey: checked ? server.masterKey : nil)
+                try await self.simulate(customer, on: server, checked: checked, environment: environment)
             }
             /// The endpoint's answer, once the service's key ring shows `expected` (it reloads every 50 ms).
             func endpoint(until expected: [String]) async throws -> [String] {
