@@ -9,7 +9,9 @@ import TestChildProcess
 /// use TestPostgres's shared server.
 ///
 /// Rule: the cluster is removed by `remove()`; trust authentication on loopback (it exists for
-/// seconds, listens on 127.0.0.1 only, and holds test data).
+/// seconds, listens on 127.0.0.1 only, and holds test data). Its first start tries up to three
+/// free ports (another test's random pick may take one before the server binds it), as
+/// TestPostgres's shared cluster does; a restart uses the port the first start got.
 final class ControlledPostgres: Sendable {
     let binaries: String
     let directory: String
@@ -31,24 +33,42 @@ final class ControlledPostgres: Sendable {
     /// Creates and starts the cluster; `initdb` and `pg_ctl` are waited for on a thread of their
     /// own, never on one of the concurrency pool's.
     init(binaries: String) async throws {
+        let asPostgres = getuid() == 0
+        let directory = "/tmp/offer-signer-outage-pg-\(getpid())-\(UUID().uuidString.prefix(8).lowercased())"
         self.binaries = binaries
-        asPostgres = getuid() == 0
-        directory = "/tmp/offer-signer-outage-pg-\(getpid())-\(UUID().uuidString.prefix(8).lowercased())"
+        self.asPostgres = asPostgres
+        self.directory = directory
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
         if asPostgres, let entry = getpwnam("postgres") {
             _ = chown(directory, entry.pointee.pw_uid, entry.pointee.pw_gid)
         }
-        port = try LoopbackPort.free()
-        try await run("initdb", ["-D", "\(directory)/data", "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"], timeout: .seconds(120))
-        try await start()
+        try await Self.run(binaries, "initdb", ["-D", "\(directory)/data", "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"], asPostgres: asPostgres, timeout: .seconds(120))
+        var started: Int?
+        var lastError: (any Error)?
+        for _ in 0..<3 where started == nil {
+            let candidate = try LoopbackPort.free()
+            do {
+                try await Self.run(binaries, "pg_ctl", Self.startArguments(directory: directory, port: candidate), asPostgres: asPostgres, timeout: .seconds(90))
+                started = candidate
+            } catch {
+                lastError = error
+            }
+        }
+        guard let started else {
+            try? FileManager.default.removeItem(atPath: directory)
+            throw lastError ?? Failure(description: "pg_ctl start failed")
+        }
+        port = started
     }
 
+    /// Starts the stopped server again, on the port of its first start.
     func start() async throws {
-        try await run(
-            "pg_ctl",
-            ["-D", "\(directory)/data", "-l", "\(directory)/server.log", "-w", "-t", "60",
-             "-o", "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1 -c max_connections=200", "start"],
-            timeout: .seconds(90))
+        try await run("pg_ctl", Self.startArguments(directory: directory, port: port), timeout: .seconds(90))
+    }
+
+    private static func startArguments(directory: String, port: Int) -> [String] {
+        ["-D", "\(directory)/data", "-l", "\(directory)/server.log", "-w", "-t", "60",
+         "-o", "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1 -c max_connections=200", "start"]
     }
 
     /// Stops the server at once, without a shutdown checkpoint: clients see their connections drop.
@@ -73,10 +93,18 @@ final class ControlledPostgres: Sendable {
     }
 
     private func run(_ tool: String, _ arguments: [String], timeout: Duration) async throws {
-        try await onOwnThread { [self] in try runBlocking(tool, arguments, timeout: timeout) }
+        try await Self.run(binaries, tool, arguments, asPostgres: asPostgres, timeout: timeout)
     }
 
     private func runBlocking(_ tool: String, _ arguments: [String], timeout: Duration) throws {
+        try Self.runBlocking(binaries, tool, arguments, asPostgres: asPostgres, timeout: timeout)
+    }
+
+    private static func run(_ binaries: String, _ tool: String, _ arguments: [String], asPostgres: Bool, timeout: Duration) async throws {
+        try await onOwnThread { try runBlocking(binaries, tool, arguments, asPostgres: asPostgres, timeout: timeout) }
+    }
+
+    private static func runBlocking(_ binaries: String, _ tool: String, _ arguments: [String], asPostgres: Bool, timeout: Duration) throws {
         let executable = "\(binaries)/\(tool)"
         let result =
             asPostgres
