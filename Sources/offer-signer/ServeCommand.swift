@@ -33,7 +33,7 @@ struct ServeCommand: AsyncParsableCommand {
     @OptionGroup var masterKey: MasterKeyOptions
     @OptionGroup var checkpointFileOptions: CheckpointFileOptions
     @OptionGroup var registryFileOptions: RegistryFileOptions
-    @Option(help: "Largest request body in bytes. Env: OFFER_SIGNER_MAX_BODY_BYTES. Default 1048576 (evidence of a long-time subscriber needs room).")
+    @Option(help: "Largest body of a signing or eligibility request, in bytes (1024-67108864; Apple's endpoints have limits of their own). Env: OFFER_SIGNER_MAX_BODY_BYTES. Default 1048576 (evidence of a long-time subscriber needs room).")
     var maxBodyBytes: Int?
     @Option(help: "Requests per second per API client or user (0: no limit). Env: OFFER_SIGNER_CLIENT_RATE. Default 200.")
     var clientRate: Double?
@@ -51,9 +51,9 @@ struct ServeCommand: AsyncParsableCommand {
     var jwtIssuer: String?
     @Option(help: "Required JWT aud. Env: OFFER_SIGNER_JWT_AUDIENCE.")
     var jwtAudience: String?
-    @Option(help: "JWT claim holding the user's appAccountToken. Env: OFFER_SIGNER_JWT_TOKEN_CLAIM.")
+    @Option(help: "JWT claim holding the user's appAccountToken (end-user JWTs need this or --jwt-sub-namespace, not both). Env: OFFER_SIGNER_JWT_TOKEN_CLAIM.")
     var jwtTokenClaim: String?
-    @Option(help: "Namespace UUID: the appAccountToken is UUIDv5(namespace, sub). Env: OFFER_SIGNER_JWT_SUB_NAMESPACE.")
+    @Option(help: "Namespace UUID: the appAccountToken is UUIDv5(namespace, sub) (end-user JWTs need this or --jwt-token-claim, not both). Env: OFFER_SIGNER_JWT_SUB_NAMESPACE.")
     var jwtSubNamespace: String?
     @Option(help: "File with the operator token (at least 32 characters, chmod 600): GET /readyz?detail with 'Authorization: Bearer <token>' shows why the instance is not ready. Without it, the details are in the log only. Env: OFFER_SIGNER_OPERATOR_TOKEN_FILE.")
     var operatorTokenFile: String?
@@ -120,6 +120,7 @@ struct ServeCommand: AsyncParsableCommand {
         try configureEventLoopThreads()
         let auditCommitDelay = try requestedAuditCommitDelay()
         let idleTimeout = try requestedIdleTimeout()
+        let maximumBodyBytes = try requestedMaximumBodyBytes()
         let host = host ?? Environment.value("OFFER_SIGNER_HOST") ?? "127.0.0.1"
         let port = try port ?? Self.number("OFFER_SIGNER_PORT", Int.self) ?? 8080
         // Before the store is opened: a missing checkpoint file is a configuration error.
@@ -165,7 +166,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.host = dev ? "127.0.0.1" : host
         configuration.port = port
         configuration.developmentMode = dev
-        if let value = try maxBodyBytes ?? Self.number("OFFER_SIGNER_MAX_BODY_BYTES", Int.self) { configuration.maximumBodyBytes = value }
+        if let maximumBodyBytes { configuration.maximumBodyBytes = maximumBodyBytes }
         configuration.clientRateLimit = RateLimit(
             perSecond: try clientRate ?? Self.number("OFFER_SIGNER_CLIENT_RATE", Double.self) ?? configuration.clientRateLimit.perSecond,
             burst: try clientBurst ?? Self.number("OFFER_SIGNER_CLIENT_BURST", Double.self) ?? configuration.clientRateLimit.burst)
@@ -223,8 +224,8 @@ struct ServeCommand: AsyncParsableCommand {
         if var eligibility = configuration.eligibility {
             try applyAppleAPIOptions(to: &eligibility.appStoreServerAPI)
             configuration.eligibility = eligibility
-        } else if appleAPITimeBudgetMs != nil || appleAPIConnections != nil || appleAPICacheSeconds != nil {
-            throw ValidationError("--apple-api-* settings need an offers catalog (--offers FILE): only its offers ask Apple")
+        } else if let given = givenAppleAPISetting() {
+            throw ValidationError("\(given): --apple-api-* settings need an offers catalog (--offers FILE): only its offers ask Apple")
         }
 
         let application: any ApplicationProtocol
@@ -273,6 +274,31 @@ struct ServeCommand: AsyncParsableCommand {
         }
     }
 
+    /// The first `--apple-api-*` setting given, by flag or variable (nil: none), named as given.
+    private func givenAppleAPISetting() -> String? {
+        let settings: [(flag: String, variable: String, given: Bool)] = [
+            ("--apple-api-time-budget-ms", "OFFER_SIGNER_APPLE_API_TIME_BUDGET_MS", appleAPITimeBudgetMs != nil),
+            ("--apple-api-connections", "OFFER_SIGNER_APPLE_API_CONNECTIONS", appleAPIConnections != nil),
+            ("--apple-api-cache-seconds", "OFFER_SIGNER_APPLE_API_CACHE_SECONDS", appleAPICacheSeconds != nil),
+        ]
+        for setting in settings {
+            if setting.given { return setting.flag }
+            if Environment.value(setting.variable) != nil { return setting.variable }
+        }
+        return nil
+    }
+
+    /// The largest request body asked for, checked before anything is opened (see
+    /// ``ServerConfiguration/maximumBodyBytesRange``).
+    private func requestedMaximumBodyBytes() throws -> Int? {
+        guard let value = try maxBodyBytes ?? Self.number("OFFER_SIGNER_MAX_BODY_BYTES", Int.self) else { return nil }
+        let range = ServerConfiguration.maximumBodyBytesRange
+        guard range.contains(value) else {
+            throw ValidationError("--max-body-bytes must be between \(range.lowerBound) and \(range.upperBound) (bytes); got \(value)")
+        }
+        return value
+    }
+
     /// The busy-period audit commit delay asked for, checked before anything is opened.
     private func requestedAuditCommitDelay() throws -> Duration? {
         guard let value = try auditCommitDelayMs ?? Self.number("OFFER_SIGNER_AUDIT_COMMIT_DELAY_MS", Double.self) else { return nil }
@@ -305,13 +331,18 @@ struct ServeCommand: AsyncParsableCommand {
         guard let issuer = jwtIssuer ?? Environment.value("OFFER_SIGNER_JWT_ISSUER"),
             let audience = jwtAudience ?? Environment.value("OFFER_SIGNER_JWT_AUDIENCE")
         else { throw ValidationError("end-user JWTs need --jwt-issuer and --jwt-audience") }
+        // One binding, never a silent choice between two: each gives the same user another
+        // appAccountToken.
         let binding: AppAccountTokenBinding
-        if let claim = jwtTokenClaim ?? Environment.value("OFFER_SIGNER_JWT_TOKEN_CLAIM") {
+        switch (jwtTokenClaim ?? Environment.value("OFFER_SIGNER_JWT_TOKEN_CLAIM"), jwtSubNamespace ?? Environment.value("OFFER_SIGNER_JWT_SUB_NAMESPACE")) {
+        case (let claim?, nil):
             binding = .claim(claim)
-        } else if let namespace = jwtSubNamespace ?? Environment.value("OFFER_SIGNER_JWT_SUB_NAMESPACE") {
+        case (nil, let namespace?):
             guard let uuid = UUID.parse(namespace) else { throw ValidationError("--jwt-sub-namespace '\(namespace)' is not a UUID") }
             binding = .subjectUUIDv5(namespace: uuid)
-        } else {
+        case (_?, _?):
+            throw ValidationError("end-user JWTs take one of --jwt-token-claim and --jwt-sub-namespace (or their variables), not both: each binds the user to another appAccountToken")
+        case (nil, nil):
             throw ValidationError("end-user JWTs need --jwt-token-claim NAME or --jwt-sub-namespace UUID to bind the appAccountToken")
         }
         return UserJWTConfiguration(

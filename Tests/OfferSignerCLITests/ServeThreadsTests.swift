@@ -94,6 +94,12 @@ import Testing
             flag: "event-loop-threads", variable: "OFFER_SIGNER_EVENT_LOOP_THREADS", value: value, isNumber: value != "two")
     }
 
+    @Test(arguments: ["0", "-1", "1023", "67108865", "big"])
+    func badBodyLimitsAreRefusedBeforeAnythingStarts(_ value: String) async throws {
+        try await Self.expectRefusedBeforeAnythingStarts(
+            flag: "max-body-bytes", variable: "OFFER_SIGNER_MAX_BODY_BYTES", value: value, isNumber: value != "big")
+    }
+
     @Test(arguments: ["-1", "1000.5", "nan", "soon"])
     func badAuditCommitDelaysAreRefusedBeforeAnythingStarts(_ value: String) async throws {
         try await Self.expectRefusedBeforeAnythingStarts(

@@ -53,6 +53,10 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     guard configuration.idleTimeout > .zero, configuration.idleTimeout <= ServerConfiguration.longestIdleTimeout else {
         throw ServerConfigurationError("the idle timeout must be more than zero and at most \(ServerConfiguration.longestIdleTimeout) (it is \(configuration.idleTimeout))")
     }
+    guard ServerConfiguration.maximumBodyBytesRange.contains(configuration.maximumBodyBytes) else {
+        let range = ServerConfiguration.maximumBodyBytesRange
+        throw ServerConfigurationError("the largest request body must be between \(range.lowerBound) and \(range.upperBound) bytes (it is \(configuration.maximumBodyBytes))")
+    }
     let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
     if let interval = configuration.notificationRecoveryInterval {
         guard configuration.eligibility != nil else {

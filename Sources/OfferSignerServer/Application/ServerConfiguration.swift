@@ -16,6 +16,10 @@ public struct ServerConfiguration: Sendable {
     /// Largest accepted request body, in bytes (413 above it). Evidence of a long-time
     /// subscriber (a JWS per renewal) needs room.
     public var maximumBodyBytes: Int = 1024 * 1024
+    /// The values `maximumBodyBytes` may take (`buildApplication` refuses others): at least 1 KiB
+    /// (a signing request's fields), at most 64 MiB (a body is read whole into memory before it
+    /// is parsed).
+    public static let maximumBodyBytesRange = 1024...(64 * 1024 * 1024)
     /// Apple's Retention Messaging endpoint (`POST /v1/apple/retention`): time budget and freshness.
     public var retention = RetentionConfiguration()
     /// Largest App Store Server Notification body accepted (Apple's are a few KiB per JWS, and one

@@ -3,6 +3,7 @@ import Foundation
 import GRDB
 import HTTPTypes
 import HummingbirdTesting
+import Logging
 import NIOCore
 import OfferSignerCore
 import OfferSignerServer
@@ -184,6 +185,21 @@ struct SigningEndpointTests {
             expectProblem(response, bad.status, bad.code)
         }
         #expect(try server.issuedCount() == 0)
+    }
+
+    @Test("A largest body outside 1 KiB…64 MiB is refused before the server starts", arguments: [0, -1, 1023, 64 * 1024 * 1024 + 1])
+    func unusableBodyLimitsAreRefused(_ limit: Int) async throws {
+        let server = try await TestServer { $0.maximumBodyBytes = limit }
+        defer { server.cleanUp() }
+        await #expect(throws: ServerConfigurationError.self) {
+            _ = try await buildApplication(configuration: server.configuration, store: server.store)
+        }
+        for bound in [ServerConfiguration.maximumBodyBytesRange.lowerBound, ServerConfiguration.maximumBodyBytesRange.upperBound] {
+            var configuration = server.configuration
+            configuration.maximumBodyBytes = bound
+            configuration.logger.logLevel = .critical  // built, never run: its checks are cancelled
+            _ = try await buildApplication(configuration: configuration, store: server.store)
+        }
     }
 
     @Test("A member named twice is refused with its path in `field`, on both endpoints that read JSON")
