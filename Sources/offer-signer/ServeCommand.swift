@@ -121,6 +121,11 @@ struct ServeCommand: AsyncParsableCommand {
         let auditCommitDelay = try requestedAuditCommitDelay()
         let idleTimeout = try requestedIdleTimeout()
         let maximumBodyBytes = try requestedMaximumBodyBytes()
+        let userJWT = try userJWTConfiguration()
+        let offersCatalog = offers ?? Environment.value("OFFER_SIGNER_OFFERS")
+        if offersCatalog == nil, let given = givenAppleAPISetting() {
+            throw ValidationError("\(given): --apple-api-* settings need an offers catalog (--offers FILE): only its offers ask Apple")
+        }
         let host = host ?? Environment.value("OFFER_SIGNER_HOST") ?? "127.0.0.1"
         let port = try port ?? Self.number("OFFER_SIGNER_PORT", Int.self) ?? 8080
         // Before the store is opened: a missing checkpoint file is a configuration error.
@@ -173,7 +178,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.appAccountTokenRateLimit = RateLimit(
             perSecond: try tokenRate ?? Self.number("OFFER_SIGNER_TOKEN_RATE", Double.self) ?? configuration.appAccountTokenRateLimit.perSecond,
             burst: try tokenBurst ?? Self.number("OFFER_SIGNER_TOKEN_BURST", Double.self) ?? configuration.appAccountTokenRateLimit.burst)
-        configuration.userJWT = try userJWTConfiguration()
+        configuration.userJWT = userJWT
         if let path = operatorTokenFile ?? Environment.value("OFFER_SIGNER_OPERATOR_TOKEN_FILE") {
             do {
                 configuration.operatorToken = try OperatorToken(try SecretFile.read(path, what: "operator token file").trimmingCharacters(in: .whitespacesAndNewlines))
@@ -211,7 +216,7 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.storeTimeout = .milliseconds(value)
         }
         configuration.eligibility = try EligibilityFiles.load(
-            offers: offers ?? Environment.value("OFFER_SIGNER_OFFERS"),
+            offers: offersCatalog,
             appleRoots: appleRoots.isEmpty ? (Environment.value("OFFER_SIGNER_APPLE_ROOTS")?.split(separator: ":").map(String.init) ?? []) : appleRoots)
         if let value = try retentionBudgetMs ?? Self.number("OFFER_SIGNER_RETENTION_BUDGET_MS", Int.self) {
             guard (1...10_000).contains(value) else { throw ValidationError("--retention-budget-ms must be between 1 and 10000") }
@@ -224,8 +229,6 @@ struct ServeCommand: AsyncParsableCommand {
         if var eligibility = configuration.eligibility {
             try applyAppleAPIOptions(to: &eligibility.appStoreServerAPI)
             configuration.eligibility = eligibility
-        } else if let given = givenAppleAPISetting() {
-            throw ValidationError("\(given): --apple-api-* settings need an offers catalog (--offers FILE): only its offers ask Apple")
         }
 
         let application: any ApplicationProtocol
@@ -294,7 +297,7 @@ struct ServeCommand: AsyncParsableCommand {
         guard let value = try maxBodyBytes ?? Self.number("OFFER_SIGNER_MAX_BODY_BYTES", Int.self) else { return nil }
         let range = ServerConfiguration.maximumBodyBytesRange
         guard range.contains(value) else {
-            throw ValidationError("--max-body-bytes must be between \(range.lowerBound) and \(range.upperBound) (bytes); got \(value)")
+            throw ValidationError("--max-body-bytes (OFFER_SIGNER_MAX_BODY_BYTES) must be between \(range.lowerBound) and \(range.upperBound) (bytes); got \(value)")
         }
         return value
     }
@@ -341,7 +344,8 @@ struct ServeCommand: AsyncParsableCommand {
             guard let uuid = UUID.parse(namespace) else { throw ValidationError("--jwt-sub-namespace '\(namespace)' is not a UUID") }
             binding = .subjectUUIDv5(namespace: uuid)
         case (_?, _?):
-            throw ValidationError("end-user JWTs take one of --jwt-token-claim and --jwt-sub-namespace (or their variables), not both: each binds the user to another appAccountToken")
+            throw ValidationError(
+                "end-user JWTs take one of --jwt-token-claim and --jwt-sub-namespace (or their variables), not both: each binds the user to another appAccountToken. Earlier versions used the claim and ignored the namespace; to keep your users' appAccountTokens, keep the claim and remove the namespace")
         case (nil, nil):
             throw ValidationError("end-user JWTs need --jwt-token-claim NAME or --jwt-sub-namespace UUID to bind the appAccountToken")
         }

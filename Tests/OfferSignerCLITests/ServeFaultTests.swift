@@ -67,29 +67,35 @@ import Glibc
         }
     }
 
-    @Test("OFFER_SIGNER_APPLE_API_* without an offers catalog stop serve as their flags do (the variable named)", arguments: [
+    @Test("OFFER_SIGNER_APPLE_API_* without an offers catalog stop serve as their flags do (the variable named), before the store is made", arguments: [
         "OFFER_SIGNER_APPLE_API_TIME_BUDGET_MS", "OFFER_SIGNER_APPLE_API_CONNECTIONS", "OFFER_SIGNER_APPLE_API_CACHE_SECONDS",
     ])
     func appleAPIVariablesWithoutACatalog(_ variable: String) async throws {
         try await withTemporaryDirectory { directory in
-            let (_, serve) = try await Self.fixture(in: directory)
-            expectCleanFailure(try await run(serve + ["--port", "0"], environment: [variable: "100"]), mentions: [variable, "need an offers catalog"])
+            let fixture = try StoreFixture(in: directory)
+            let store = fixture.store.path
+            let serve = ["serve", "--store", store, "--master-key-file", fixture.masterKey.path, "--port", "0"]
+            expectCleanFailure(try await run(serve, environment: [variable: "100"]), mentions: [variable, "need an offers catalog"])
+            #expect(!FileManager.default.fileExists(atPath: store), "serve made the store before refusing")
         }
     }
 
-    @Test("End-user JWTs with both appAccountToken bindings, or neither, stop serve before it starts", arguments: [
-        (["--jwt-token-claim", "app_account_token", "--jwt-sub-namespace", "6ba7b810-9dad-11d1-80b4-00c04fd430c8"], [String: String](), "not both"),
+    @Test("End-user JWTs with both appAccountToken bindings, or neither, stop serve before the store is made", arguments: [
+        (["--jwt-token-claim", "app_account_token", "--jwt-sub-namespace", "6ba7b810-9dad-11d1-80b4-00c04fd430c8"], [String: String](), "keep the claim"),
         (["--jwt-token-claim", "app_account_token"], ["OFFER_SIGNER_JWT_SUB_NAMESPACE": "6ba7b810-9dad-11d1-80b4-00c04fd430c8"], "not both"),
         ([], [:], "need --jwt-token-claim NAME or --jwt-sub-namespace UUID"),
     ])
     func jwtBindingMustBeOne(_ arguments: [String], _ environment: [String: String], _ message: String) async throws {
         try await withTemporaryDirectory { directory in
-            let (_, serve) = try await Self.fixture(in: directory)
+            let fixture = try StoreFixture(in: directory)
+            let store = fixture.store.path
+            let serve = ["serve", "--store", store, "--master-key-file", fixture.masterKey.path]
             let secret = directory.appendingPathComponent("jwt-secret")
             #expect(FileManager.default.createFile(
                 atPath: secret.path, contents: Data(String(repeating: "s", count: 40).utf8), attributes: [.posixPermissions: 0o600]))
             let jwt = ["--jwt-hs256-secret-file", secret.path, "--jwt-issuer", "https://auth.example.com", "--jwt-audience", "offer-signer"]
             expectCleanFailure(try await run(serve + ["--port", "0"] + jwt + arguments, environment: environment), mentions: [message])
+            #expect(!FileManager.default.fileExists(atPath: store), "serve made the store before refusing")
         }
     }
 

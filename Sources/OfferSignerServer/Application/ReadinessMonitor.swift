@@ -182,10 +182,11 @@ final class ReadinessMonitor: Service, Sendable {
 /// callers must not see (`GET /readyz?detail`).
 ///
 /// Rule: only its SHA-256 is kept; a presented token is hashed and compared in constant time.
-/// Wrong tokens are limited per source address (``failureLimit``: 10 at once, then one a
-/// second): beyond it, a wrong bearer from that address is answered 429 `rate_limited`, so a
-/// guess flood is slowed to one a second per address; a right token is never counted nor
-/// refused, and other addresses are not affected. The address is the connection's peer, set by
+/// Wrong tokens are counted per source address (``failureLimit``: 10 at once, then one a
+/// second): beyond it, a wrong bearer from that address is answered 429 `rate_limited` instead
+/// of 401 (a flood of wrong tokens stays out of the counts); a right token is compared first,
+/// never counted nor refused, and other addresses are not affected. The limit therefore does not
+/// slow an online guesser: the token's length (at least 32 characters) and randomness do. The address is the connection's peer, set by
 /// `RequestDeadlineHandler` (a caller's own `x-offer-signer-peer` header is always removed).
 public struct OperatorToken: Sendable {
     private let digest: SHA256Digest

@@ -202,7 +202,7 @@ public enum ProblemCatalog {
             action: "nothing: a replay of a captured request gets no second signature"),
         ProblemType(
             code: "body_too_large", status: .contentTooLarge, title: "Body too large",
-            meaning: "the body is larger than `--max-body-bytes` (1 MiB by default)",
+            meaning: "the body is larger than the endpoint takes: `--max-body-bytes` for signing and eligibility (1 MiB by default), 256 KiB for a notification, 64 KiB for a Retention Messaging request",
             action: "send less (with eligibility evidence: only the subscription group's transactions)"),
         ProblemType(
             code: "unsupported_media_type", status: .unsupportedMediaType, title: "Body must be JSON",

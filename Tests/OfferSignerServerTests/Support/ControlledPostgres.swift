@@ -11,7 +11,8 @@ import TestChildProcess
 /// Rule: the cluster is removed by `remove()`; trust authentication on loopback (it exists for
 /// seconds, listens on 127.0.0.1 only, and holds test data). Its first start tries up to three
 /// free ports (another test's random pick may take one before the server binds it), as
-/// TestPostgres's shared cluster does; a restart uses the port the first start got.
+/// TestPostgres's shared cluster does, stopping a server a failed try left running; a restart
+/// uses the port the first start got. A cluster that could not be made is stopped and removed.
 final class ControlledPostgres: Sendable {
     let binaries: String
     let directory: String
@@ -42,23 +43,34 @@ final class ControlledPostgres: Sendable {
         if asPostgres, let entry = getpwnam("postgres") {
             _ = chown(directory, entry.pointee.pw_uid, entry.pointee.pw_gid)
         }
-        try await Self.run(binaries, "initdb", ["-D", "\(directory)/data", "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"], asPostgres: asPostgres, timeout: .seconds(120))
-        var started: Int?
-        var lastError: (any Error)?
-        for _ in 0..<3 where started == nil {
-            let candidate = try LoopbackPort.free()
-            do {
-                try await Self.run(binaries, "pg_ctl", Self.startArguments(directory: directory, port: candidate), asPostgres: asPostgres, timeout: .seconds(90))
-                started = candidate
-            } catch {
-                lastError = error
+        do {
+            try await Self.run(binaries, "initdb", ["-D", "\(directory)/data", "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"], asPostgres: asPostgres, timeout: .seconds(120))
+            var started: Int?
+            var failures: [String] = []
+            for _ in 0..<3 where started == nil {
+                let candidate = try LoopbackPort.free()
+                do {
+                    try await Self.run(binaries, "pg_ctl", Self.startArguments(directory: directory, port: candidate), asPostgres: asPostgres, timeout: .seconds(90))
+                    started = candidate
+                } catch {
+                    failures.append("port \(candidate): \(error)")
+                    // A start that timed out may have left its server running: stopped before the next try.
+                    try? await Self.stopIfRunning(binaries, directory: directory, asPostgres: asPostgres)
+                }
             }
-        }
-        guard let started else {
+            guard let started else { throw Failure(description: "PostgreSQL did not start on three ports: \(failures.joined(separator: "; "))") }
+            port = started
+        } catch {
+            try? await Self.stopIfRunning(binaries, directory: directory, asPostgres: asPostgres)
             try? FileManager.default.removeItem(atPath: directory)
-            throw lastError ?? Failure(description: "pg_ctl start failed")
+            throw error
         }
-        port = started
+    }
+
+    /// Stops the cluster at once if its server runs (its `postmaster.pid` exists).
+    private static func stopIfRunning(_ binaries: String, directory: String, asPostgres: Bool) async throws {
+        guard FileManager.default.fileExists(atPath: "\(directory)/data/postmaster.pid") else { return }
+        try await run(binaries, "pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "-t", "30", "stop"], asPostgres: asPostgres, timeout: .seconds(40))
     }
 
     /// Starts the stopped server again, on the port of its first start.
