@@ -186,8 +186,9 @@ final class ReadinessMonitor: Service, Sendable {
 /// second): beyond it, a wrong bearer from that address is answered 429 `rate_limited` instead
 /// of 401 (a flood of wrong tokens stays out of the counts); a right token is compared first,
 /// never counted nor refused, and other addresses are not affected. The limit therefore does not
-/// slow an online guesser: the token's length (at least 32 characters) and randomness do. The address is the connection's peer, set by
-/// `RequestDeadlineHandler` (a caller's own `x-offer-signer-peer` header is always removed).
+/// slow an online guesser: the token's length (at least 32 characters) and randomness do. The
+/// address is the connection's peer, set by `RequestDeadlineHandler` (a caller's own
+/// `x-offer-signer-peer` header is always removed).
 public struct OperatorToken: Sendable {
     private let digest: SHA256Digest
     private let failures = RateLimiter(limit: Self.failureLimit)

@@ -55,22 +55,23 @@ final class ControlledPostgres: Sendable {
                 } catch {
                     failures.append("port \(candidate): \(error)")
                     // A start that timed out may have left its server running: stopped before the next try.
-                    try? await Self.stopIfRunning(binaries, directory: directory, asPostgres: asPostgres)
+                    try? await onOwnThread { try Self.stopIfRunning(binaries, directory: directory, asPostgres: asPostgres) }
                 }
             }
             guard let started else { throw Failure(description: "PostgreSQL did not start on three ports: \(failures.joined(separator: "; "))") }
             port = started
         } catch {
-            try? await Self.stopIfRunning(binaries, directory: directory, asPostgres: asPostgres)
+            try? await onOwnThread { try Self.stopIfRunning(binaries, directory: directory, asPostgres: asPostgres) }
             try? FileManager.default.removeItem(atPath: directory)
             throw error
         }
     }
 
-    /// Stops the cluster at once if its server runs (its `postmaster.pid` exists).
-    private static func stopIfRunning(_ binaries: String, directory: String, asPostgres: Bool) async throws {
+    /// Stops the cluster at once if its server runs (its `postmaster.pid` exists), blocking the
+    /// calling thread (an immediate stop takes a fraction of a second).
+    private static func stopIfRunning(_ binaries: String, directory: String, asPostgres: Bool) throws {
         guard FileManager.default.fileExists(atPath: "\(directory)/data/postmaster.pid") else { return }
-        try await run(binaries, "pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "-t", "30", "stop"], asPostgres: asPostgres, timeout: .seconds(40))
+        try runBlocking(binaries, "pg_ctl", stopArguments(directory: directory), asPostgres: asPostgres, timeout: .seconds(40))
     }
 
     /// Starts the stopped server again, on the port of its first start.
@@ -83,9 +84,14 @@ final class ControlledPostgres: Sendable {
          "-o", "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1 -c max_connections=200", "start"]
     }
 
+    /// An immediate stop: no shutdown checkpoint, clients see their connections drop.
+    private static func stopArguments(directory: String) -> [String] {
+        ["-D", "\(directory)/data", "-m", "immediate", "-w", "-t", "30", "stop"]
+    }
+
     /// Stops the server at once, without a shutdown checkpoint: clients see their connections drop.
     func stopImmediately() async throws {
-        try await run("pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "-t", "30", "stop"], timeout: .seconds(40))
+        try await run("pg_ctl", Self.stopArguments(directory: directory), timeout: .seconds(40))
     }
 
     /// Runs one SQL statement as the superuser, through psql on the cluster's socket.
@@ -93,23 +99,15 @@ final class ControlledPostgres: Sendable {
         try await run("psql", ["-h", directory, "-p", String(port), "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", statement], timeout: .seconds(30))
     }
 
+    /// Stops the server if it runs and deletes the cluster; blocks the calling thread (for a
+    /// `defer`).
     func remove() {
-        if FileManager.default.fileExists(atPath: "\(directory)/data/postmaster.pid") { try? stopImmediatelyBlocking() }
+        try? Self.stopIfRunning(binaries, directory: directory, asPostgres: asPostgres)
         try? FileManager.default.removeItem(atPath: directory)
-    }
-
-    /// ``stopImmediately()`` blocking the calling thread, for `remove()` in a `defer` (an
-    /// immediate stop takes a fraction of a second).
-    private func stopImmediatelyBlocking() throws {
-        try runBlocking("pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "-w", "-t", "30", "stop"], timeout: .seconds(40))
     }
 
     private func run(_ tool: String, _ arguments: [String], timeout: Duration) async throws {
         try await Self.run(binaries, tool, arguments, asPostgres: asPostgres, timeout: timeout)
-    }
-
-    private func runBlocking(_ tool: String, _ arguments: [String], timeout: Duration) throws {
-        try Self.runBlocking(binaries, tool, arguments, asPostgres: asPostgres, timeout: timeout)
     }
 
     private static func run(_ binaries: String, _ tool: String, _ arguments: [String], asPostgres: Bool, timeout: Duration) async throws {
