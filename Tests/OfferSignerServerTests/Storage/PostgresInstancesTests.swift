@@ -184,9 +184,9 @@ extension PostgresInstancesTests {
         await deployment.close()
     }
 
-    @Test("A key activated through instance A signs on instance B within 1 s; a revoked client is refused by both within 1 s; polling every 10 s, so the notification did it")
+    @Test("A key activated through instance A signs on instance B, and a revoked client is refused by both, within 10 s; polling every 120 s, so the notification did it")
     func registryChangesReachEveryInstance() async throws {
-        let deployment = try await Deployment.make(instances: 2) { $0.registryPollInterval = .seconds(10) }
+        let deployment = try await Deployment.make(instances: 2) { $0.registryPollInterval = .seconds(120) }
         let secret = try await deployment.createClient(name: "backend")
         let revoked = try await deployment.createClient(name: "leaver")
         let newKey = try InAppPurchaseKey.generateForDevelopment(keyID: "ROTATED001")
@@ -199,30 +199,32 @@ extension PostgresInstancesTests {
             // Both instances know both clients (they loaded after the clients were created).
             #expect(try await Self.sign(ports[1], secret: revoked, body: body).0 == .created)
 
-            // Activate through instance A's store; B must sign with the new key within 1 s.
+            // Activate through instance A's store; B must sign with the new key within 10 s (a
+            // notification takes milliseconds; the bound is for a loaded machine, and far under the
+            // 120 s poll, whose first round comes 120 s after the start).
             _ = try await stores[0].transitionKey(keyID: "ROTATED001", to: .active, actor: "test", reason: "rotation", force: false, authenticator: deployment.masterKey.registryRows)
             let activated = ContinuousClock.now
             var keyID: String?
-            while keyID != "ROTATED001" && ContinuousClock.now - activated < .seconds(5) {
+            while keyID != "ROTATED001" && ContinuousClock.now - activated < .seconds(15) {
                 let (status, text) = try await Self.sign(ports[1], secret: secret, body: body)
                 #expect(status == .created, "\(text)")
                 keyID = ((try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])?["legacy"] as? [String: Any])?["keyID"] as? String
                 if keyID != "ROTATED001" { try await Task.sleep(for: .milliseconds(20)) }
             }
             let activationTook = ContinuousClock.now - activated
-            #expect(keyID == "ROTATED001" && activationTook < .seconds(1), "instance B signed with \(keyID ?? "?") \(activationTook) after the activation")
+            #expect(keyID == "ROTATED001" && activationTook < .seconds(10), "instance B signed with \(keyID ?? "?") \(activationTook) after the activation")
 
-            // Revoke through A's store; both must refuse it within 1 s.
+            // Revoke through A's store; both must refuse it within 10 s.
             _ = try await stores[0].revokeClient(name: "leaver", actor: "test", authenticator: deployment.masterKey.registryRows)
             let revokedAt = ContinuousClock.now
             for port in ports {
                 var status = HTTPResponse.Status.created
-                while status != .unauthorized && ContinuousClock.now - revokedAt < .seconds(5) {
+                while status != .unauthorized && ContinuousClock.now - revokedAt < .seconds(15) {
                     status = try await Self.sign(port, secret: revoked, body: body).0
                     if status != .unauthorized { try await Task.sleep(for: .milliseconds(20)) }
                 }
                 let took = ContinuousClock.now - revokedAt
-                #expect(status == .unauthorized && took < .seconds(1), "port \(port) still accepted the revoked client \(took) after the revocation")
+                #expect(status == .unauthorized && took < .seconds(10), "port \(port) still accepted the revoked client \(took) after the revocation")
             }
         }
         await deployment.close()
