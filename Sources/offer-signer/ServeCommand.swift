@@ -130,7 +130,8 @@ struct ServeCommand: AsyncParsableCommand {
         let port = try port ?? Self.number("OFFER_SIGNER_PORT", Int.self) ?? 8080
         // Before the store is opened: a missing checkpoint file is a configuration error.
         let checkpointFile = try servedCheckpointFile(logger: logger)
-        let opened: any OfferSignerStore
+        // The store is opened (and a new one made) only after every setting below is checked: a
+        // refused setting leaves nothing behind. --dev prepares its own development store first.
         let devStorePath: String?
         let masterKey: MasterKey
         if dev {
@@ -143,16 +144,10 @@ struct ServeCommand: AsyncParsableCommand {
             let setup = try await DevelopmentSetup.prepare(storePath: store.path, bundleID: devBundleID)
             devStorePath = setup.storePath
             masterKey = setup.masterKey
-            do {
-                opened = try SQLiteStore(path: setup.storePath)
-            } catch {
-                throw CLIFailure(error.message)
-            }
         } else {
             guard store.location != nil else { throw ValidationError("give --store PATH or URL (or OFFER_SIGNER_STORE), or use --dev") }
             devStorePath = nil
             masterKey = try self.masterKey.load()
-            opened = try await store.open(mustExist: false, serving: true, logger: logger)
         }
 
         var configuration = ServerConfiguration(masterKey: masterKey, logger: logger)
@@ -231,6 +226,17 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.eligibility = eligibility
         }
 
+        try await configuration.check()  // what buildApplication would refuse, before the store is opened
+        let opened: any OfferSignerStore
+        if let devStorePath {
+            do {
+                opened = try SQLiteStore(path: devStorePath)
+            } catch {
+                throw CLIFailure(error.message)
+            }
+        } else {
+            opened = try await store.open(mustExist: false, serving: true, logger: logger)
+        }
         let application: any ApplicationProtocol
         do {
             application = try await buildApplication(configuration: configuration, store: opened)

@@ -67,6 +67,36 @@ import Glibc
         }
     }
 
+    @Test("Every setting serve checks at start stops it before the store is opened: a refused start makes no SQLite file", arguments: [
+        (["--store-timeout-ms", "0"], "--store-timeout-ms must be between 1 and 600000"),
+        (["--checkpoint-every-records", "0"], "--checkpoint-every-records must be at least 1"),
+        (["--checkpoint-every-seconds", "0"], "--checkpoint-every-seconds must be more than 0"),
+        (["--notification-recovery-interval", "0.5"], "--notification-recovery-interval must be at least 1"),
+        (["--retention-budget-ms", "10001"], "--retention-budget-ms must be between 1 and 10000"),
+        (["--apple-endpoint-concurrency", "0"], "--apple-endpoint-concurrency must be between 1 and 4096"),
+        (["--operator-token-file", "{dir}/no-operator-token"], "operator token file"),
+        (["--admin-token-file", "{dir}/no-admin-token"], "admin token file"),
+        (["--offers", "{dir}/no-offers.json"], "no-offers.json"),
+        (["--offers", "{catalog}", "--apple-api-connections", "1"], "--apple-api-connections must be between 2 and 1024"),
+        (["--client-rate=-1"], "client rate limit cannot be used"),
+        (["--token-rate", "5", "--token-burst", "0.5"], "appAccountToken rate limit cannot be used"),
+        (["--notification-recovery-interval", "60"], "notification catch-up needs the offers catalog"),
+        (["--jwt-jwks", "{dir}/jwks.json", "--jwt-issuer", "https://auth.example.com", "--jwt-audience", "offer-signer", "--jwt-token-claim", "t"],
+         "JWKS is not a JSON Web Key Set"),
+    ])
+    func settingsAreCheckedBeforeTheStoreIsMade(_ arguments: [String], _ message: String) async throws {
+        try await withTemporaryDirectory { directory in
+            let fixture = try StoreFixture(in: directory)
+            let store = fixture.store.path
+            let catalog = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../offers.example.json").standardizedFileURL.path
+            try Data("{\"keys\": 7}".utf8).write(to: directory.appendingPathComponent("jwks.json"))
+            let given = arguments.map { $0.replacingOccurrences(of: "{dir}", with: directory.path).replacingOccurrences(of: "{catalog}", with: catalog) }
+            expectCleanFailure(
+                try await run(["serve", "--store", store, "--master-key-file", fixture.masterKey.path, "--port", "0"] + given), mentions: [message])
+            #expect(!FileManager.default.fileExists(atPath: store), "serve made the store before refusing \(arguments)")
+        }
+    }
+
     @Test("OFFER_SIGNER_APPLE_API_* without an offers catalog stop serve as their flags do (the variable named), before the store is made", arguments: [
         "OFFER_SIGNER_APPLE_API_TIME_BUDGET_MS", "OFFER_SIGNER_APPLE_API_CONNECTIONS", "OFFER_SIGNER_APPLE_API_CACHE_SECONDS",
     ])

@@ -42,31 +42,43 @@ public enum OfferSignerRoutes {
     }
 }
 
+extension ServerConfiguration {
+    /// Checks every setting ``buildApplication(configuration:store:)`` would refuse, without
+    /// touching a store: rate limits, the idle timeout, the largest body, the end-user JWT keys,
+    /// the notification catch-up and the App Store Server API settings. `serve` calls it before
+    /// it opens (or makes) the store, so a refused start leaves nothing behind; throws
+    /// ``ServerConfigurationError``.
+    public func check() async throws {
+        for (name, limit) in [("client", clientRateLimit), ("appAccountToken", appAccountTokenRateLimit)] {
+            if let problem = limit.problem { throw ServerConfigurationError("the \(name) rate limit cannot be used: \(problem)") }
+        }
+        guard idleTimeout > .zero, idleTimeout <= ServerConfiguration.longestIdleTimeout else {
+            throw ServerConfigurationError("the idle timeout must be more than zero and at most \(ServerConfiguration.longestIdleTimeout) (it is \(idleTimeout))")
+        }
+        guard ServerConfiguration.maximumBodyBytesRange.contains(maximumBodyBytes) else {
+            let range = ServerConfiguration.maximumBodyBytesRange
+            throw ServerConfigurationError("the largest request body must be between \(range.lowerBound) and \(range.upperBound) bytes (it is \(maximumBodyBytes))")
+        }
+        if let jwt = userJWT { _ = try await UserJWTVerifier(configuration: jwt) }
+        if let interval = notificationRecoveryInterval {
+            guard eligibility != nil else {
+                throw ServerConfigurationError("the notification catch-up needs the offers catalog (--offers) with the apps' appAppleID and environments")
+            }
+            guard interval >= .seconds(1) else { throw ServerConfigurationError("the notification recovery interval must be at least 1 second") }
+        }
+        if let eligibility, let problem = eligibility.appStoreServerAPI.problem {
+            throw ServerConfigurationError("the App Store Server API settings cannot be used: \(problem)")
+        }
+    }
+}
+
 /// Builds the signing service: routes, middleware and its background services (registry
 /// poller, audit group committer). `offer-signer serve` runs it; tests run it on loopback.
 public func buildApplication(configuration: ServerConfiguration, store: any OfferSignerStore) async throws -> some ApplicationProtocol {
     let logger = configuration.logger
     // Configuration first: a server that will not start must not have touched the store.
-    for (name, limit) in [("client", configuration.clientRateLimit), ("appAccountToken", configuration.appAccountTokenRateLimit)] {
-        if let problem = limit.problem { throw ServerConfigurationError("the \(name) rate limit cannot be used: \(problem)") }
-    }
-    guard configuration.idleTimeout > .zero, configuration.idleTimeout <= ServerConfiguration.longestIdleTimeout else {
-        throw ServerConfigurationError("the idle timeout must be more than zero and at most \(ServerConfiguration.longestIdleTimeout) (it is \(configuration.idleTimeout))")
-    }
-    guard ServerConfiguration.maximumBodyBytesRange.contains(configuration.maximumBodyBytes) else {
-        let range = ServerConfiguration.maximumBodyBytesRange
-        throw ServerConfigurationError("the largest request body must be between \(range.lowerBound) and \(range.upperBound) bytes (it is \(configuration.maximumBodyBytes))")
-    }
+    try await configuration.check()
     let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
-    if let interval = configuration.notificationRecoveryInterval {
-        guard configuration.eligibility != nil else {
-            throw ServerConfigurationError("the notification catch-up needs the offers catalog (--offers) with the apps' appAppleID and environments")
-        }
-        guard interval >= .seconds(1) else { throw ServerConfigurationError("the notification recovery interval must be at least 1 second") }
-    }
-    if let eligibility = configuration.eligibility, let problem = eligibility.appStoreServerAPI.problem {
-        throw ServerConfigurationError("the App Store Server API settings cannot be used: \(problem)")
-    }
     let configuration = withDevelopmentEnvironments(configuration)
     if let catalog = configuration.eligibility?.catalog {
         // The app's evidence counts only from its accepted environments (Production unless the
