@@ -240,9 +240,12 @@ struct ServeCommand: AsyncParsableCommand {
         let application: any ApplicationProtocol
         do {
             application = try await buildApplication(configuration: configuration, store: opened)
-        } catch let error as StoreError {
+        } catch {
+            // Whatever refused the start (the store's master key, its registry, its checkpoints),
+            // the store is closed before serve exits.
             await opened.close()
-            throw CLIFailure(error.message)
+            if let error = error as? StoreError { throw CLIFailure(error.message) }
+            throw error
         }
         if let devStorePath { DevelopmentSetup.printWelcome(port: port, storePath: devStorePath) }
         do {

@@ -199,17 +199,25 @@ enum Environment {
 
 /// Reads files that hold secrets, refusing ones that others can read.
 enum SecretFile {
-    /// Rule: a secret file (a .p8, a master key) must not be readable or writable by group or
-    /// others; the message says how to fix it.
+    /// Rule: a secret file (a .p8, a master key, a token, a password) must give group and others
+    /// no access at all; the mode is read from the opened file (``PrivateFile``), so a symbolic
+    /// link is judged by its target. The message says how to fix a refusal.
     static func read(_ path: String, what: String) throws -> String {
-        guard FileManager.default.fileExists(atPath: path) else { throw CLIFailure("\(what) '\(path)' does not exist") }
-        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-            let permissions = (attributes[.posixPermissions] as? NSNumber)?.intValue
-        else { throw CLIFailure("cannot read the permissions of \(what) '\(path)'") }
-        if permissions & 0o077 != 0 {
-            let mode = String(permissions & 0o777, radix: 8)
-            throw CLIFailure("\(what) '\(path)' is readable by group or others (mode \(mode)); restrict it with `chmod 600 \(path)`")
+        let data: Data
+        do {
+            data = try PrivateFile.read(path)
+        } catch {
+            switch error {
+            case .missing: throw CLIFailure("\(what) '\(path)' does not exist")
+            case .unreadable(let reason): throw CLIFailure("\(what) '\(path)' cannot be read (check its permissions): \(reason)")
+            case .notARegularFile: throw CLIFailure("\(what) '\(path)' is not a regular file")
+            case .sharedWithOthers(let mode):
+                throw CLIFailure(
+                    "\(what) '\(path)' is readable, writable or executable by group or others (mode \(String(mode, radix: 8))); a secret file must be its owner's alone: restrict it with `chmod 600 \(path)`")
+            case .tooLarge(let limit): throw CLIFailure("\(what) '\(path)' is larger than \(limit) bytes: not a secret file")
+            }
         }
-        return try CLI.readText(path, what: what)
+        guard let text = String(data: data, encoding: .utf8) else { throw CLIFailure("\(what) '\(path)' is not UTF-8 text") }
+        return text
     }
 }

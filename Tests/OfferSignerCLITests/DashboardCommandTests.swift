@@ -52,7 +52,7 @@ import Testing
             let secret = String(repeating: "s", count: 40)
             let open = directory.appendingPathComponent("open-token")
             try writeFile(secret, to: open, mode: 0o644)
-            expectCleanFailure(try await run(serve + ["--admin-token-file", open.path]), mentions: ["readable by group or others"])
+            expectCleanFailure(try await run(serve + ["--admin-token-file", open.path]), mentions: ["by group or others", "chmod 600"])
             let admin = directory.appendingPathComponent("admin-token")
             let operatorFile = directory.appendingPathComponent("operator-token")
             try writeFile(secret, to: admin)

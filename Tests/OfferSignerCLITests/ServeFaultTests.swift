@@ -83,6 +83,9 @@ import Glibc
         (["--notification-recovery-interval", "60"], "notification catch-up needs the offers catalog"),
         (["--jwt-jwks", "{dir}/jwks.json", "--jwt-issuer", "https://auth.example.com", "--jwt-audience", "offer-signer", "--jwt-token-claim", "t"],
          "JWKS is not a JSON Web Key Set"),
+        (["--port", "70000"], "the port must be between 0 and 65535"),
+        (["--checkpoint-file", "{dir}/no-such-directory/served.checkpoint"], "cannot be written"),
+        (["--registry-file", "{dir}/garbled.registry"], "does not hold"),
     ])
     func settingsAreCheckedBeforeTheStoreIsMade(_ arguments: [String], _ message: String) async throws {
         try await withTemporaryDirectory { directory in
@@ -90,10 +93,45 @@ import Glibc
             let store = fixture.store.path
             let catalog = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../offers.example.json").standardizedFileURL.path
             try Data("{\"keys\": 7}".utf8).write(to: directory.appendingPathComponent("jwks.json"))
+            try Data("not a version\n".utf8).write(to: directory.appendingPathComponent("garbled.registry"))
             let given = arguments.map { $0.replacingOccurrences(of: "{dir}", with: directory.path).replacingOccurrences(of: "{catalog}", with: catalog) }
             expectCleanFailure(
                 try await run(["serve", "--store", store, "--master-key-file", fixture.masterKey.path, "--port", "0"] + given), mentions: [message])
             #expect(!FileManager.default.fileExists(atPath: store), "serve made the store before refusing \(arguments)")
+        }
+    }
+
+    /// How a secret file is judged: the operator token file stands for all of them (one
+    /// `SecretFile.read`); `--store-timeout-ms 0`, checked after it, says the file was accepted.
+    @Test("A secret file is refused on any access by group or others and judged through a symbolic link by its target; 0600 and 0400 pass", arguments: [
+        ("0600", true), ("0400", true), ("link to 0600", true),
+        ("0640", false), ("0604", false), ("0620", false), ("0601", false), ("0610", false), ("link to 0644", false), ("directory", false),
+    ])
+    func secretFileModes(_ form: String, _ accepted: Bool) async throws {
+        try await withTemporaryDirectory { directory in
+            let fixture = try StoreFixture(in: directory)
+            let secret = String(repeating: "t", count: 40)
+            let file = directory.appendingPathComponent("operator-token")
+            switch form {
+            case "directory":
+                try FileManager.default.createDirectory(at: file, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+            case let link where link.hasPrefix("link to "):
+                let target = directory.appendingPathComponent("..data-operator-token")
+                #expect(FileManager.default.createFile(
+                    atPath: target.path, contents: Data(secret.utf8), attributes: [.posixPermissions: Int(link.dropFirst("link to ".count), radix: 8)!]))
+                try FileManager.default.createSymbolicLink(atPath: file.path, withDestinationPath: target.lastPathComponent)
+            default:
+                #expect(FileManager.default.createFile(atPath: file.path, contents: Data(secret.utf8), attributes: [.posixPermissions: Int(form, radix: 8)!]))
+            }
+            let result = try await run(
+                ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path, "--port", "0",
+                 "--operator-token-file", file.path, "--store-timeout-ms", "0"])
+            if accepted {
+                expectCleanFailure(result, mentions: ["--store-timeout-ms must be between"])
+            } else {
+                expectCleanFailure(result, mentions: ["operator token file", file.path, form == "directory" ? "not a regular file" : "by group or others"])
+            }
+            #expect(!result.stderr.contains(secret), "the message shows the secret")
         }
     }
 

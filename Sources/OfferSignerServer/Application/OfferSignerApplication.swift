@@ -44,11 +44,14 @@ public enum OfferSignerRoutes {
 
 extension ServerConfiguration {
     /// Checks every setting ``buildApplication(configuration:store:)`` would refuse, without
-    /// touching a store: rate limits, the idle timeout, the largest body, the end-user JWT keys,
-    /// the notification catch-up and the App Store Server API settings. `serve` calls it before
-    /// it opens (or makes) the store, so a refused start leaves nothing behind; throws
-    /// ``ServerConfigurationError``.
+    /// touching a store: the port, rate limits, the idle timeout, the largest body, the end-user
+    /// JWT keys, the notification catch-up, the App Store Server API settings, that the checkpoint
+    /// file can be written and that the registry file (if any) can be read. `serve` calls it
+    /// before it opens (or makes) the store, so a refused start leaves no store behind; throws
+    /// ``ServerConfigurationError``. What only the store can say (its master key, its registry,
+    /// its checkpoints) is checked by `buildApplication`; binding the address, by running it.
     public func check() async throws {
+        guard (0...65535).contains(port) else { throw ServerConfigurationError("the port must be between 0 and 65535 (it is \(port))") }
         for (name, limit) in [("client", clientRateLimit), ("appAccountToken", appAccountTokenRateLimit)] {
             if let problem = limit.problem { throw ServerConfigurationError("the \(name) rate limit cannot be used: \(problem)") }
         }
@@ -68,6 +71,22 @@ extension ServerConfiguration {
         }
         if let eligibility, let problem = eligibility.appStoreServerAPI.problem {
             throw ServerConfigurationError("the App Store Server API settings cannot be used: \(problem)")
+        }
+        if let checkpointFile { try Self.checkWritable(checkpointFile) }
+        do {
+            _ = try registryFile?.read()
+        } catch {
+            throw ServerConfigurationError(String(describing: error))
+        }
+    }
+
+    /// The checkpoint file must be writable, or the service would keep its last checkpoint in
+    /// the database only, which a database writer can delete: it refuses to start.
+    static func checkWritable(_ file: LastCheckpointFile) throws {
+        do {
+            try file.checkWritable()
+        } catch {
+            throw ServerConfigurationError("\(error.message); the last signed audit checkpoint must be kept outside the database (give --checkpoint-file PATH in a directory this process can write)")
         }
     }
 }
@@ -276,11 +295,7 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
 /// start), then moves it forward to the store's newest checkpoint that verifies and extends it
 /// (``AuditCheckpointing/advance(_:in:masterKey:)``), so instances with files of their own converge.
 private func prepareCheckpointFile(_ file: LastCheckpointFile, store: any OfferSignerStore, masterKey: MasterKey, logger: Logger) async throws {
-    do {
-        try file.checkWritable()
-    } catch {
-        throw ServerConfigurationError("\(error.message); the last signed audit checkpoint must be kept outside the database (give --checkpoint-file PATH in a directory this process can write)")
-    }
+    try ServerConfiguration.checkWritable(file)
     do {
         if let moved = try await AuditCheckpointing.advance(file, in: store, masterKey: masterKey) {
             logger.info("checkpoint file moved forward to the store's latest verified checkpoint", metadata: ["sequence": "\(moved.sequence)", "file": "\(file.path)"])
