@@ -32,7 +32,7 @@ public struct LastCheckpointFile: Sendable {
     /// than leaving its checkpoints in the database only.
     public func checkWritable() throws(StoreError) {
         if FileManager.default.fileExists(atPath: path) {
-            let fd = open(path, O_WRONLY)
+            let fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)  // a FIFO without a reader: ENXIO, not a wait
             guard fd >= 0 else { throw StoreError(.unavailable, "the checkpoint file '\(path)' is not writable: \(String(cString: strerror(errno)))") }
             close(fd)
         }

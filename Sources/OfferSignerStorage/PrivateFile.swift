@@ -9,16 +9,27 @@ import Darwin
 /// A file that must be its owner's alone (a key, a token, a password), read so that what is
 /// checked is what is read.
 ///
-/// Rule: the file is opened once, its mode is checked with `fstat` on that descriptor and its
-/// bytes are read through it; group and others must have no access at all (0600 and 0400 pass;
-/// 0640, 0604, 0620 and 0610 do not). A symbolic link (a Kubernetes secret volume's, say) is
-/// judged by its target, and a file swapped after the check is never read. The CLI words the
-/// refusals (`SecretFile` in `offer-signer`).
+/// Rules:
+/// - The file is opened once (without blocking, without becoming a controlling terminal), its
+///   type, owner and mode are checked with `fstat` on that descriptor, and its bytes are read
+///   through it: a file swapped after the check is never read.
+/// - It is a regular file or a pipe (`--master-key-file <(vault …)`), owned by this process's
+///   user or by root, and group and others have no access at all (0600 and 0400 pass; 0640,
+///   0604, 0620 and 0610 do not).
+/// - A symbolic link at the path (a Kubernetes secret volume's, say) is followed only when the
+///   link itself is owned by this process's user or by root: a link planted by someone who can
+///   write the directory, pointing at a file of the service's own with predictable contents, is
+///   refused. (Whoever can write the directory can still replace the file: keep secrets in a
+///   directory only the service's user or root can write.)
+///
+/// The CLI words the refusals (`SecretFile` in `offer-signer`).
 public enum PrivateFile {
     public enum Refusal: Error, Sendable, Equatable {
         case missing
         case unreadable(reason: String)
         case notARegularFile
+        /// Owned by a user other than this process's or root (the link itself, when `link`).
+        case foreignOwner(uid: UInt32, link: Bool)
         /// Group or others have some access; `mode` is the permission bits.
         case sharedWithOthers(mode: Int)
         case tooLarge(limit: Int)
@@ -26,7 +37,14 @@ public enum PrivateFile {
 
     /// The file's bytes, at most `limit` of them.
     public static func read(_ path: String, limit: Int = 1 << 20) throws(Refusal) -> Data {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        let me = geteuid()
+        var link = stat()
+        if lstat(path, &link) == 0, link.st_mode & S_IFMT == S_IFLNK, link.st_uid != me, link.st_uid != 0 {
+            throw .foreignOwner(uid: link.st_uid, link: true)
+        }
+        // O_NONBLOCK: a FIFO without a writer is opened at once (and read as empty) rather than
+        // waited on; cleared below for a pipe's reads. A regular file's reads ignore it.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
         guard fd >= 0 else {
             let code = errno
             if code == ENOENT || code == ENOTDIR { throw .missing }
@@ -35,9 +53,15 @@ public enum PrivateFile {
         defer { close(fd) }
         var status = stat()
         guard fstat(fd, &status) == 0 else { throw .unreadable(reason: String(cString: strerror(errno))) }
-        guard status.st_mode & S_IFMT == S_IFREG else { throw .notARegularFile }
+        let type = status.st_mode & S_IFMT
+        guard type == S_IFREG || type == S_IFIFO else { throw .notARegularFile }
+        guard status.st_uid == me || status.st_uid == 0 else { throw .foreignOwner(uid: status.st_uid, link: false) }
         let permissions = Int(status.st_mode & 0o777)
         guard permissions & 0o077 == 0 else { throw .sharedWithOthers(mode: permissions) }
+        if type == S_IFIFO {
+            let flags = fcntl(fd, F_GETFL)
+            guard flags >= 0, fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0 else { throw .unreadable(reason: String(cString: strerror(errno))) }
+        }
         var data = Data()
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {

@@ -199,9 +199,10 @@ enum Environment {
 
 /// Reads files that hold secrets, refusing ones that others can read.
 enum SecretFile {
-    /// Rule: a secret file (a .p8, a master key, a token, a password) must give group and others
-    /// no access at all; the mode is read from the opened file (``PrivateFile``), so a symbolic
-    /// link is judged by its target. The message says how to fix a refusal.
+    /// Rule: a secret file (a .p8, a master key, a token, a password) is a regular file or a pipe,
+    /// owned by this process's user or root, that gives group and others no access at all; a
+    /// symbolic link is followed when it is owned by this process's user or root (``PrivateFile``).
+    /// The message says how to fix a refusal.
     static func read(_ path: String, what: String) throws -> String {
         let data: Data
         do {
@@ -210,7 +211,10 @@ enum SecretFile {
             switch error {
             case .missing: throw CLIFailure("\(what) '\(path)' does not exist")
             case .unreadable(let reason): throw CLIFailure("\(what) '\(path)' cannot be read (check its permissions): \(reason)")
-            case .notARegularFile: throw CLIFailure("\(what) '\(path)' is not a regular file")
+            case .notARegularFile: throw CLIFailure("\(what) '\(path)' is not a regular file (nor a pipe)")
+            case .foreignOwner(let uid, let link):
+                throw CLIFailure(
+                    "\(what) '\(path)' \(link ? "is a symbolic link owned" : "is owned") by uid \(uid), neither this process's user (uid \(geteuid())) nor root: a secret file must be its owner's alone")
             case .sharedWithOthers(let mode):
                 throw CLIFailure(
                     "\(what) '\(path)' is readable, writable or executable by group or others (mode \(String(mode, radix: 8))); a secret file must be its owner's alone: restrict it with `chmod 600 \(path)`")

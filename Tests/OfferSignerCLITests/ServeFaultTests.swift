@@ -86,6 +86,7 @@ import Glibc
         (["--port", "70000"], "the port must be between 0 and 65535"),
         (["--checkpoint-file", "{dir}/no-such-directory/served.checkpoint"], "cannot be written"),
         (["--registry-file", "{dir}/garbled.registry"], "does not hold"),
+        (["--checkpoint-file", "{dir}/garbled.checkpoint"], "is not a checkpoints export"),
     ])
     func settingsAreCheckedBeforeTheStoreIsMade(_ arguments: [String], _ message: String) async throws {
         try await withTemporaryDirectory { directory in
@@ -94,6 +95,7 @@ import Glibc
             let catalog = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../offers.example.json").standardizedFileURL.path
             try Data("{\"keys\": 7}".utf8).write(to: directory.appendingPathComponent("jwks.json"))
             try Data("not a version\n".utf8).write(to: directory.appendingPathComponent("garbled.registry"))
+            try Data("not a checkpoint\n".utf8).write(to: directory.appendingPathComponent("garbled.checkpoint"))
             let given = arguments.map { $0.replacingOccurrences(of: "{dir}", with: directory.path).replacingOccurrences(of: "{catalog}", with: catalog) }
             expectCleanFailure(
                 try await run(["serve", "--store", store, "--master-key-file", fixture.masterKey.path, "--port", "0"] + given), mentions: [message])
@@ -103,33 +105,55 @@ import Glibc
 
     /// How a secret file is judged: the operator token file stands for all of them (one
     /// `SecretFile.read`); `--store-timeout-ms 0`, checked after it, says the file was accepted.
-    @Test("A secret file is refused on any access by group or others and judged through a symbolic link by its target; 0600 and 0400 pass", arguments: [
-        ("0600", true), ("0400", true), ("link to 0600", true),
-        ("0640", false), ("0604", false), ("0620", false), ("0601", false), ("0610", false), ("link to 0644", false), ("directory", false),
-    ])
-    func secretFileModes(_ form: String, _ accepted: Bool) async throws {
+    /// `nil` expects acceptance, else the refusal's words. The ownership cases need root (to give
+    /// a file or a link to `nobody`); as another user they check nothing and say so.
+    @Test("A secret file: a regular file or a pipe, owned by the service's user or root, with no access for group or others; a symbolic link is followed when its owner is the service's user or root", arguments: [
+        ("0600", nil), ("0400", nil), ("link to 0600", nil), ("pipe", nil),
+        ("0640", "by group or others"), ("0604", "by group or others"), ("0620", "by group or others"), ("0601", "by group or others"),
+        ("0610", "by group or others"), ("link to 0644", "by group or others"), ("directory", "not a regular file"),
+        ("fifo without a writer", "at least 32 characters"),
+        ("owned by nobody", "is owned by uid 65534"), ("link owned by nobody", "is a symbolic link owned by uid 65534"),
+    ] as [(String, String?)])
+    func secretFiles(_ form: String, _ refusal: String?) async throws {
+        if form.contains("nobody"), getuid() != 0 {
+            print("skipped '\(form)': giving a file to nobody needs root")
+            return
+        }
         try await withTemporaryDirectory { directory in
             let fixture = try StoreFixture(in: directory)
             let secret = String(repeating: "t", count: 40)
             let file = directory.appendingPathComponent("operator-token")
+            let target = directory.appendingPathComponent("..data-operator-token")
             switch form {
             case "directory":
                 try FileManager.default.createDirectory(at: file, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
-            case let link where link.hasPrefix("link to "):
-                let target = directory.appendingPathComponent("..data-operator-token")
-                #expect(FileManager.default.createFile(
-                    atPath: target.path, contents: Data(secret.utf8), attributes: [.posixPermissions: Int(link.dropFirst("link to ".count), radix: 8)!]))
+            case "fifo without a writer":  // read at once as empty, never waited on
+                #expect(mkfifo(file.path, 0o600) == 0)
+            case "pipe":  // the shell's process substitution (/dev/fd/63, a pipe), below
+                break
+            case let link where link.hasPrefix("link"):
+                let mode = link.hasPrefix("link to ") ? Int(link.dropFirst("link to ".count), radix: 8)! : 0o600
+                #expect(FileManager.default.createFile(atPath: target.path, contents: Data(secret.utf8), attributes: [.posixPermissions: mode]))
                 try FileManager.default.createSymbolicLink(atPath: file.path, withDestinationPath: target.lastPathComponent)
+                if link.hasSuffix("nobody") { #expect(lchown(file.path, 65534, 65534) == 0) }
             default:
-                #expect(FileManager.default.createFile(atPath: file.path, contents: Data(secret.utf8), attributes: [.posixPermissions: Int(form, radix: 8)!]))
+                let mode = Int(form, radix: 8) ?? 0o600
+                #expect(FileManager.default.createFile(atPath: file.path, contents: Data(secret.utf8), attributes: [.posixPermissions: mode]))
+                if form.hasSuffix("nobody") { #expect(chown(file.path, 65534, 65534) == 0) }
             }
-            let result = try await run(
-                ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path, "--port", "0",
-                 "--operator-token-file", file.path, "--store-timeout-ms", "0"])
-            if accepted {
-                expectCleanFailure(result, mentions: ["--store-timeout-ms must be between"])
+            let serve = ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path, "--port", "0", "--store-timeout-ms", "0"]
+            let result =
+                form == "pipe"
+                ? try await runTool(
+                    URL(fileURLWithPath: "/bin/bash"),
+                    ["-c", "exec \"$0\" \"$@\" --operator-token-file <(printf %s \(secret))", try CLIExecutable.url().path] + serve)
+                : try await run(serve + ["--operator-token-file", file.path])
+            if let refusal {
+                // An empty pipe is read: the token's own check refuses it, naming the flag.
+                let names = form == "fifo without a writer" ? ["--operator-token-file"] : ["operator token file", file.path]
+                expectCleanFailure(result, mentions: names + [refusal])
             } else {
-                expectCleanFailure(result, mentions: ["operator token file", file.path, form == "directory" ? "not a regular file" : "by group or others"])
+                expectCleanFailure(result, mentions: ["--store-timeout-ms must be between"])
             }
             #expect(!result.stderr.contains(secret), "the message shows the secret")
         }

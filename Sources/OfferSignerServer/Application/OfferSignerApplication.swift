@@ -46,9 +46,9 @@ extension ServerConfiguration {
     /// Checks every setting ``buildApplication(configuration:store:)`` would refuse, without
     /// touching a store: the port, rate limits, the idle timeout, the largest body, the end-user
     /// JWT keys, the notification catch-up, the App Store Server API settings, that the checkpoint
-    /// file can be written and that the registry file (if any) can be read. `serve` calls it
-    /// before it opens (or makes) the store, so a refused start leaves no store behind; throws
-    /// ``ServerConfigurationError``. What only the store can say (its master key, its registry,
+    /// file can be written (and read, if it exists) and that the registry file can be read.
+    /// `serve` calls it before it opens (or makes) the store, so a refused start leaves no store
+    /// behind; throws ``ServerConfigurationError``. What only the store can say (its master key, its registry,
     /// its checkpoints) is checked by `buildApplication`; binding the address, by running it.
     public func check() async throws {
         guard (0...65535).contains(port) else { throw ServerConfigurationError("the port must be between 0 and 65535 (it is \(port))") }
@@ -72,7 +72,14 @@ extension ServerConfiguration {
         if let eligibility, let problem = eligibility.appStoreServerAPI.problem {
             throw ServerConfigurationError("the App Store Server API settings cannot be used: \(problem)")
         }
-        if let checkpointFile { try Self.checkWritable(checkpointFile) }
+        if let checkpointFile {
+            try Self.checkWritable(checkpointFile)
+            do {
+                _ = try checkpointFile.read()
+            } catch {
+                throw ServerConfigurationError(String(describing: error))
+            }
+        }
         do {
             _ = try registryFile?.read()
         } catch {
