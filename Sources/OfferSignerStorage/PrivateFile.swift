@@ -13,14 +13,16 @@ import Darwin
 /// - The file is opened once (without blocking, without becoming a controlling terminal), its
 ///   type, owner and mode are checked with `fstat` on that descriptor, and its bytes are read
 ///   through it: a file swapped after the check is never read.
-/// - It is a regular file or a pipe (`--master-key-file <(vault …)`), owned by this process's
-///   user or by root, and group and others have no access at all (0600 and 0400 pass; 0640,
-///   0604, 0620 and 0610 do not).
+/// - It is a regular file or a pipe (`<(vault …)`), owned by this process's user or by root, and
+///   group and others have no access at all (0600 and 0400 pass; 0640, 0604, 0620 and 0610 do
+///   not): PostgreSQL's rule for its key files ("owned by the database user or root"), without
+///   its 0640-for-root exception.
 /// - A symbolic link at the path (a Kubernetes secret volume's, say) is followed only when the
-///   link itself is owned by this process's user or by root: a link planted by someone who can
-///   write the directory, pointing at a file of the service's own with predictable contents, is
-///   refused. (Whoever can write the directory can still replace the file: keep secrets in a
-///   directory only the service's user or root can write.)
+///   link itself is owned by this process's user or by root, and is still the same link once
+///   opened; a path that was no link is opened with `O_NOFOLLOW` and must be the same file.
+///   This is best effort: links higher up the path are not checked, and whoever can write a
+///   directory on the path can replace the file, so keep secrets in directories only the
+///   service's user or root can write.
 ///
 /// The CLI words the refusals (`SecretFile` in `offer-signer`).
 public enum PrivateFile {
@@ -38,21 +40,34 @@ public enum PrivateFile {
     /// The file's bytes, at most `limit` of them.
     public static func read(_ path: String, limit: Int = 1 << 20) throws(Refusal) -> Data {
         let me = geteuid()
-        var link = stat()
-        if lstat(path, &link) == 0, link.st_mode & S_IFMT == S_IFLNK, link.st_uid != me, link.st_uid != 0 {
-            throw .foreignOwner(uid: link.st_uid, link: true)
-        }
+        var before = stat()
+        let named = lstat(path, &before) == 0
+        let isLink = named && before.st_mode & S_IFMT == S_IFLNK
+        if isLink, before.st_uid != me, before.st_uid != 0 { throw .foreignOwner(uid: before.st_uid, link: true) }
         // O_NONBLOCK: a FIFO without a writer is opened at once (and read as empty) rather than
         // waited on; cleared below for a pipe's reads. A regular file's reads ignore it.
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+        // O_NOFOLLOW when the path was no link: a link swapped in after the lstat is not followed.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (isLink ? 0 : O_NOFOLLOW))
         guard fd >= 0 else {
             let code = errno
             if code == ENOENT || code == ENOTDIR { throw .missing }
+            if code == ELOOP { throw .unreadable(reason: "it became a symbolic link while it was opened") }
             throw .unreadable(reason: String(cString: strerror(code)))
         }
         defer { close(fd) }
+        if isLink {
+            // The link the owner check saw must still be the one at the path (a narrowing, not a
+            // closing, of the race: keep secrets in a directory no one else can write).
+            var after = stat()
+            guard lstat(path, &after) == 0, after.st_dev == before.st_dev, after.st_ino == before.st_ino, after.st_uid == before.st_uid else {
+                throw .unreadable(reason: "the symbolic link changed while it was opened")
+            }
+        }
         var status = stat()
         guard fstat(fd, &status) == 0 else { throw .unreadable(reason: String(cString: strerror(errno))) }
+        if named, !isLink, status.st_dev != before.st_dev || status.st_ino != before.st_ino {
+            throw .unreadable(reason: "it was replaced while it was opened")
+        }
         let type = status.st_mode & S_IFMT
         guard type == S_IFREG || type == S_IFIFO else { throw .notARegularFile }
         guard status.st_uid == me || status.st_uid == 0 else { throw .foreignOwner(uid: status.st_uid, link: false) }

@@ -214,7 +214,7 @@ enum SecretFile {
             case .notARegularFile: throw CLIFailure("\(what) '\(path)' is not a regular file (nor a pipe)")
             case .foreignOwner(let uid, let link):
                 throw CLIFailure(
-                    "\(what) '\(path)' \(link ? "is a symbolic link owned" : "is owned") by uid \(uid), neither this process's user (uid \(geteuid())) nor root: a secret file must be its owner's alone")
+                    "\(what) '\(path)' \(link ? "is a symbolic link owned" : "is owned") by uid \(uid), neither this process's user (uid \(geteuid())) nor root: give it to this user (`chown\(link ? " -h" : "") \(geteuid()) \(path)`) or run as its owner")
             case .sharedWithOthers(let mode):
                 throw CLIFailure(
                     "\(what) '\(path)' is readable, writable or executable by group or others (mode \(String(mode, radix: 8))); a secret file must be its owner's alone: restrict it with `chmod 600 \(path)`")
