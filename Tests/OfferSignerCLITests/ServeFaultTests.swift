@@ -105,8 +105,7 @@ import Glibc
 
     /// How a secret file is judged: the operator token file stands for all of them (one
     /// `SecretFile.read`); `--store-timeout-ms 0`, checked after it, says the file was accepted.
-    /// `nil` expects acceptance, else the refusal's words. The ownership cases need root (to give
-    /// a file or a link to `nobody`); as another user they check nothing and say so.
+    /// `nil` expects acceptance, else the refusal's words.
     @Test("A secret file: a regular file or a pipe, owned by the service's user or root, with no access for group or others; a symbolic link is followed when its owner is the service's user or root", arguments: [
         ("0600", nil), ("0400", nil), ("link to 0600", nil), ("pipe", nil),
         ("0640", "by group or others"), ("0604", "by group or others"), ("0620", "by group or others"), ("0601", "by group or others"),

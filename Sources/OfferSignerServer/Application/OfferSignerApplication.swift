@@ -48,9 +48,16 @@ extension ServerConfiguration {
     /// JWT keys, the notification catch-up, the App Store Server API settings, that the checkpoint
     /// file can be written (and read, if it exists) and that the registry file can be read.
     /// `serve` calls it before it opens (or makes) the store, so a refused start leaves no store
-    /// behind; throws ``ServerConfigurationError``. What only the store can say (its master key, its registry,
-    /// its checkpoints) is checked by `buildApplication`; binding the address, by running it.
+    /// behind; throws ``ServerConfigurationError``. What only the store can say (its master key,
+    /// its registry, its checkpoints) is checked by `buildApplication`; binding the address, by
+    /// running it.
     public func check() async throws {
+        _ = try await checkedSettings()
+    }
+
+    /// What ``check()`` checks, with what `buildApplication` goes on to use from it: the end-user
+    /// JWT verifier and the registry file's version (0 without one).
+    func checkedSettings() async throws -> (userJWT: UserJWTVerifier?, highestKnownManifest: Int64) {
         guard (0...65535).contains(port) else { throw ServerConfigurationError("the port must be between 0 and 65535 (it is \(port))") }
         for (name, limit) in [("client", clientRateLimit), ("appAccountToken", appAccountTokenRateLimit)] {
             if let problem = limit.problem { throw ServerConfigurationError("the \(name) rate limit cannot be used: \(problem)") }
@@ -62,7 +69,7 @@ extension ServerConfiguration {
             let range = ServerConfiguration.maximumBodyBytesRange
             throw ServerConfigurationError("the largest request body must be between \(range.lowerBound) and \(range.upperBound) bytes (it is \(maximumBodyBytes))")
         }
-        if let jwt = userJWT { _ = try await UserJWTVerifier(configuration: jwt) }
+        let userJWT: UserJWTVerifier? = if let userJWT { try await UserJWTVerifier(configuration: userJWT) } else { nil }
         if let interval = notificationRecoveryInterval {
             guard eligibility != nil else {
                 throw ServerConfigurationError("the notification catch-up needs the offers catalog (--offers) with the apps' appAppleID and environments")
@@ -73,7 +80,13 @@ extension ServerConfiguration {
             throw ServerConfigurationError("the App Store Server API settings cannot be used: \(problem)")
         }
         if let checkpointFile {
-            try Self.checkWritable(checkpointFile)
+            // Unwritable, the service would keep its last checkpoint in the database only, which
+            // a database writer can delete: it refuses to start.
+            do {
+                try checkpointFile.checkWritable()
+            } catch {
+                throw ServerConfigurationError("\(error.message); the last signed audit checkpoint must be kept outside the database (give --checkpoint-file PATH in a directory this process can write)")
+            }
             do {
                 _ = try checkpointFile.read()
             } catch {
@@ -81,19 +94,9 @@ extension ServerConfiguration {
             }
         }
         do {
-            _ = try registryFile?.read()
+            return (userJWT, try registryFile?.read() ?? 0)
         } catch {
             throw ServerConfigurationError(String(describing: error))
-        }
-    }
-
-    /// The checkpoint file must be writable, or the service would keep its last checkpoint in
-    /// the database only, which a database writer can delete: it refuses to start.
-    static func checkWritable(_ file: LastCheckpointFile) throws {
-        do {
-            try file.checkWritable()
-        } catch {
-            throw ServerConfigurationError("\(error.message); the last signed audit checkpoint must be kept outside the database (give --checkpoint-file PATH in a directory this process can write)")
         }
     }
 }
@@ -103,8 +106,7 @@ extension ServerConfiguration {
 public func buildApplication(configuration: ServerConfiguration, store: any OfferSignerStore) async throws -> some ApplicationProtocol {
     let logger = configuration.logger
     // Configuration first: a server that will not start must not have touched the store.
-    try await configuration.check()
-    let userJWT: UserJWTVerifier? = if let jwt = configuration.userJWT { try await UserJWTVerifier(configuration: jwt) } else { nil }
+    let (userJWT, highestKnownManifest) = try await configuration.checkedSettings()
     let configuration = withDevelopmentEnvironments(configuration)
     if let catalog = configuration.eligibility?.catalog {
         // The app's evidence counts only from its accepted environments (Production unless the
@@ -124,12 +126,6 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     try await store.prepareForServing()
     let metrics = ServerMetrics()
     metrics.rateLimits([("client", configuration.clientRateLimit), ("app_account_token", configuration.appAccountTokenRateLimit)])
-    let highestKnownManifest: Int64
-    do {
-        highestKnownManifest = try configuration.registryFile?.read() ?? 0
-    } catch {
-        throw ServerConfigurationError(String(describing: error))
-    }
     let keyRing = KeyRingHolder(
         store: store, masterKey: configuration.masterKey, interval: configuration.registryPollInterval, logger: logger,
         registryFile: configuration.registryFile, highestKnownManifest: highestKnownManifest,
@@ -297,12 +293,10 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
         logger: logger)
 }
 
-/// Checks, before serving, that the checkpoint file can be written (else the service would keep
-/// its last checkpoint in the database only, which a database writer can delete: it refuses to
-/// start), then moves it forward to the store's newest checkpoint that verifies and extends it
-/// (``AuditCheckpointing/advance(_:in:masterKey:)``), so instances with files of their own converge.
+/// Moves the checkpoint file (found writable by `checkedSettings()`) forward to the store's
+/// newest checkpoint that verifies and extends it (``AuditCheckpointing/advance(_:in:masterKey:)``),
+/// so instances with files of their own converge.
 private func prepareCheckpointFile(_ file: LastCheckpointFile, store: any OfferSignerStore, masterKey: MasterKey, logger: Logger) async throws {
-    try ServerConfiguration.checkWritable(file)
     do {
         if let moved = try await AuditCheckpointing.advance(file, in: store, masterKey: masterKey) {
             logger.info("checkpoint file moved forward to the store's latest verified checkpoint", metadata: ["sequence": "\(moved.sequence)", "file": "\(file.path)"])
