@@ -1,13 +1,20 @@
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The last checkpoint a deployment signed, kept outside the database: by default a file beside
 /// the master key (`<master-key-file>.checkpoint`), so someone who can write the database but
 /// not the master key's directory cannot make it forget what it signed.
 ///
 /// Rules: the file is a checkpoints export (``AuditCheckpointsFile``) with the audit-signing
 /// public key and one checkpoint, so `audit verify --checkpoints` reads it too; it is replaced
-/// atomically (a temporary file in the same directory, synced, then renamed), mode 600; it only
-/// moves forward (a checkpoint of fewer records than the one it holds is not written).
+/// atomically (a temporary file in the same directory, synced, renamed, then the directory
+/// synced), mode 600; it only moves forward (a checkpoint of fewer records than the one it holds
+/// is not written).
 public struct LastCheckpointFile: Sendable {
     public let path: String
 
@@ -46,11 +53,45 @@ public struct LastCheckpointFile: Sendable {
         unlink(probe)
     }
 
+    /// The largest checkpoint file read: one key and one checkpoint take about 1 KiB.
+    static let sizeLimit = 1 << 20
+
     /// What the file holds; nil when there is no file yet.
+    ///
+    /// Rule: only a regular file of at most ``sizeLimit`` bytes is read, through one descriptor
+    /// opened without blocking: a FIFO or a device at the path is refused at once, never waited on
+    /// or read without end.
     public func read() throws(StoreError) -> AuditCheckpointsFile? {
-        guard FileManager.default.fileExists(atPath: path) else { return nil }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw StoreError(.unavailable, "cannot read the checkpoint file '\(path)'")
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+        guard fd >= 0 else {
+            let code = errno
+            if code == ENOENT || code == ENOTDIR { return nil }
+            throw StoreError(.unavailable, "cannot read the checkpoint file '\(path)': \(String(cString: strerror(code)))")
+        }
+        defer { close(fd) }
+        var status = stat()
+        guard fstat(fd, &status) == 0 else {
+            throw StoreError(.unavailable, "cannot read the checkpoint file '\(path)': \(String(cString: strerror(errno)))")
+        }
+        guard status.st_mode & S_IFMT == S_IFREG else {
+            throw StoreError(.conflict, "the checkpoint file '\(path)' is not a regular file: it is written by offer-signer (replaced whole, mode 600)")
+        }
+        guard status.st_size <= Self.sizeLimit else {
+            throw StoreError(.conflict, "the checkpoint file '\(path)' is larger than \(Self.sizeLimit) bytes: not a checkpoints export")
+        }
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 16_384)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { Foundation.read(fd, $0.baseAddress, $0.count) }
+            if count == 0 { break }
+            guard count > 0 else {
+                if errno == EINTR { continue }
+                throw StoreError(.unavailable, "cannot read the checkpoint file '\(path)': \(String(cString: strerror(errno)))")
+            }
+            data.append(contentsOf: buffer[0..<count])
+            guard data.count <= Self.sizeLimit else {
+                throw StoreError(.conflict, "the checkpoint file '\(path)' is larger than \(Self.sizeLimit) bytes: not a checkpoints export")
+            }
         }
         do {
             return try AuditCheckpointsFile(text: String(decoding: data, as: UTF8.self))
@@ -80,6 +121,13 @@ public struct LastCheckpointFile: Sendable {
             let reason = String(cString: strerror(errno))
             unlink(temporary)
             throw StoreError(.unavailable, "cannot write the checkpoint file '\(path)': \(reason)")
+        }
+        // The rename is durable once the directory is synced: a crash then cannot bring back the
+        // file's earlier checkpoint. Best effort: some file systems refuse to sync a directory.
+        let directoryFD = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directoryFD >= 0 {
+            _ = fsync(directoryFD)
+            close(directoryFD)
         }
     }
 }

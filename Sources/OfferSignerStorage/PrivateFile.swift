@@ -23,6 +23,10 @@ import Darwin
 ///   This is best effort: links higher up the path are not checked, and whoever can write a
 ///   directory on the path can replace the file, so keep secrets in directories only the
 ///   service's user or root can write.
+/// - A pipe is read to its end, waiting at most `pipeDeadline` (30 s by default) for the program
+///   writing it to finish, so a start-up never hangs on a `vault` that does not return; a pipe
+///   that ends with nothing in it (its program failed, or a named FIFO no program writes) is
+///   refused as such, not passed on as an empty secret.
 ///
 /// The CLI words the refusals (`SecretFile` in `offer-signer`).
 public enum PrivateFile {
@@ -35,17 +39,23 @@ public enum PrivateFile {
         /// Group or others have some access; `mode` is the permission bits.
         case sharedWithOthers(mode: Int)
         case tooLarge(limit: Int)
+        /// A pipe that ended without a byte.
+        case emptyPipe
+        /// A pipe still open, with no end of file, `pipeDeadline` after it was opened.
+        case pipeNotEnded(after: Duration)
     }
 
     /// The file's bytes, at most `limit` of them.
-    public static func read(_ path: String, limit: Int = 1 << 20) throws(Refusal) -> Data {
+    public static func read(_ path: String, limit: Int = 1 << 20, pipeDeadline: Duration = .seconds(30)) throws(Refusal) -> Data {
+        let opened = ContinuousClock.now
         let me = geteuid()
         var before = stat()
         let named = lstat(path, &before) == 0
         let isLink = named && before.st_mode & S_IFMT == S_IFLNK
         if isLink, before.st_uid != me, before.st_uid != 0 { throw .foreignOwner(uid: before.st_uid, link: true) }
         // O_NONBLOCK: a FIFO without a writer is opened at once (and read as empty) rather than
-        // waited on; cleared below for a pipe's reads. A regular file's reads ignore it.
+        // waited on, and a pipe's reads wait in poll, bounded by `pipeDeadline`. A regular
+        // file's reads ignore it.
         // O_NOFOLLOW when the path was no link: a link swapped in after the lstat is not followed.
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (isLink ? 0 : O_NOFOLLOW))
         guard fd >= 0 else {
@@ -73,18 +83,27 @@ public enum PrivateFile {
         guard status.st_uid == me || status.st_uid == 0 else { throw .foreignOwner(uid: status.st_uid, link: false) }
         let permissions = Int(status.st_mode & 0o777)
         guard permissions & 0o077 == 0 else { throw .sharedWithOthers(mode: permissions) }
-        if type == S_IFIFO {
-            let flags = fcntl(fd, F_GETFL)
-            guard flags >= 0, fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0 else { throw .unreadable(reason: String(cString: strerror(errno))) }
-        }
         var data = Data()
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
             let count = buffer.withUnsafeMutableBytes { Foundation.read(fd, $0.baseAddress, $0.count) }
-            if count == 0 { return data }
+            if count == 0 {
+                if type == S_IFIFO, data.isEmpty { throw .emptyPipe }
+                return data
+            }
             guard count > 0 else {
-                if errno == EINTR { continue }
-                throw .unreadable(reason: String(cString: strerror(errno)))
+                let code = errno
+                if code == EINTR { continue }
+                guard code == EAGAIN || code == EWOULDBLOCK else { throw .unreadable(reason: String(cString: strerror(code))) }
+                // A pipe whose writer has not written or finished yet: wait for it, not past the deadline.
+                let left = pipeDeadline - (ContinuousClock.now - opened)
+                guard left > .zero else { throw .pipeNotEnded(after: pipeDeadline) }
+                let milliseconds = left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1
+                var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                guard poll(&descriptor, 1, Int32(clamping: milliseconds)) >= 0 || errno == EINTR else {
+                    throw .unreadable(reason: String(cString: strerror(errno)))
+                }
+                continue
             }
             data.append(contentsOf: buffer[0..<count])
             guard data.count <= limit else { throw .tooLarge(limit: limit) }

@@ -219,6 +219,10 @@ enum SecretFile {
                 throw CLIFailure(
                     "\(what) '\(path)' is readable, writable or executable by group or others (mode \(String(mode, radix: 8))); a secret file must be its owner's alone: restrict it with `chmod 600 \(path)`")
             case .tooLarge(let limit): throw CLIFailure("\(what) '\(path)' is larger than \(limit) bytes: not a secret file")
+            case .emptyPipe:
+                throw CLIFailure("\(what) '\(path)' is a pipe that ended with nothing in it: the program writing it failed or wrote nothing (a named FIFO: no program was writing it)")
+            case .pipeNotEnded(let after):
+                throw CLIFailure("\(what) '\(path)' is a pipe with no end after \(after.components.seconds) s: the program writing it has not finished (a secret is read to its end)")
             }
         }
         guard let text = String(data: data, encoding: .utf8) else { throw CLIFailure("\(what) '\(path)' is not UTF-8 text") }

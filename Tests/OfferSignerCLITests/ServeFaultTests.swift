@@ -110,7 +110,7 @@ import Glibc
         ("0600", nil), ("0400", nil), ("link to 0600", nil), ("pipe", nil),
         ("0640", "by group or others"), ("0604", "by group or others"), ("0620", "by group or others"), ("0601", "by group or others"),
         ("0610", "by group or others"), ("link to 0644", "by group or others"), ("directory", "not a regular file"),
-        ("fifo without a writer", "at least 32 characters"),
+        ("fifo without a writer", "ended with nothing in it"), ("empty pipe", "ended with nothing in it"),
     ] as [(String, String?)])
     func secretFiles(_ form: String, _ refusal: String?) async throws {
         try await Self.expectSecretFile(form, refusal)
@@ -135,7 +135,7 @@ import Glibc
                 try FileManager.default.createDirectory(at: file, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
             case "fifo without a writer":  // read at once as empty, never waited on
                 #expect(mkfifo(file.path, 0o600) == 0)
-            case "pipe":  // the shell's process substitution (/dev/fd/63, a pipe), written after a second, below
+            case "pipe", "empty pipe":  // the shell's process substitution (/dev/fd/63, a pipe), written after a second, below
                 break
             case let link where link.hasPrefix("link"):
                 let mode = link.hasPrefix("link to ") ? Int(link.dropFirst("link to ".count), radix: 8)! : 0o600
@@ -148,15 +148,17 @@ import Glibc
                 if form.hasSuffix("nobody") { #expect(chown(file.path, 65534, 65534) == 0) }
             }
             let serve = ["serve", "--store", fixture.store.path, "--master-key-file", fixture.masterKey.path, "--port", "0", "--store-timeout-ms", "0"]
+            // The empty pipe stands for a `vault` that failed: it writes nothing and exits 3.
+            let substitution = form == "empty pipe" ? "<(sleep 1; exit 3)" : "<(sleep 1; printf %s \(secret))"
             let result =
-                form == "pipe"
+                form.hasSuffix("pipe")
                 ? try await runTool(
                     URL(fileURLWithPath: "/bin/bash"),
-                    ["-c", "exec \"$0\" \"$@\" --operator-token-file <(sleep 1; printf %s \(secret))", try CLIExecutable.url().path] + serve)
+                    ["-c", "exec \"$0\" \"$@\" --operator-token-file \(substitution)", try CLIExecutable.url().path] + serve)
                 : try await run(serve + ["--operator-token-file", file.path])
             if let refusal {
-                // An empty pipe is read: the token's own check refuses it, naming the flag.
-                let names = form == "fifo without a writer" ? ["--operator-token-file"] : ["operator token file", file.path]
+                // A pipe's path is the shell's (/dev/fd/N), not the file's.
+                let names = form.hasSuffix("pipe") ? ["operator token file", "/dev/fd/"] : ["operator token file", file.path]
                 expectCleanFailure(result, mentions: names + [refusal])
             } else {
                 expectCleanFailure(result, mentions: ["--store-timeout-ms must be between"])
