@@ -25,8 +25,8 @@ import Darwin
 ///   service's user or root can write.
 /// - A pipe is read to its end, waiting at most `pipeDeadline` (30 s by default) for the program
 ///   writing it to finish, so a start-up never hangs on a `vault` that does not return; a pipe
-///   that ends with nothing in it (its program failed, or a named FIFO no program writes) is
-///   refused as such, not passed on as an empty secret.
+///   that ends with nothing in it (its program wrote nothing, or a named FIFO no program writes)
+///   is refused as such, not passed on as an empty secret.
 ///
 /// The CLI words the refusals (`SecretFile` in `offer-signer`).
 public enum PrivateFile {
@@ -83,6 +83,12 @@ public enum PrivateFile {
         guard status.st_uid == me || status.st_uid == 0 else { throw .foreignOwner(uid: status.st_uid, link: false) }
         let permissions = Int(status.st_mode & 0o777)
         guard permissions & 0o077 == 0 else { throw .sharedWithOthers(mode: permissions) }
+        if type == S_IFIFO {
+            // Opening /dev/fd/N duplicates the descriptor on some systems (macOS), dropping the
+            // open's O_NONBLOCK: set it on the pipe itself, so its reads wait in poll only.
+            let flags = fcntl(fd, F_GETFL)
+            guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else { throw .unreadable(reason: String(cString: strerror(errno))) }
+        }
         var data = Data()
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
@@ -98,7 +104,8 @@ public enum PrivateFile {
                 // A pipe whose writer has not written or finished yet: wait for it, not past the deadline.
                 let left = pipeDeadline - (ContinuousClock.now - opened)
                 guard left > .zero else { throw .pipeNotEnded(after: pipeDeadline) }
-                let milliseconds = left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1
+                let wait = min(left, .seconds(3600))
+                let milliseconds = wait.components.seconds * 1000 + wait.components.attoseconds / 1_000_000_000_000_000 + 1
                 var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
                 guard poll(&descriptor, 1, Int32(clamping: milliseconds)) >= 0 || errno == EINTR else {
                     throw .unreadable(reason: String(cString: strerror(errno)))

@@ -212,10 +212,7 @@ public struct RegistryVersionFile: Sendable {
 
     /// The version the file holds; nil when there is no file yet.
     public func read() throws(StoreError) -> Int64? {
-        guard FileManager.default.fileExists(atPath: path) else { return nil }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw StoreError(.unavailable, "cannot read the registry file '\(path)'")
-        }
+        guard let data = try FloorFile.read(path, what: "the registry file", limit: 4096) else { return nil }
         let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard text.hasPrefix(Self.prefix), let version = Int64(text.dropFirst(Self.prefix.count)), version >= 0 else {
             throw StoreError(.conflict, "the registry file '\(path)' does not hold '\(Self.prefix)N'")
@@ -233,20 +230,7 @@ public struct RegistryVersionFile: Sendable {
     /// Records `version` unless the file holds a higher one.
     public func record(_ version: Int64) throws(StoreError) {
         if let current = try read(), current >= version { return }
-        let text = Self.prefix + String(version) + "\n"
-        let directory = (path as NSString).deletingLastPathComponent
-        let temporary = (directory.isEmpty ? "." : directory) + "/." + (path as NSString).lastPathComponent + ".\(UUID().uuidString).tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-        guard fd >= 0 else { throw StoreError(.unavailable, "cannot write the registry file '\(path)': \(String(cString: strerror(errno)))") }
-        let bytes = Array(text.utf8)
-        let written = bytes.withUnsafeBytes { Foundation.write(fd, $0.baseAddress, $0.count) }
-        let synced = fsync(fd) == 0
-        close(fd)
-        guard written == bytes.count, synced, rename(temporary, path) == 0 else {
-            let reason = String(cString: strerror(errno))
-            unlink(temporary)
-            throw StoreError(.unavailable, "cannot write the registry file '\(path)': \(reason)")
-        }
+        try FloorFile.replace(path, with: Array((Self.prefix + String(version) + "\n").utf8), what: "the registry file")
     }
 
     /// After a CLI change: records the store's manifest version, if its manifest verifies.
