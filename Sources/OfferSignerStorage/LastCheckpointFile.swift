@@ -35,13 +35,25 @@ public struct LastCheckpointFile: Sendable {
         try FloorFile.checkWritable(path, what: "the checkpoint file")
     }
 
+    /// Removes the file (the file a symbolic link at its path names, not the link); nothing there
+    /// is not an error.
+    public func remove() throws(StoreError) {
+        guard unlink(FloorFile.resolved(path)) == 0 || errno == ENOENT else {
+            throw StoreError(.unavailable, "cannot remove the checkpoint file '\(path)': \(String(cString: strerror(errno)))")
+        }
+    }
+
     /// The largest checkpoint file read: one key and one checkpoint take about 1 KiB.
     static let sizeLimit = 1 << 20
 
     /// What the file holds; nil when there is nothing at its path (read as ``FloorFile`` reads:
-    /// a regular file only, never waited on; a link to nothing is an error, not "no file").
+    /// a regular file only, never waited on; a missing directory is an error, not "no file").
     public func read() throws(StoreError) -> AuditCheckpointsFile? {
         guard let data = try FloorFile.read(path, what: "the checkpoint file", limit: Self.sizeLimit) else { return nil }
+        return try parse(data)
+    }
+
+    private func parse(_ data: Data) throws(StoreError) -> AuditCheckpointsFile {
         do {
             return try AuditCheckpointsFile(text: String(decoding: data, as: UTF8.self))
         } catch {
@@ -56,8 +68,10 @@ public struct LastCheckpointFile: Sendable {
 
     /// Replaces the file with `checkpoint` (unless it holds a later one).
     public func write(_ checkpoint: AuditCheckpoint, publicKey: AuditSigningPublicKey) throws(StoreError) {
-        if let last = try lastCheckpoint(), last.sequence > checkpoint.sequence { return }
         let text = AuditCheckpointsFile(publicKey: publicKey, checkpoints: [checkpoint]).text
-        try FloorFile.replace(path, with: Array(text.utf8), what: "the checkpoint file")
+        try FloorFile.raise(path, what: "the checkpoint file", limit: Self.sizeLimit, to: Array(text.utf8)) { held throws(StoreError) in
+            guard let held, let last = try parse(held).checkpoints.max(by: { $0.sequence < $1.sequence }) else { return false }
+            return last.sequence > checkpoint.sequence
+        }
     }
 }

@@ -185,8 +185,9 @@ extension RegistryRowAuthenticator {
 /// someone who can write the database but not the master key's directory cannot roll the
 /// registry back to an earlier, validly authenticated state.
 ///
-/// Rules: one line, `offer-signer registry manifest version N`; replaced atomically (temporary
-/// file in the same directory, synced, renamed), mode 600; it only moves forward. Only a
+/// Rules: one line, `offer-signer registry manifest version N`, read and replaced atomically as
+/// ``FloorFile`` says (a temporary file in the same directory, synced, renamed, the directory
+/// synced), mode 600; it only moves forward. Only a
 /// version whose manifest verified under the master key is recorded (a forged high version
 /// would otherwise lock the deployment out).
 public struct RegistryVersionFile: Sendable {
@@ -212,12 +213,25 @@ public struct RegistryVersionFile: Sendable {
 
     /// The version the file holds; nil when there is no file yet.
     public func read() throws(StoreError) -> Int64? {
-        guard let data = try FloorFile.read(path, what: "the registry file", limit: 4096) else { return nil }
+        guard let data = try FloorFile.read(path, what: "the registry file", limit: Self.sizeLimit) else { return nil }
+        return try parse(data)
+    }
+
+    /// The largest registry file read (it holds one line).
+    static let sizeLimit = 4096
+
+    private func parse(_ data: Data) throws(StoreError) -> Int64 {
         let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard text.hasPrefix(Self.prefix), let version = Int64(text.dropFirst(Self.prefix.count)), version >= 0 else {
             throw StoreError(.conflict, "the registry file '\(path)' does not hold '\(Self.prefix)N'")
         }
         return version
+    }
+
+    /// Throws unless this process can replace the file (``FloorFile``): `serve` records every
+    /// higher version it loads, so it checks this at start.
+    public func checkWritable() throws(StoreError) {
+        try FloorFile.checkWritable(path, what: "the registry file")
     }
 
     /// The master key's registry authenticator, refusing changes onto a manifest older than this file's.
@@ -229,8 +243,11 @@ public struct RegistryVersionFile: Sendable {
 
     /// Records `version` unless the file holds a higher one.
     public func record(_ version: Int64) throws(StoreError) {
-        if let current = try read(), current >= version { return }
-        try FloorFile.replace(path, with: Array((Self.prefix + String(version) + "\n").utf8), what: "the registry file")
+        let bytes = Array((Self.prefix + String(version) + "\n").utf8)
+        try FloorFile.raise(path, what: "the registry file", limit: Self.sizeLimit, to: bytes) { held throws(StoreError) in
+            guard let held else { return false }
+            return try parse(held) >= version
+        }
     }
 
     /// After a CLI change: records the store's manifest version, if its manifest verifies.

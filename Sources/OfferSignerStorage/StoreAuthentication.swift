@@ -114,11 +114,11 @@ public enum StoreAuthentication {
                 ("actor", actor), ("previousFingerprint", stored?.fingerprint), ("fingerprint", derived.publicKey.fingerprint),
                 ("checkpointsSignedAgain", String(resigned.count)), ("chainVerifiedAgainst", chainVouchedBy),
             ]))
+            // The file is replaced below: one that cannot be stops this before the store changes.
+            try checkpointFile?.checkWritable()
             try await store.replaceAuditSigningKey(derived, masterKey: masterKey, resigned: resigned, entry: entry)
             // The file beside the master key named the previous key: it starts again from the head.
-            if let checkpointFile, FileManager.default.fileExists(atPath: checkpointFile.path) {
-                try? FileManager.default.removeItem(atPath: checkpointFile.path)
-            }
+            try checkpointFile?.remove()
             outcome.previousAuditKeyFingerprint = stored?.fingerprint
             outcome.checkpointsSignedAgain = resigned.count
             outcome.checkpoint = try await AuditCheckpointing.create(in: store, masterKey: masterKey, checkpointFile: checkpointFile)

@@ -84,8 +84,10 @@ extension ServerConfiguration {
             // a database writer can delete: it refuses to start.
             do {
                 try checkpointFile.checkWritable()
-            } catch {
+            } catch where error.code == .unavailable {
                 throw ServerConfigurationError("\(error.message); the last signed audit checkpoint must be kept outside the database (give --checkpoint-file PATH in a directory this process can write)")
+            } catch {
+                throw ServerConfigurationError(String(describing: error))
             }
             do {
                 _ = try checkpointFile.read()
@@ -94,6 +96,8 @@ extension ServerConfiguration {
             }
         }
         do {
+            // serve records every higher version it loads: a file it cannot replace stops it here.
+            try registryFile?.checkWritable()
             return (userJWT, try registryFile?.read() ?? 0)
         } catch {
             throw ServerConfigurationError(String(describing: error))
