@@ -13,54 +13,44 @@ import Darwin
 /// for absent while something is there, and never waited on.
 ///
 /// Rules:
-/// - A symbolic link at the path (to a file on a volume of its own, say) is resolved once, and
-///   the file it names is what is read, checked and replaced: a replacement never turns the link
-///   into a file of its own.
-/// - Nothing at the (resolved) path, in a directory that exists, is "no file yet". Anything else
-///   that stops the read is an error: a missing or unsearchable directory, a loop. (An
-///   unmounted volume is an empty directory: keep these files in a subdirectory of the volume,
-///   so that an unmounted volume shows as a missing directory.)
+/// - The path names the file itself: a symbolic link there is refused (`conflict`), for reading,
+///   writing and removing alike. A replacement renames a new file over the path, which would
+///   replace a link rather than the file it names, and following a link would let whoever can
+///   write the directory (for the defaults beside a SQLite store: the database's writers) point
+///   the service's writes and removals at another file.
+/// - Nothing at the path, in a directory that exists, is "no file yet". Anything else that stops
+///   the read is an error: a missing or unsearchable directory. (An unmounted volume is an empty
+///   directory: keep these files in a subdirectory of the volume, so that an unmounted volume
+///   shows as a missing directory.)
 /// - Only a regular file is opened: its type is checked before the open (a FIFO or a device at
 ///   the path is neither waited on nor opened), the open neither blocks nor follows a link, and
-///   the opened file must be the one checked (a replacement landing in between is read again).
-///   At most `limit` bytes are read.
+///   the opened file must be the one checked (a replacement landing in between is read again, up
+///   to three times). At most `limit` bytes are read.
 /// - A replacement is a temporary file in the same directory, written and synced, renamed over
 ///   the path, then the directory synced so the rename survives a crash (best effort: a file
 ///   system that cannot sync a directory is not refused, and the caller is told nothing).
-///   Replacements that only move forward compare and replace under one lock per process
-///   (``raise(_:what:limit:to:isAhead:)``); two processes are not serialised.
+///   Replacements that only move forward compare and replace under one lock per path in this
+///   process (``raise(_:what:limit:to:isAhead:)``); two processes are not serialised.
 enum FloorFile {
-    /// `path` with a symbolic link at its end followed (up to eight in a row), as it names a file
-    /// to read or replace; a relative link is taken from its own directory.
-    static func resolved(_ path: String) -> String {
-        var current = path
-        for _ in 0..<8 {
-            var status = stat()
-            guard lstat(current, &status) == 0, status.st_mode & S_IFMT == S_IFLNK else { return current }
-            var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-            let count = readlink(current, &target, target.count - 1)
-            guard count > 0 else { return current }
-            let link = String(decoding: target[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            current = link.hasPrefix("/") ? link : ((current as NSString).deletingLastPathComponent as NSString).appendingPathComponent(link)
-        }
-        return current
+    /// The refusal of a symbolic link at a floor file's path.
+    static func linkRefused(_ path: String, what: String) -> StoreError {
+        StoreError(.conflict, "\(what) '\(path)' is a symbolic link: offer-signer replaces this file whole (which would replace the link), so give the path of the file itself")
     }
 
     /// The file's bytes; nil when there is nothing at the path. `what` names the file in errors
     /// ("the checkpoint file").
     static func read(_ path: String, what: String, limit: Int) throws(StoreError) -> Data? {
-        let target = resolved(path)
-        var attempt = 0
-        while true {
-            attempt += 1
-            if let data = try readOnce(target, named: path, what: what, limit: limit, lastAttempt: attempt == 3) { return data }
-            if attempt == 3 { return nil }
+        for attempt in 1...3 {
+            if let data = try readOnce(path, what: what, limit: limit, lastAttempt: attempt == 3) { return data }
         }
+        // The last attempt returns or throws.
+        throw StoreError(.unavailable, "\(what) '\(path)' was replaced while it was read, three times: try again")
     }
 
-    /// One read of the resolved `target`: nil when a replacement landed between the check and
-    /// the open (unless `lastAttempt`, then an error) or when there is no file yet.
-    private static func readOnce(_ target: String, named path: String, what: String, limit: Int, lastAttempt: Bool) throws(StoreError) -> Data?? {
+    /// One read: nil when a replacement landed between the check and the open (unless
+    /// `lastAttempt`, then an error), `.some(nil)` when there is no file yet.
+    private static func readOnce(_ path: String, what: String, limit: Int, lastAttempt: Bool) throws(StoreError) -> Data?? {
+        let target = path
         var checked = stat()
         guard lstat(target, &checked) == 0 else {
             let code = errno
@@ -74,6 +64,7 @@ enum FloorFile {
             }
             throw StoreError(.unavailable, "cannot read \(what) '\(path)': \(String(cString: strerror(code)))")
         }
+        if checked.st_mode & S_IFMT == S_IFLNK { throw linkRefused(path, what: what) }
         guard checked.st_mode & S_IFMT == S_IFREG else {
             throw StoreError(.conflict, "\(what) '\(path)' is not a regular file: it is written by offer-signer (replaced whole, mode 600)")
         }
@@ -105,13 +96,24 @@ enum FloorFile {
         }
     }
 
-    /// Serialises this process's forward-only replacements (compare, then replace).
-    private static let raising = Mutex(())
+    /// One lock per path, serialising this process's forward-only replacements (compare, then
+    /// replace) of that file.
+    private static let locks = Mutex([String: PathLock]())
+
+    private final class PathLock: Sendable {
+        let mutex = Mutex(())
+    }
 
     /// Replaces the file with `bytes` unless `isAhead` says what it holds (nil: no file yet)
     /// already goes as far; the compare and the replacement run under one lock in this process.
     static func raise(_ path: String, what: String, limit: Int, to bytes: [UInt8], isAhead: (Data?) throws(StoreError) -> Bool) throws(StoreError) {
-        try raising.withLock { _ throws(StoreError) in
+        let lock = locks.withLock { locks in
+            if let lock = locks[path] { return lock }
+            let lock = PathLock()
+            locks[path] = lock
+            return lock
+        }
+        try lock.mutex.withLock { _ throws(StoreError) in
             if try isAhead(try read(path, what: what, limit: limit)) { return }
             try replace(path, with: bytes, what: what)
         }
@@ -119,7 +121,9 @@ enum FloorFile {
 
     /// Replaces the file with `bytes` (mode 600).
     static func replace(_ path: String, with bytes: [UInt8], what: String) throws(StoreError) {
-        let target = resolved(path)
+        var existing = stat()
+        if lstat(path, &existing) == 0, existing.st_mode & S_IFMT == S_IFLNK { throw linkRefused(path, what: what) }
+        let target = path
         let directory = (target as NSString).deletingLastPathComponent
         let temporary = (directory.isEmpty ? "." : directory) + "/." + (target as NSString).lastPathComponent + ".\(UUID().uuidString).tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
@@ -151,14 +155,15 @@ enum FloorFile {
         }
     }
 
-    /// Throws unless the file can be replaced: anything already at the (resolved) path must be a
-    /// regular file this process can write (its type checked first: a FIFO or a device is not
+    /// Throws unless the file can be replaced: anything already at the path must be a regular file
+    /// (not a link) this process can write (its type checked first: a FIFO or a device is not
     /// opened; `conflict` otherwise), and a file made in its directory (then removed) stands for
     /// the replacement (`unavailable` if it cannot be).
     static func checkWritable(_ path: String, what: String) throws(StoreError) {
-        let target = resolved(path)
+        let target = path
         var status = stat()
         if lstat(target, &status) == 0 {
+            if status.st_mode & S_IFMT == S_IFLNK { throw linkRefused(path, what: what) }
             guard status.st_mode & S_IFMT == S_IFREG else {
                 throw StoreError(.conflict, "\(what) '\(path)' is not a regular file: it is written by offer-signer (replaced whole, mode 600)")
             }

@@ -27,18 +27,17 @@ public struct LastCheckpointFile: Sendable {
         LastCheckpointFile(path: path + ".checkpoint")
     }
 
-    /// Throws `unavailable` unless this process can write the file: an existing file is opened
-    /// for writing, and a file made in its directory (then removed) stands for the atomic
-    /// replacement. The service checks it at start, so an unwritable file stops it there rather
+    /// Throws unless this process can replace the file (``FloorFile``): an existing file must be
+    /// a regular file (`conflict` otherwise) opened for writing, and a file made in its directory
+    /// (then removed) stands for the atomic replacement (`unavailable` if either cannot be). The service checks it at start, so an unwritable file stops it there rather
     /// than leaving its checkpoints in the database only.
     public func checkWritable() throws(StoreError) {
         try FloorFile.checkWritable(path, what: "the checkpoint file")
     }
 
-    /// Removes the file (the file a symbolic link at its path names, not the link); nothing there
-    /// is not an error.
+    /// Removes the file; nothing there is not an error.
     public func remove() throws(StoreError) {
-        guard unlink(FloorFile.resolved(path)) == 0 || errno == ENOENT else {
+        guard unlink(path) == 0 || errno == ENOENT else {
             throw StoreError(.unavailable, "cannot remove the checkpoint file '\(path)': \(String(cString: strerror(errno)))")
         }
     }
@@ -47,7 +46,8 @@ public struct LastCheckpointFile: Sendable {
     static let sizeLimit = 1 << 20
 
     /// What the file holds; nil when there is nothing at its path (read as ``FloorFile`` reads:
-    /// a regular file only, never waited on; a missing directory is an error, not "no file").
+    /// a regular file only, never a link, never waited on; a missing directory is an error, not
+    /// "no file").
     public func read() throws(StoreError) -> AuditCheckpointsFile? {
         guard let data = try FloorFile.read(path, what: "the checkpoint file", limit: Self.sizeLimit) else { return nil }
         return try parse(data)

@@ -117,8 +117,9 @@ public enum StoreAuthentication {
             // The file is replaced below: one that cannot be stops this before the store changes.
             try checkpointFile?.checkWritable()
             try await store.replaceAuditSigningKey(derived, masterKey: masterKey, resigned: resigned, entry: entry)
-            // The file beside the master key named the previous key: it starts again from the head.
-            try checkpointFile?.remove()
+            // The file beside the master key named the previous key: it starts again from the head
+            // (a file that cannot be removed is replaced by the checkpoint below).
+            try? checkpointFile?.remove()
             outcome.previousAuditKeyFingerprint = stored?.fingerprint
             outcome.checkpointsSignedAgain = resigned.count
             outcome.checkpoint = try await AuditCheckpointing.create(in: store, masterKey: masterKey, checkpointFile: checkpointFile)

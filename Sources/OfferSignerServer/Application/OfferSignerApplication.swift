@@ -46,7 +46,8 @@ extension ServerConfiguration {
     /// Checks every setting ``buildApplication(configuration:store:)`` would refuse, without
     /// touching a store: the port, rate limits, the idle timeout, the largest body, the end-user
     /// JWT keys, the notification catch-up, the App Store Server API settings, that the checkpoint
-    /// file can be written (and read, if it exists) and that the registry file can be read.
+    /// file can be written (and read, if it exists) and that the registry file can be read (one that
+    /// cannot be written is warned about by `buildApplication`, not refused: a read-only key mount).
     /// `serve` calls it before it opens (or makes) the store, so a refused start leaves no store
     /// behind; throws ``ServerConfigurationError``. What only the store can say (its master key,
     /// its registry, its checkpoints) is checked by `buildApplication`; binding the address, by
@@ -96,8 +97,6 @@ extension ServerConfiguration {
             }
         }
         do {
-            // serve records every higher version it loads: a file it cannot replace stops it here.
-            try registryFile?.checkWritable()
             return (userJWT, try registryFile?.read() ?? 0)
         } catch {
             throw ServerConfigurationError(String(describing: error))
@@ -111,6 +110,17 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     let logger = configuration.logger
     // Configuration first: a server that will not start must not have touched the store.
     let (userJWT, highestKnownManifest) = try await configuration.checkedSettings()
+    if let registryFile = configuration.registryFile {
+        // Not refused (a read-only key mount holds it by default), but said: the floor then
+        // lives in memory only, and a restart takes whatever registry the database holds.
+        do {
+            try registryFile.checkWritable()
+        } catch {
+            logger.warning(
+                "the registry file cannot be written: the highest registry version seen is kept in memory only, so after a restart a registry rolled back in the database is not refused; give --registry-file PATH in a directory this process can write",
+                metadata: ["error": "\(error.message)"])
+        }
+    }
     let configuration = withDevelopmentEnvironments(configuration)
     if let catalog = configuration.eligibility?.catalog {
         // The app's evidence counts only from its accepted environments (Production unless the

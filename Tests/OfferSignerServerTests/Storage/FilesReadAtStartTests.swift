@@ -33,18 +33,40 @@ struct FilesReadAtStartTests {
         return try body("/proc/self/fd/\(ends[0])", ends[1])
     }
 
+    /// A character device like /dev/zero (read without end, if opened) at `path`; where this
+    /// process may not make devices (no root, no CAP_MKNOD), a Unix socket, the other kind of
+    /// file that is neither regular nor a directory nor a pipe.
+    static func makeDevice(at path: String) throws {
+        if mknod(path, S_IFCHR | 0o600, 0x105) == 0 { return }  // major 1, minor 5 (glibc's makedev, a macro)
+        let socket = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(socket >= 0)
+        defer { close(socket) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        try #require(bytes.count < MemoryLayout.size(ofValue: address.sun_path))
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        try #require(bound == 0, "bind: errno \(errno)")
+    }
+
     @Test("A pipe whose writer never finishes is refused at the deadline, with what it wrote unread; its writer still open", .enabled(if: hasProcFD))
     func pipeWithoutAnEnd() async throws {
-        let waited = try await onOwnThread {
+        // Asserted here, not on the thread (which runs outside the test's task).
+        let (wrote, outcome, waited) = try await onOwnThread {
             try Self.withPipe { path, writeEnd in
-                #expect(write(writeEnd, "part of a secret", 16) == 16)
+                let wrote = write(writeEnd, "part of a secret", 16)
                 let started = ContinuousClock.now
-                #expect(throws: PrivateFile.Refusal.pipeNotEnded(after: .milliseconds(600))) {
-                    try PrivateFile.read(path, pipeDeadline: .milliseconds(600))
-                }
-                return ContinuousClock.now - started
+                let outcome = Result { () throws(PrivateFile.Refusal) in try PrivateFile.read(path, pipeDeadline: .milliseconds(600)) }
+                return (wrote, outcome, ContinuousClock.now - started)
             }
         }
+        #expect(wrote == 16)
+        #expect(throws: PrivateFile.Refusal.pipeNotEnded(after: .milliseconds(600))) { try outcome.get() }
         #expect(waited >= .milliseconds(550) && waited < .seconds(10), "waited \(waited)")
     }
 
@@ -52,7 +74,7 @@ struct FilesReadAtStartTests {
     func slowPipeIsReadWhole() async throws {
         let text = try await onOwnThread {
             var ends: [Int32] = [0, 0]
-            try #require(pipe(&ends) == 0)
+            guard pipe(&ends) == 0 else { return "pipe() failed: errno \(errno)" }
             let writeEnd = ends[1]
             let written = DispatchSemaphore(value: 0)
             let writer = Thread {
@@ -89,8 +111,8 @@ struct FilesReadAtStartTests {
         #expect(ContinuousClock.now - started < .seconds(5))
     }
 
-    @Test("The checkpoint and registry files are read only as regular files: a FIFO, a directory, a device or an oversized file is refused at once, a missing directory is an error; nothing at the path, or at the end of its link, is no file yet", arguments: [
-        "fifo", "directory", "device", "oversized", "missing directory", "link to a missing directory", "missing", "link to a missing file",
+    @Test("The checkpoint and registry files are read only as regular files: a FIFO, a directory, a device, a symbolic link or an oversized file is refused at once, a missing directory is an error; nothing at the path is no file yet", arguments: [
+        "fifo", "directory", "device", "oversized", "missing directory", "link to a file", "link to a missing file", "missing",
     ])
     func floorFilesAreRegularFiles(_ form: String) throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("floor-\(UUID().uuidString)")
@@ -104,17 +126,18 @@ struct FilesReadAtStartTests {
             switch form {
             case "fifo": try #require(mkfifo(path, 0o600) == 0)
             case "directory": try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
-            case "device": try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "/dev/zero")  // read without end, if opened
+            case "device": try Self.makeDevice(at: path)
             case "oversized":
                 try #require(FileManager.default.createFile(atPath: path, contents: Data(count: (1 << 20) + 1), attributes: [.posixPermissions: 0o600]))
             case "missing directory": path = directory.appendingPathComponent("unmounted/\(name)").path
-            case "link to a missing directory":
-                try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: directory.appendingPathComponent("unmounted/\(name)").path)
+            case "link to a file":
+                try #require(FileManager.default.createFile(atPath: path + ".real", contents: Data("x".utf8), attributes: [.posixPermissions: 0o600]))
+                try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: name + ".real")
             case "link to a missing file": try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "volume-\(name)")
             default: break
             }
             let started = ContinuousClock.now
-            let none = form.hasPrefix("missing") && form != "missing directory" || form == "link to a missing file"
+            let none = form == "missing"
             do {
                 let found = try read(path)
                 #expect(none && !found, "a \(form) at \(name) was read as \(found ? "a file" : "no file")")
@@ -123,7 +146,8 @@ struct FilesReadAtStartTests {
                 let expected: (StoreError.Code, String) =
                     switch form {
                     case "oversized": (.conflict, "larger than")
-                    case "missing directory", "link to a missing directory": (.unavailable, "a directory that does not exist")
+                    case "missing directory": (.unavailable, "a directory that does not exist")
+                    case "link to a file", "link to a missing file": (.conflict, "is a symbolic link")
                     default: (.conflict, "not a regular file")
                     }
                 #expect(error.code == expected.0, "\(form) at \(name): \(error)")
@@ -133,7 +157,7 @@ struct FilesReadAtStartTests {
         }
     }
 
-    @Test("A floor file's writable check refuses a FIFO or a device at its path without opening it; a replacement moves only forward, leaves a regular 0600 file and no temporary, and through a link replaces the link's file, not the link", arguments: ["fifo", "device", "file", "link"])
+    @Test("A floor file's writable check refuses a FIFO, a device or a symbolic link at its path without opening it, and a write a link; a replacement moves only forward and leaves a regular 0600 file and no temporary", arguments: ["fifo", "device", "link", "file"])
     func floorFileReplacement(_ form: String) throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("floor-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: false)
@@ -142,33 +166,38 @@ struct FilesReadAtStartTests {
         let file = RegistryVersionFile(path: path)
         switch form {
         case "fifo": try #require(mkfifo(path, 0o600) == 0)
-        case "device": try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "/dev/zero")
+        case "device": try Self.makeDevice(at: path)
+        case "link":
+            // Planted by whoever can write the directory: the service's writes must not follow it.
+            let elsewhere = directory.appendingPathComponent("elsewhere")
+            try #require(FileManager.default.createFile(atPath: elsewhere.path, contents: Data("not the service's\n".utf8), attributes: [.posixPermissions: 0o600]))
+            try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "elsewhere")
+            do {
+                try file.record(3)
+                Issue.record("a write went through a symbolic link")
+            } catch {
+                #expect(error.code == .conflict && "\(error)".contains("is a symbolic link"), "\(error)")
+            }
+            #expect(try String(contentsOf: elsewhere, encoding: .utf8) == "not the service's\n")
+            #expect(try FileManager.default.destinationOfSymbolicLink(atPath: path) == "elsewhere")
         default:
-            let volume = directory.appendingPathComponent("volume")
-            try FileManager.default.createDirectory(at: volume, withIntermediateDirectories: false)
-            let written = form == "link" ? volume.appendingPathComponent("served.registry").path : path
-            if form == "link" { try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "volume/served.registry") }
             try file.checkWritable()
             try file.record(7)
             try file.checkWritable()  // an existing file, opened for writing
             try file.record(9)
             try file.record(8)  // behind: not written
             #expect(try file.read() == 9)
-            let attributes = try FileManager.default.attributesOfItem(atPath: written)
+            let attributes = try FileManager.default.attributesOfItem(atPath: path)
             #expect(attributes[.type] as? FileAttributeType == .typeRegular)
             #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o600)
-            #expect(try FileManager.default.contentsOfDirectory(atPath: volume.path) == (form == "link" ? ["served.registry"] : []))
-            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted() == ["served.registry", "volume"])
-            if form == "link" {
-                #expect(try FileManager.default.destinationOfSymbolicLink(atPath: path) == "volume/served.registry", "the link was replaced")
-            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["served.registry"])
             return
         }
         do {
             try file.checkWritable()
             Issue.record("a \(form) passed the writable check")
         } catch {
-            #expect(error.code == .conflict && "\(error)".contains("not a regular file"), "\(error)")
+            #expect(error.code == .conflict && "\(error)".contains(form == "link" ? "is a symbolic link" : "not a regular file"), "\(error)")
         }
     }
 }
