@@ -18,7 +18,10 @@
 #     offer-signer keys import --key-id ABCDE12345 --bundle-id com.example.app \
 #       --issuer-id <issuer-id> --file /etc/offer-signer/keys/AuthKey_ABCDE12345.p8
 # The files under /etc/offer-signer must be mode 0600 and owned by the container's user
-# (uid 10001 below), or offer-signer refuses them. `serve --dev` does not fit a container: it
+# (uid 10001 below), or offer-signer refuses them. The checkpoint and registry files (the
+# floors a database writer cannot lower) cannot sit beside the read-only master key: they are
+# kept in /var/lib/offer-signer/floor, a directory of the data volume (give them a volume the
+# database's writers cannot write for full protection; see Docs/Audit.md). `serve --dev` does not fit a container: it
 # binds loopback only and refuses OFFER_SIGNER_HOST=0.0.0.0.
 
 # ---- Build ----------------------------------------------------------------------------
@@ -51,6 +54,7 @@ RUN export DEBIAN_FRONTEND=noninteractive \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /var/lib/offer-signer --shell /usr/sbin/nologin offer-signer \
     && install -d -m 0700 -o offer-signer -g offer-signer /var/lib/offer-signer \
+    && install -d -m 0700 -o offer-signer -g offer-signer /var/lib/offer-signer/floor \
     && install -d -m 0700 -o offer-signer -g offer-signer /etc/offer-signer
 
 COPY --from=builder /out/offer-signer /usr/local/bin/offer-signer
@@ -61,7 +65,9 @@ VOLUME ["/var/lib/offer-signer", "/etc/offer-signer"]
 ENV OFFER_SIGNER_HOST=0.0.0.0 \
     OFFER_SIGNER_PORT=8080 \
     OFFER_SIGNER_STORE=/var/lib/offer-signer/offer-signer.sqlite \
-    OFFER_SIGNER_MASTER_KEY_FILE=/etc/offer-signer/master.key
+    OFFER_SIGNER_MASTER_KEY_FILE=/etc/offer-signer/master.key \
+    OFFER_SIGNER_CHECKPOINT_FILE=/var/lib/offer-signer/floor/served.checkpoint \
+    OFFER_SIGNER_REGISTRY_FILE=/var/lib/offer-signer/floor/served.registry
 
 USER offer-signer
 WORKDIR /var/lib/offer-signer

@@ -170,6 +170,13 @@ enum FloorFile {
             let fd = open(target, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW)
             guard fd >= 0 else { throw StoreError(.unavailable, "\(what) '\(path)' is not writable: \(String(cString: strerror(errno)))") }
             close(fd)
+            // A file mounted on its own (a single-file bind mount, a Kubernetes subPath) cannot
+            // be renamed over: every replacement would fail with EBUSY.
+            let parent = (target as NSString).deletingLastPathComponent
+            var directory = stat()
+            if stat(parent.isEmpty ? "." : parent, &directory) == 0, directory.st_dev != status.st_dev {
+                throw StoreError(.unavailable, "\(what) '\(path)' is a mount point of its own (a single-file mount): it is replaced by renaming a new file over it, which a mount point refuses; mount its directory instead")
+            }
         }
         let directory = (target as NSString).deletingLastPathComponent
         let probe = (directory.isEmpty ? "." : directory) + "/." + (target as NSString).lastPathComponent + ".\(UUID().uuidString).probe"

@@ -54,6 +54,9 @@ public enum StoreAuthentication {
         checkpointsExport: CheckpointsExport? = nil, trustExistingChain: Bool = false, acceptRegistryRows: Bool = false, actor: String,
         progress: @escaping @Sendable (Int64) -> Void = { _ in }
     ) async throws -> Outcome {
+        // The registry file is written once the store has changed: one that cannot be stops this
+        // before anything changes.
+        try registryFile?.checkWritable()
         try await store.bindMasterKey(masterKey)
         let snapshot = try await store.registrySnapshot()
         let authenticator = try registryFile?.authenticator(masterKey) ?? masterKey.registryRows

@@ -87,6 +87,7 @@ import Glibc
         (["--checkpoint-file", "{dir}/no-such-directory/served.checkpoint"], "cannot be written"),
         (["--registry-file", "{dir}/garbled.registry"], "does not hold"),
         (["--checkpoint-file", "{dir}/garbled.checkpoint"], "is not a checkpoints export"),
+        (["--checkpoint-file", "{dir}/floor", "--registry-file", "{dir}/floor"], "are one file"),
     ])
     func settingsAreCheckedBeforeTheStoreIsMade(_ arguments: [String], _ message: String) async throws {
         try await withTemporaryDirectory { directory in
@@ -223,46 +224,22 @@ import Glibc
         }
     }
 
-    @Test("A registry file serve cannot write (a read-only key mount) does not stop it: it serves, and warns that the registry's floor is kept in memory only")
+    @Test("A registry file serve cannot write (a read-only key mount) does not stop it: it serves, and warns that the registry's floor is kept in memory only", .enabled(if: FileManager.default.fileExists(atPath: "/proc/self")))
     func unwritableRegistryFileIsWarnedAbout() async throws {
         try await withTemporaryDirectory { directory in
             let (_, serve) = try await Self.fixture(in: directory)
-            // Read-only for this process: a read-only tmpfs for root (whom modes do not stop), a
-            // directory of mode 0500 for anyone else.
-            let mount = directory.appendingPathComponent("read-only")
-            try FileManager.default.createDirectory(at: mount, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
-            if getuid() == 0 {
-                let mounted = try await ChildProcess.run("/bin/mount", ["-t", "tmpfs", "-o", "ro,size=64k,mode=0700", "tmpfs", mount.path], timeout: .seconds(20))
-                guard mounted.status == 0 else {
-                    Issue.record(Comment(rawValue: "no read-only tmpfs here (mount: \(mounted.stderrText)): not tested"), severity: .warning)
-                    return
-                }
-            } else {
-                try FileManager.default.setAttributes([.posixPermissions: 0o500], ofItemAtPath: mount.path)
+            // /proc/self is a directory no process, root included, can make a file in: a
+            // registry file there reads as none yet and cannot be written, as on a read-only mount.
+            let port = try LoopbackPort.free()
+            let process = try ChildProcess.spawn(
+                try CLIExecutable.url().path, serve + ["--port", "\(port)", "--registry-file", "/proc/self/served.registry"],
+                environment: childEnvironment([:]), captureOutput: true)
+            let socket = try await process.stopped {
+                let socket = try await Self.connectOnceServing(port: port, process: process)
+                if socket >= 0 { close(socket) }
+                return socket
             }
-            let served: Swift.Result<(Int32, ChildProcess.Result), any Error>
-            do {
-                let port = try LoopbackPort.free()
-                let process = try ChildProcess.spawn(
-                    try CLIExecutable.url().path, serve + ["--port", "\(port)", "--registry-file", mount.appendingPathComponent("served.registry").path],
-                    environment: childEnvironment([:]), captureOutput: true)
-                let socket = try await process.stopped {
-                    let socket = try await Self.connectOnceServing(port: port, process: process)
-                    if socket >= 0 { close(socket) }
-                    return socket
-                }
-                served = .success((socket, await process.exited(timeout: .seconds(60))))
-            } catch {
-                served = .failure(error)
-            }
-            // Unmounted (or made writable again) however the run went.
-            if getuid() == 0 {
-                let unmounted = try await ChildProcess.run("/bin/umount", ["-l", mount.path], timeout: .seconds(20))
-                #expect(unmounted.status == 0, "the read-only tmpfs at \(mount.path) stayed mounted: \(unmounted.stderrText)")
-            } else {
-                try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: mount.path)
-            }
-            let (socket, ended) = try served.get()
+            let ended = await process.exited(timeout: .seconds(60))
             let output = ended.stdoutText + ended.stderrText
             #expect(socket >= 0, "serve did not accept connections: \(output.suffix(2000))")
             #expect(output.contains("the registry file cannot be written") && output.contains("give --registry-file PATH"), "\(output.suffix(2000))")

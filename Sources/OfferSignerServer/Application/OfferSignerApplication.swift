@@ -80,6 +80,10 @@ extension ServerConfiguration {
         if let eligibility, let problem = eligibility.appStoreServerAPI.problem {
             throw ServerConfigurationError("the App Store Server API settings cannot be used: \(problem)")
         }
+        if let checkpointFile, let registryFile,
+            (checkpointFile.path as NSString).standardizingPath == (registryFile.path as NSString).standardizingPath {
+            throw ServerConfigurationError("the checkpoint file and the registry file are one file ('\(checkpointFile.path)'): each would replace the other; give them paths of their own")
+        }
         if let checkpointFile {
             // Unwritable, the service would keep its last checkpoint in the database only, which
             // a database writer can delete: it refuses to start.
@@ -112,12 +116,12 @@ public func buildApplication(configuration: ServerConfiguration, store: any Offe
     let (userJWT, highestKnownManifest) = try await configuration.checkedSettings()
     if let registryFile = configuration.registryFile {
         // Not refused (a read-only key mount holds it by default), but said: the floor then
-        // lives in memory only, and a restart takes whatever registry the database holds.
+        // lives in memory only, and a restart starts from the version the file last held.
         do {
             try registryFile.checkWritable()
         } catch {
             logger.warning(
-                "the registry file cannot be written: the highest registry version seen is kept in memory only, so after a restart a registry rolled back in the database is not refused; give --registry-file PATH in a directory this process can write",
+                "the registry file cannot be written: the highest registry version seen is kept in memory only, so after a restart a registry rolled back in the database to a version at or above the file's is not refused; give --registry-file PATH in a directory this process can write",
                 metadata: ["error": "\(error.message)"])
         }
     }

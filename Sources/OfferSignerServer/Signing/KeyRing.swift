@@ -167,7 +167,7 @@ final class KeyRingHolder: Service, Sendable {
         var problem = RegistryManifest.problem(stored: snapshot.manifest, entries: snapshot.manifestEntries, authenticator: masterKey.registryRows)
         let highest = state.withLock { $0.highestManifest }
         if problem == nil && version < highest {
-            problem = "the registry manifest is version \(version), below version \(highest), the highest this server or the registry file beside the master key has seen: the registry was rolled back (restored from a backup, or by SQL)"
+            problem = "the registry manifest is version \(version), below version \(highest), the highest this server or its registry file has seen: the registry was rolled back (restored from a backup, or by SQL)"
         }
         if let problem {
             let (first, log, serving) = state.withLock { state -> (Bool, Bool, Int64) in
@@ -207,7 +207,7 @@ final class KeyRingHolder: Service, Sendable {
             do {
                 try registryFile.record(version)
             } catch {
-                logger.error("cannot record the registry manifest version beside the master key", metadata: ["error": "\(error)"])
+                logger.error("cannot record the registry manifest version in the registry file", metadata: ["error": "\(error)"])
             }
         }
         onRejectedRows(ring.rejectedRows.count)
