@@ -20,8 +20,12 @@
 # The files under /etc/offer-signer must be mode 0600 and owned by the container's user
 # (uid 10001 below), or offer-signer refuses them. The checkpoint and registry files (the
 # floors a database writer cannot lower) cannot sit beside the read-only master key: they are
-# kept in /var/lib/offer-signer/floor, a directory of the data volume (give them a volume the
-# database's writers cannot write for full protection; see Docs/Audit.md). `serve --dev` does not fit a container: it
+# kept in /var/lib/offer-signer/floor, a directory of the data volume made once, before the
+# first `keys import` (not part of the image: without the data volume, a missing directory
+# stops serve rather than letting each new container start from empty floors):
+#   docker run --rm -v offer-signer-data:/var/lib/offer-signer --entrypoint mkdir offer-signer \
+#     -m 0700 /var/lib/offer-signer/floor
+# For full protection give them a volume the database's writers cannot write (Docs/Audit.md). `serve --dev` does not fit a container: it
 # binds loopback only and refuses OFFER_SIGNER_HOST=0.0.0.0.
 
 # ---- Build ----------------------------------------------------------------------------
@@ -54,7 +58,6 @@ RUN export DEBIAN_FRONTEND=noninteractive \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /var/lib/offer-signer --shell /usr/sbin/nologin offer-signer \
     && install -d -m 0700 -o offer-signer -g offer-signer /var/lib/offer-signer \
-    && install -d -m 0700 -o offer-signer -g offer-signer /var/lib/offer-signer/floor \
     && install -d -m 0700 -o offer-signer -g offer-signer /etc/offer-signer
 
 COPY --from=builder /out/offer-signer /usr/local/bin/offer-signer

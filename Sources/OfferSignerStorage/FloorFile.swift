@@ -171,10 +171,14 @@ enum FloorFile {
             guard fd >= 0 else { throw StoreError(.unavailable, "\(what) '\(path)' is not writable: \(String(cString: strerror(errno)))") }
             close(fd)
             // A file mounted on its own (a single-file bind mount, a Kubernetes subPath) cannot
-            // be renamed over: every replacement would fail with EBUSY.
+            // be renamed over: every replacement would fail with EBUSY. A hard link into its
+            // directory tells, as the kernel judges by mount, not by device: EXDEV. (Any other
+            // failure, a file system without hard links, says nothing and passes.)
             let parent = (target as NSString).deletingLastPathComponent
-            var directory = stat()
-            if stat(parent.isEmpty ? "." : parent, &directory) == 0, directory.st_dev != status.st_dev {
+            let linkProbe = (parent.isEmpty ? "." : parent) + "/." + (target as NSString).lastPathComponent + ".\(UUID().uuidString).link"
+            if link(target, linkProbe) == 0 {
+                unlink(linkProbe)
+            } else if errno == EXDEV {
                 throw StoreError(.unavailable, "\(what) '\(path)' is a mount point of its own (a single-file mount): it is replaced by renaming a new file over it, which a mount point refuses; mount its directory instead")
             }
         }

@@ -56,7 +56,15 @@ public enum StoreAuthentication {
     ) async throws -> Outcome {
         // The registry file is written once the store has changed: one that cannot be stops this
         // before anything changes.
-        try registryFile?.checkWritable()
+        if let checkpointFile, let registryFile,
+            (checkpointFile.path as NSString).standardizingPath == (registryFile.path as NSString).standardizingPath {
+            throw StoreError(.conflict, "the checkpoint file and the registry file are one file ('\(checkpointFile.path)'): give them paths of their own")
+        }
+        do {
+            try registryFile?.checkWritable()
+        } catch {
+            throw StoreError(error.code, "\(error.message); give --registry-file PATH in a directory this process can write")
+        }
         try await store.bindMasterKey(masterKey)
         let snapshot = try await store.registrySnapshot()
         let authenticator = try registryFile?.authenticator(masterKey) ?? masterKey.registryRows

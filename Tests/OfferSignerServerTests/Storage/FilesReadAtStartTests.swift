@@ -200,4 +200,30 @@ struct FilesReadAtStartTests {
             #expect(error.code == .conflict && "\(error)".contains(form == "link" ? "is a symbolic link" : "not a regular file"), "\(error)")
         }
     }
+
+    @Test("A floor file mounted on its own (a single-file bind mount: every rename over it fails) is refused by the writable check, saying to mount its directory")
+    func singleFileMountIsRefused() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("floor-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let source = directory.appendingPathComponent("host-file")
+        let path = directory.appendingPathComponent("served.checkpoint")
+        for file in [source, path] {
+            try #require(FileManager.default.createFile(atPath: file.path, contents: Data(), attributes: [.posixPermissions: 0o600]))
+        }
+        guard getuid() == 0, let mounted = try? await ChildProcess.run("/bin/mount", ["--bind", source.path, path.path], timeout: .seconds(20)), mounted.status == 0
+        else {
+            Issue.record(Comment(rawValue: "no bind mount here (needs root and CAP_SYS_ADMIN): the single-file mount is not tested"), severity: .warning)
+            return
+        }
+        let outcome = Result { () throws(StoreError) in try LastCheckpointFile(path: path.path).checkWritable() }
+        let unmounted = try await ChildProcess.run("/bin/umount", ["-l", path.path], timeout: .seconds(20))
+        #expect(unmounted.status == 0, "the bind mount at \(path.path) stayed: \(unmounted.stderrText)")
+        #expect(throws: StoreError.self) { try outcome.get() }
+        if case .failure(let error) = outcome {
+            #expect(error.code == .unavailable && "\(error)".contains("mount point of its own") && "\(error)".contains("mount its directory"), "\(error)")
+        }
+        // Unmounted, the same file passes.
+        try LastCheckpointFile(path: path.path).checkWritable()
+    }
 }
