@@ -8,24 +8,28 @@
 # Swift runtime and Foundation are linked in statically), hence the runtime stage below.
 #
 #   docker build -t offer-signer .
-#   docker run -d -p 8080:8080 \
-#     -v offer-signer-data:/var/lib/offer-signer \
-#     -v /etc/offer-signer:/etc/offer-signer:ro \
-#     offer-signer
+#
+# Once, on a new data volume: the directory of the checkpoint and registry files (the floors a
+# database writer cannot lower; they cannot sit beside the read-only master key). It is not
+# part of the image, so a container run without the data volume stops at start rather than
+# starting from empty floors. For full protection give them a volume the database's writers
+# cannot write (Docs/Audit.md).
+#   docker run --rm -v offer-signer-data:/var/lib/offer-signer --entrypoint mkdir offer-signer \
+#     -m 0700 /var/lib/offer-signer/floor
 #
 # Keys are imported with the same image (see keys.example and Docs/Operations.md), e.g.:
 #   docker run --rm -v offer-signer-data:/var/lib/offer-signer -v /etc/offer-signer:/etc/offer-signer:ro \
 #     offer-signer keys import --key-id ABCDE12345 --bundle-id com.example.app \
 #       --issuer-id <issuer-id> --file /etc/offer-signer/keys/AuthKey_ABCDE12345.p8
+#
+# Then the service:
+#   docker run -d -p 8080:8080 \
+#     -v offer-signer-data:/var/lib/offer-signer \
+#     -v /etc/offer-signer:/etc/offer-signer:ro \
+#     offer-signer
+#
 # The files under /etc/offer-signer must be mode 0600 and owned by the container's user
-# (uid 10001 below), or offer-signer refuses them. The checkpoint and registry files (the
-# floors a database writer cannot lower) cannot sit beside the read-only master key: they are
-# kept in /var/lib/offer-signer/floor, a directory of the data volume made once, before the
-# first `keys import` (not part of the image: without the data volume, a missing directory
-# stops serve rather than letting each new container start from empty floors):
-#   docker run --rm -v offer-signer-data:/var/lib/offer-signer --entrypoint mkdir offer-signer \
-#     -m 0700 /var/lib/offer-signer/floor
-# For full protection give them a volume the database's writers cannot write (Docs/Audit.md). `serve --dev` does not fit a container: it
+# (uid 10001 below), or offer-signer refuses them. `serve --dev` does not fit a container: it
 # binds loopback only and refuses OFFER_SIGNER_HOST=0.0.0.0.
 
 # ---- Build ----------------------------------------------------------------------------
