@@ -98,7 +98,7 @@ struct FilesReadAtStartTests {
 
     @Test("A pipe that ends empty (its program wrote nothing) and a named FIFO no program writes are refused as an empty pipe, at once", .enabled(if: hasProcFD))
     func emptyPipes() throws {
-        try Self.withPipe(closeWriter: true) { path, _ in
+        _ = try Self.withPipe(closeWriter: true) { path, _ in
             #expect(throws: PrivateFile.Refusal.emptyPipe) { try PrivateFile.read(path) }
         }
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fifo-\(UUID().uuidString)")
