@@ -37,51 +37,62 @@ enum FloorFile {
         StoreError(.conflict, "\(what) '\(path)' is a symbolic link: offer-signer replaces this file whole (which would replace the link), so give the path of the file itself")
     }
 
+    /// Refuses what `lstat` found at the path unless it is a regular file.
+    private static func requireRegularFile(_ status: stat, _ path: String, what: String) throws(StoreError) {
+        if status.st_mode & S_IFMT == S_IFLNK { throw linkRefused(path, what: what) }
+        guard status.st_mode & S_IFMT == S_IFREG else {
+            throw StoreError(.conflict, "\(what) '\(path)' is not a regular file: it is written by offer-signer (replaced whole, mode 600)")
+        }
+    }
+
+    /// The file's directory (`.` for a bare name).
+    private static func directory(of path: String) -> String {
+        let directory = (path as NSString).deletingLastPathComponent
+        return directory.isEmpty ? "." : directory
+    }
+
+    /// A hidden, unique name beside the file (`.<name>.<UUID>.<suffix>`), for a temporary or a probe.
+    private static func sibling(of path: String, _ suffix: String) -> String {
+        directory(of: path) + "/." + (path as NSString).lastPathComponent + ".\(UUID().uuidString).\(suffix)"
+    }
+
     /// The file's bytes; nil when there is nothing at the path. `what` names the file in errors
     /// ("the checkpoint file").
     static func read(_ path: String, what: String, limit: Int) throws(StoreError) -> Data? {
-        for attempt in 1...3 {
-            if let data = try readOnce(path, what: what, limit: limit, lastAttempt: attempt == 3) { return data }
+        for _ in 1...3 {
+            if let data = try readOnce(path, what: what, limit: limit) { return data }
         }
-        // The last attempt returns or throws.
         throw StoreError(.unavailable, "\(what) '\(path)' was replaced while it was read, three times: try again")
     }
 
-    /// One read: nil when a replacement landed between the check and the open (unless
-    /// `lastAttempt`, then an error), `.some(nil)` when there is no file yet.
-    private static func readOnce(_ path: String, what: String, limit: Int, lastAttempt: Bool) throws(StoreError) -> Data?? {
-        let target = path
+    /// One read: nil when a replacement landed between the check and the open (read again),
+    /// `.some(nil)` when there is no file yet.
+    private static func readOnce(_ path: String, what: String, limit: Int) throws(StoreError) -> Data?? {
         var checked = stat()
-        guard lstat(target, &checked) == 0 else {
+        guard lstat(path, &checked) == 0 else {
             let code = errno
             if code == ENOENT {
-                var directory = stat()
-                let parent = (target as NSString).deletingLastPathComponent
-                guard stat(parent.isEmpty ? "." : parent, &directory) == 0, directory.st_mode & S_IFMT == S_IFDIR else {
+                var parentStatus = stat()
+                let parent = directory(of: path)
+                guard stat(parent, &parentStatus) == 0, parentStatus.st_mode & S_IFMT == S_IFDIR else {
                     throw StoreError(.unavailable, "\(what) '\(path)' is in a directory that does not exist ('\(parent)'; an unmounted volume?)")
                 }
                 return .some(nil)
             }
             throw StoreError(.unavailable, "cannot read \(what) '\(path)': \(String(cString: strerror(code)))")
         }
-        if checked.st_mode & S_IFMT == S_IFLNK { throw linkRefused(path, what: what) }
-        guard checked.st_mode & S_IFMT == S_IFREG else {
-            throw StoreError(.conflict, "\(what) '\(path)' is not a regular file: it is written by offer-signer (replaced whole, mode 600)")
-        }
+        try requireRegularFile(checked, path, what: what)
         guard checked.st_size <= limit else { throw StoreError(.conflict, "\(what) '\(path)' is larger than \(limit) bytes") }
-        let fd = open(target, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW)
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW)
         guard fd >= 0 else {
             let code = errno
-            if (code == ENOENT || code == ELOOP), !lastAttempt { return nil }
+            if code == ENOENT || code == ELOOP { return nil }
             throw StoreError(.unavailable, "cannot read \(what) '\(path)': \(String(cString: strerror(code)))")
         }
         defer { close(fd) }
         var opened = stat()
         guard fstat(fd, &opened) == 0 else { throw StoreError(.unavailable, "cannot read \(what) '\(path)': \(String(cString: strerror(errno)))") }
-        guard opened.st_dev == checked.st_dev, opened.st_ino == checked.st_ino else {
-            if !lastAttempt { return nil }
-            throw StoreError(.unavailable, "\(what) '\(path)' was replaced while it was read, three times: try again")
-        }
+        guard opened.st_dev == checked.st_dev, opened.st_ino == checked.st_ino else { return nil }
         var data = Data()
         var buffer = [UInt8](repeating: 0, count: 16_384)
         while true {
@@ -123,9 +134,7 @@ enum FloorFile {
     static func replace(_ path: String, with bytes: [UInt8], what: String) throws(StoreError) {
         var existing = stat()
         if lstat(path, &existing) == 0, existing.st_mode & S_IFMT == S_IFLNK { throw linkRefused(path, what: what) }
-        let target = path
-        let directory = (target as NSString).deletingLastPathComponent
-        let temporary = (directory.isEmpty ? "." : directory) + "/." + (target as NSString).lastPathComponent + ".\(UUID().uuidString).tmp"
+        let temporary = sibling(of: path, "tmp")
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw StoreError(.unavailable, "cannot write \(what) '\(path)': \(String(cString: strerror(errno)))") }
         var written = 0
@@ -143,12 +152,12 @@ enum FloorFile {
         }
         if failure == 0, fsync(fd) != 0 { failure = errno }
         close(fd)
-        if failure == 0, rename(temporary, target) != 0 { failure = errno }
+        if failure == 0, rename(temporary, path) != 0 { failure = errno }
         guard failure == 0 else {
             unlink(temporary)
             throw StoreError(.unavailable, "cannot write \(what) '\(path)': \(String(cString: strerror(failure)))")
         }
-        let directoryFD = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let directoryFD = open(directory(of: path), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if directoryFD >= 0 {
             _ = fsync(directoryFD)
             close(directoryFD)
@@ -160,30 +169,24 @@ enum FloorFile {
     /// opened; `conflict` otherwise), and a file made in its directory (then removed) stands for
     /// the replacement (`unavailable` if it cannot be).
     static func checkWritable(_ path: String, what: String) throws(StoreError) {
-        let target = path
         var status = stat()
-        if lstat(target, &status) == 0 {
-            if status.st_mode & S_IFMT == S_IFLNK { throw linkRefused(path, what: what) }
-            guard status.st_mode & S_IFMT == S_IFREG else {
-                throw StoreError(.conflict, "\(what) '\(path)' is not a regular file: it is written by offer-signer (replaced whole, mode 600)")
-            }
-            let fd = open(target, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW)
+        if lstat(path, &status) == 0 {
+            try requireRegularFile(status, path, what: what)
+            let fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW)
             guard fd >= 0 else { throw StoreError(.unavailable, "\(what) '\(path)' is not writable: \(String(cString: strerror(errno)))") }
             close(fd)
             // A file mounted on its own (a single-file bind mount, a Kubernetes subPath) cannot
             // be renamed over: every replacement would fail with EBUSY. A hard link into its
             // directory tells, as the kernel judges by mount, not by device: EXDEV. (Any other
             // failure, a file system without hard links, says nothing and passes.)
-            let parent = (target as NSString).deletingLastPathComponent
-            let linkProbe = (parent.isEmpty ? "." : parent) + "/." + (target as NSString).lastPathComponent + ".\(UUID().uuidString).link"
-            if link(target, linkProbe) == 0 {
+            let linkProbe = sibling(of: path, "link")
+            if link(path, linkProbe) == 0 {
                 unlink(linkProbe)
             } else if errno == EXDEV {
                 throw StoreError(.unavailable, "\(what) '\(path)' is a mount point of its own (a single-file mount): it is replaced by renaming a new file over it, which a mount point refuses; mount its directory instead")
             }
         }
-        let directory = (target as NSString).deletingLastPathComponent
-        let probe = (directory.isEmpty ? "." : directory) + "/." + (target as NSString).lastPathComponent + ".\(UUID().uuidString).probe"
+        let probe = sibling(of: path, "probe")
         let fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             throw StoreError(.unavailable, "\(what) '\(path)' cannot be written (its directory): \(String(cString: strerror(errno)))")

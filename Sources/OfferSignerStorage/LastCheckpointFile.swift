@@ -29,8 +29,9 @@ public struct LastCheckpointFile: Sendable {
 
     /// Throws unless this process can replace the file (``FloorFile``): an existing file must be
     /// a regular file (`conflict` otherwise) opened for writing, and a file made in its directory
-    /// (then removed) stands for the atomic replacement (`unavailable` if either cannot be). The service checks it at start, so an unwritable file stops it there rather
-    /// than leaving its checkpoints in the database only.
+    /// (then removed) stands for the atomic replacement (`unavailable` if either cannot be). The
+    /// service checks it at start, so an unwritable file stops it there rather than leaving its
+    /// checkpoints in the database only.
     public func checkWritable() throws(StoreError) {
         try FloorFile.checkWritable(path, what: "the checkpoint file")
     }

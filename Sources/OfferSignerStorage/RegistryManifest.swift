@@ -234,6 +234,14 @@ public struct RegistryVersionFile: Sendable {
         try FloorFile.checkWritable(path, what: "the registry file")
     }
 
+    /// Refuses one path given for this file and the checkpoint file (`conflict`): each would
+    /// replace the other.
+    public func checkDistinct(from checkpointFile: LastCheckpointFile) throws(StoreError) {
+        guard (checkpointFile.path as NSString).standardizingPath != (path as NSString).standardizingPath else {
+            throw StoreError(.conflict, "the checkpoint file and the registry file are one file ('\(path)'): each would replace the other; give them paths of their own")
+        }
+    }
+
     /// The master key's registry authenticator, refusing changes onto a manifest older than this file's.
     public func authenticator(_ masterKey: MasterKey) throws(StoreError) -> RegistryRowAuthenticator {
         var authenticator = masterKey.registryRows

@@ -56,10 +56,7 @@ public enum StoreAuthentication {
     ) async throws -> Outcome {
         // The registry file is written once the store has changed: one that cannot be stops this
         // before anything changes.
-        if let checkpointFile, let registryFile,
-            (checkpointFile.path as NSString).standardizingPath == (registryFile.path as NSString).standardizingPath {
-            throw StoreError(.conflict, "the checkpoint file and the registry file are one file ('\(checkpointFile.path)'): give them paths of their own")
-        }
+        if let checkpointFile { try registryFile?.checkDistinct(from: checkpointFile) }
         do {
             try registryFile?.checkWritable()
         } catch {

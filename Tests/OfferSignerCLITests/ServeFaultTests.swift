@@ -208,17 +208,7 @@ import Glibc
     func appleEndpointConcurrencyReachesTheServer(_ arguments: [String], _ environment: [String: String], _ expected: String) async throws {
         try await withTemporaryDirectory { directory in
             let (_, serve) = try await Self.fixture(in: directory)
-            let port = try LoopbackPort.free()
-            let process = try ChildProcess.spawn(
-                try CLIExecutable.url().path, serve + ["--port", "\(port)"] + arguments, environment: childEnvironment(environment), captureOutput: true)
-            let socket = try await process.stopped {
-                let socket = try await Self.connectOnceServing(port: port, process: process)
-                if socket >= 0 { close(socket) }
-                return socket
-            }
-            let ended = await process.exited(timeout: .seconds(60))
-            let output = ended.stdoutText + ended.stderrText
-            #expect(socket >= 0, "serve did not accept connections: \(output.suffix(2000))")
+            let output = try await Self.serveUntilItAccepts(serve + arguments, environment: environment)
             let listening = output.split(separator: "\n").first { $0.contains("offer-signer listening") } ?? ""
             #expect(listening.contains("apple_endpoint_concurrency=\(expected)"), "\(listening)")
         }
@@ -230,18 +220,7 @@ import Glibc
             let (_, serve) = try await Self.fixture(in: directory)
             // /proc/self is a directory no process, root included, can make a file in: a
             // registry file there reads as none yet and cannot be written, as on a read-only mount.
-            let port = try LoopbackPort.free()
-            let process = try ChildProcess.spawn(
-                try CLIExecutable.url().path, serve + ["--port", "\(port)", "--registry-file", "/proc/self/served.registry"],
-                environment: childEnvironment([:]), captureOutput: true)
-            let socket = try await process.stopped {
-                let socket = try await Self.connectOnceServing(port: port, process: process)
-                if socket >= 0 { close(socket) }
-                return socket
-            }
-            let ended = await process.exited(timeout: .seconds(60))
-            let output = ended.stdoutText + ended.stderrText
-            #expect(socket >= 0, "serve did not accept connections: \(output.suffix(2000))")
+            let output = try await Self.serveUntilItAccepts(serve + ["--registry-file", "/proc/self/served.registry"])
             #expect(output.contains("the registry file cannot be written") && output.contains("give --registry-file PATH"), "\(output.suffix(2000))")
         }
     }
@@ -289,6 +268,25 @@ import Glibc
 
     /// A connection to 127.0.0.1:`port` once `process` accepts connections there (a loaded
     /// machine can take a while to start it), or -1 when it exits or 60 s pass first.
+    /// Runs `serve` (`arguments`, on a free port) until it accepts a connection, stops it, and
+    /// returns what it printed; expects that it accepted one.
+    static func serveUntilItAccepts(
+        _ arguments: [String], environment: [String: String] = [:], sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws -> String {
+        let port = try LoopbackPort.free()
+        let process = try ChildProcess.spawn(
+            try CLIExecutable.url().path, arguments + ["--port", "\(port)"], environment: childEnvironment(environment), captureOutput: true)
+        let socket = try await process.stopped {
+            let socket = try await Self.connectOnceServing(port: port, process: process)
+            if socket >= 0 { close(socket) }
+            return socket
+        }
+        let ended = await process.exited(timeout: .seconds(60))
+        let output = ended.stdoutText + ended.stderrText
+        #expect(socket >= 0, "serve did not accept connections: \(output.suffix(2000))", sourceLocation: sourceLocation)
+        return output
+    }
+
     static func connectOnceServing(port: Int, process: ChildProcess) async throws -> Int32 {
         let deadline = ContinuousClock.now + .seconds(60)
         var socket: Int32 = -1

@@ -80,24 +80,19 @@ extension ServerConfiguration {
         if let eligibility, let problem = eligibility.appStoreServerAPI.problem {
             throw ServerConfigurationError("the App Store Server API settings cannot be used: \(problem)")
         }
-        if let checkpointFile, let registryFile,
-            (checkpointFile.path as NSString).standardizingPath == (registryFile.path as NSString).standardizingPath {
-            throw ServerConfigurationError("the checkpoint file and the registry file are one file ('\(checkpointFile.path)'): each would replace the other; give them paths of their own")
-        }
         if let checkpointFile {
-            // Unwritable, the service would keep its last checkpoint in the database only, which
-            // a database writer can delete: it refuses to start.
-            do {
-                try checkpointFile.checkWritable()
-            } catch where error.code == .unavailable {
-                throw ServerConfigurationError("\(error.message); the last signed audit checkpoint must be kept outside the database (give --checkpoint-file PATH in a directory this process can write)")
-            } catch {
-                throw ServerConfigurationError(String(describing: error))
-            }
-            do {
+            do throws(StoreError) {
+                try registryFile?.checkDistinct(from: checkpointFile)
+                // Unwritable, the service would keep its last checkpoint in the database only,
+                // which a database writer can delete: it refuses to start.
+                do {
+                    try checkpointFile.checkWritable()
+                } catch where error.code == .unavailable {
+                    throw StoreError(.unavailable, "\(error.message); the last signed audit checkpoint must be kept outside the database (give --checkpoint-file PATH in a directory this process can write)")
+                }
                 _ = try checkpointFile.read()
             } catch {
-                throw ServerConfigurationError(String(describing: error))
+                throw ServerConfigurationError(error.message)
             }
         }
         do {
